@@ -1,0 +1,51 @@
+"""The one error type of the installer side, and its exit codes (SPEC §2).
+
+Every failure a user can cause or meet is raised as an `NvDockerError` subclass carrying the
+exit code and a hint; `nvdocker2.cli` alone turns it into the two stderr lines.
+The runtime and the hook do not import this module: they are stdlib-only and report with
+their own one-line messages.
+"""
+
+from __future__ import annotations
+
+EXIT_OK = 0
+EXIT_INTERNAL = 1
+EXIT_BAD_INPUT = 2
+EXIT_ENVIRONMENT = 3
+EXIT_REJECTED = 4
+EXIT_ROLLBACK_FAILED = 5
+
+
+class NvDockerError(Exception):
+    """A known failure: `message` is the `error:` line, `hint` the `hint:` line."""
+
+    exit_code = EXIT_INTERNAL
+
+    def __init__(self, message: str, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+
+class BadInput(NvDockerError):
+    """daemon.json unreadable as JSON, wrong types, a result that would not validate, bad flags."""
+
+    exit_code = EXIT_BAD_INPUT
+
+
+class EnvironmentProblem(NvDockerError):
+    """Permission denied, read-only file system, no space, lock timeout, dockerd unreachable."""
+
+    exit_code = EXIT_ENVIRONMENT
+
+
+class DockerdRejected(NvDockerError):
+    """dockerd did not accept the change; the old file was restored and verified."""
+
+    exit_code = EXIT_REJECTED
+
+
+class RollbackFailed(NvDockerError):
+    """Restoring the old state failed; the message names the backup file to restore by hand."""
+
+    exit_code = EXIT_ROLLBACK_FAILED
