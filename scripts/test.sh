@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# The whole test suite, from a fresh Debian 12 machine (as root): installs what the tests need,
+# then runs pytest. Extra arguments go to pytest.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh
+exec .venv/bin/python -m pytest -q -p no:cacheprovider "$@"
