@@ -14,7 +14,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from privatedockerd import PrivateDockerd, missing_prerequisites  # noqa: E402
+from privatedockerd import PrivateDockerd, missing_prerequisites, remove_rootfs_tar  # noqa: E402
 
 
 def _require_prerequisites() -> None:
@@ -25,6 +25,10 @@ def _require_prerequisites() -> None:
     if os.environ.get("CI") == "true":
         pytest.fail(message + " (run bash scripts/test.sh as root)", pytrace=False)
     pytest.skip(message)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    remove_rootfs_tar()
 
 
 def pytest_collection_modifyitems(items):

@@ -39,6 +39,14 @@ def missing_prerequisites() -> list[str]:
     return missing
 
 
+def remove_rootfs_tar() -> None:
+    """Delete the cached rootfs tar (end of a test session)."""
+    global _rootfs_tar
+    if _rootfs_tar is not None:
+        shutil.rmtree(_rootfs_tar.parent, ignore_errors=True)
+        _rootfs_tar = None
+
+
 def busybox_rootfs_tar() -> Path:
     """A tar of a tiny rootfs: busybox-static with every applet linked in /bin."""
     global _rootfs_tar
