@@ -67,10 +67,10 @@ def _read_limited(stream, limit: int, what: str) -> bytes:
 
 
 def _load_json(data: bytes, what: str):
-    import json
+    from nvdocker2.runtime import jsonio
 
     try:
-        return json.loads(data)
+        return jsonio.loads(data)
     except (ValueError, RecursionError) as e:
         raise HookError(f"{what} is not valid JSON: {str(e)[:200]}") from None
 

@@ -9,10 +9,16 @@ itself) decide exactly the same way, and tests can walk the whole decision table
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Iterable, Mapping, Sequence, Union
+from collections.abc import Mapping
 
-from nvdocker2.toolkit_config import ALL_CAPABILITIES, ToolkitConfig
+from nvdocker2.toolkit_config import ALL_CAPABILITIES, Record, ToolkitConfig
+
+TYPE_CHECKING = False  # typing itself costs milliseconds at every container start
+if TYPE_CHECKING:  # pragma: no cover
+    from typing import Iterable, Sequence, Union
+
+    # "all" | "none" | tuple of validated ids
+    Devices = Union[str, tuple[str, ...]]
 
 VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES"
 DRIVER_CAPABILITIES = "NVIDIA_DRIVER_CAPABILITIES"
@@ -32,9 +38,6 @@ MAX_REQUIRE_LENGTH = 4096
 _HEX = frozenset("0123456789abcdefABCDEF-")
 _TRUE = frozenset(("1", "t", "T", "true", "TRUE", "True"))
 
-# "all" | "none" | tuple of validated ids
-Devices = Union[str, "tuple[str, ...]"]
-
 
 class RequestError(Exception):
     """The container asked for something the hook must refuse; `message` names what and why."""
@@ -44,9 +47,8 @@ class RequestError(Exception):
         self.message = message
 
 
-@dataclass(frozen=True)
-class Request:
-    """A GPU container's request, every part validated.
+class Request(Record):
+    """A GPU container's request, every part validated (immutable: a frozen record).
 
     `devices` is "all", "none" (driver set up, no device) or a tuple of ids, each a decimal
     index, `N:M` (a MIG device by GPU and instance index) or a `GPU-`/`MIG-` UUID.

@@ -8,8 +8,9 @@ this code does not know, and every other hook, is kept as it was, in order.
 
 from __future__ import annotations
 
-import json
 import os
+
+from nvdocker2.runtime import jsonio
 
 HOOK_ENV = ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"]
 MAX_SPEC_BYTES = 16 * 1024 * 1024
@@ -61,7 +62,7 @@ def read_spec(path: str) -> dict:
     if len(data) > MAX_SPEC_BYTES:
         raise SpecError(f"{path} is larger than {MAX_SPEC_BYTES} bytes; refusing it")
     try:
-        spec = json.loads(data)
+        spec = jsonio.loads(data)
     except (ValueError, RecursionError) as e:
         raise SpecError(f"{path} is not valid JSON: {str(e)[:200]}") from None
     if not isinstance(spec, dict):
@@ -71,7 +72,7 @@ def read_spec(path: str) -> dict:
 
 def write_spec(path: str, spec: dict) -> None:
     """Replace `path` atomically with `spec` as JSON, keeping the old file's mode and owner."""
-    data = json.dumps(spec, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    data = jsonio.dumps(spec).encode("utf-8")
     directory = os.path.dirname(path) or "."
     try:
         st = os.stat(path)

@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 
 from nvdocker2.hook.cli_argv import build_argv, cli_environment
@@ -16,7 +14,7 @@ from nvdocker2.hook.request import (
     parse_device_list,
     request_from_spec,
 )
-from nvdocker2.toolkit_config import CliSettings, ToolkitConfig
+from nvdocker2.toolkit_config import ToolkitConfig
 
 BASE = ["/usr/bin/nvidia-container-cli", "--load-kmods", "configure", "--ldconfig=@/sbin/ldconfig"]
 TAIL = ["--pid=42", "/run/bundle/rootfs"]
@@ -29,7 +27,7 @@ MIG_UUID = "MIG-0f6d3ba8-5e97-5d3c-a9e5-6fa3a5c4c0b2"
 def config(**changes) -> ToolkitConfig:
     cli = changes.pop("cli", {})
     base = ToolkitConfig()
-    return dataclasses.replace(base, cli=dataclasses.replace(base.cli, **cli), **changes)
+    return base.replace(cli=base.cli.replace(**cli), **changes)
 
 
 def argv_for(env, privileged=False, mounts=(), cfg=None):
@@ -254,8 +252,8 @@ def test_request_is_frozen_and_says_device_list():
     request = container_request(["NVIDIA_VISIBLE_DEVICES=0,1"], False, [], config())
     assert request == Request(devices=("0", "1"), capabilities=("compute", "utility"))
     assert request.device_list == "0,1"
-    with pytest.raises(dataclasses.FrozenInstanceError):
-        request.devices = "all"
+    with pytest.raises(AttributeError):
+        request.devices = "all"  # noqa
 
 
 def test_parse_device_list_forms():

@@ -116,3 +116,66 @@ def test_config_path_order(monkeypatch, tmp_path):
     assert config_path() == (str(tmp_path / "rel/c.toml"), True)
     assert config_path("/x/explicit.toml") == ("/x/explicit.toml", False)
     assert load().from_env is True
+
+
+# -- the plain-TOML fast reader must read exactly what tomllib reads, or step aside ---------
+
+import tomllib  # noqa: E402
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from nvdocker2.toolkit_config import Record, _read_plain_toml  # noqa: E402
+
+FRAGMENTS = [
+    "", "# comment", "  # indented comment with ü and 'quotes' and \"more\"", "[nvidia-container-cli]",
+    "[ nvidia-container-runtime ]", "[a.b]", "[[a]]", "[a] # c", "[a] x", "[]",
+    'path = "/usr/bin/x"', "path='/lit/\\no-escape'", 'p = "with # hash"  # and comment',
+    'p = "esc\\"aped"', 'p = "tab\there"', 'p = """multi"""', "p = ''", 'p = ""',
+    "flag = true", "flag = false", "flag = True", "flag = truex", "n = 0", "n = -12",
+    "n = +7", "n = 007", "n = 1_000", "n = 1.5", "n = 0x1f",
+    'runtimes = ["runc", "crun"]', "runtimes = []", "runtimes = [ 'a' , \"b\", ]",
+    'runtimes = ["a" "b"]', "runtimes = [1, 2]", "runtimes = [", 'env = ["A=1"] # c',
+    "dotted.key = 1", '"quoted" = 1', "key", "= 1", "k = ", "k = 1 2", "k = {a = 1}",
+    "k = 1979-05-27", "k\t=\t'v'", "k = 'v'\r", "k = 'a\x01b'", "k = 'v' \x7f",
+    "ü = 1", "123 = 'digits are a bare key'", "k = 'dup'",
+]
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.sampled_from(FRAGMENTS), max_size=8), st.sampled_from(["\n", "\r\n"]))
+def test_plain_reader_agrees_with_tomllib(lines, newline):
+    text = newline.join(lines)
+    plain = _read_plain_toml(text)
+    try:
+        expected = tomllib.loads(text)
+    except tomllib.TOMLDecodeError:
+        assert plain is None
+        return
+    if plain is not None:
+        assert plain == expected
+
+
+def test_plain_reader_reads_the_packaged_file_and_test_configs():
+    assert _read_plain_toml(PACKAGED.read_text()) == {
+        "nvidia-container-runtime": {}, "nvidia-container-runtime-hook": {},
+        "nvidia-container-cli": {}}
+    text = '[nvidia-container-cli]\npath = "/x/cli"\nenvironment = ["A=1", \'B=2\']\n'
+    assert _read_plain_toml(text) == tomllib.loads(text)
+
+
+def test_record_behaves_like_a_frozen_dataclass():
+    class Point(Record):
+        x: int
+        y: int = 2
+
+    p = Point(1)
+    assert p == Point(x=1, y=2) and p != Point(1, 3) and hash(p) == hash(Point(1, 2))
+    assert repr(p) == "Point(x=1, y=2)"
+    assert p.replace(y=5) == Point(1, 5)
+    with pytest.raises(AttributeError):
+        p.x = 3
+    with pytest.raises(TypeError):
+        Point()
+    with pytest.raises(TypeError):
+        Point(1, z=2)
