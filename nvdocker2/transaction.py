@@ -539,12 +539,10 @@ def install(
         journal = store.Journal(ctx.state, ctx.config)
         record = None
         if not dry_run and data_changed:
-            rec = journal.load() or {"config": str(ctx.config),
-                                     "runtimes_key": {"present": edit.RUNTIMES in doc.data},
-                                     "runtimes": {}}
-            rec = dict(rec)
+            rec = dict(journal.load() or {"config": str(ctx.config), "runtimes": {}})
             rts = dict(rec.get("runtimes") or {})
             if not rts:
+                rec["file"] = {"existed": doc.existed}
                 rec["runtimes_key"] = {"present": edit.RUNTIMES in doc.data}
             prev = rts.get(runtime_name)
             before = _runtimes(doc.data).get(runtime_name, ABSENT)
@@ -628,8 +626,10 @@ def uninstall(
             changes.append(ch)
             ctx.notes.append(f'removed "default-runtime": "{runtime_name}" (it named the removed runtime; dockerd now uses runc)')
         data_changed = any(c.changed for c in changes)
-        new_bytes = doc.serialize(new) if data_changed else doc.raw
-        if not doc.existed:
+        new_bytes: bytes | None = doc.serialize(new) if data_changed else doc.raw
+        file_rec = (rec or {}).get("file")
+        created_by_install = isinstance(file_rec, dict) and file_rec.get("existed") is False
+        if not doc.existed or (created_by_install and not rts_rec and new == {}):
             new_bytes = None
         if data_changed:
             _schema_check(ctx, new)

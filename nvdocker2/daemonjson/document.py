@@ -151,18 +151,29 @@ class Document:
 
 
 def same(a: Any, b: Any) -> bool:
-    """Deep equality that also requires equal types and key order (1 ≠ 1.0 ≠ true)."""
-    if type(a) is not type(b):
-        return False
-    if isinstance(a, dict):
-        if list(a.keys()) != list(b.keys()):
+    """Deep equality that also requires equal types and key order (1 ≠ 1.0 ≠ true).
+
+    Iterative: values may be nested 1000 deep.
+    """
+    stack = [(a, b)]
+    while stack:
+        x, y = stack.pop()
+        if type(x) is not type(y):
             return False
-        return all(same(a[k], b[k]) for k in a)
-    if isinstance(a, list):
-        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
-    if isinstance(a, JsonFloat):
-        return a.text == b.text
-    return a == b
+        if isinstance(x, dict):
+            if list(x.keys()) != list(y.keys()):
+                return False
+            stack.extend((x[k], y[k]) for k in x)
+        elif isinstance(x, list):
+            if len(x) != len(y):
+                return False
+            stack.extend(zip(x, y))
+        elif isinstance(x, JsonFloat):
+            if x.text != y.text:
+                return False
+        elif x != y:
+            return False
+    return True
 
 
 def _line_col(text: str, pos: int) -> tuple[int, int]:
@@ -341,7 +352,7 @@ class _Parser:
                 value, node = None, _Node(pos, pos + 4, None)
                 pos += 4
             else:
-                if stack and c in "}]":
+                if stack and c and c in "}]":
                     raise self.fail(pos, f"unexpected {c!r}, expected a value")
                 raise self.unexpected(pos, "a value")
 
@@ -397,7 +408,7 @@ class _Parser:
                     value = frame[2]
                     node = _Node(frame[1], pos, value, frame[3])
                     continue
-                if c in "}]":
+                if c and c in "}]":
                     raise self.fail(pos, f"{c!r} does not match the {'{' if is_obj else '['} it closes")
                 if c == '"' or (c and (c.isalnum() or c in "{[-")):
                     raise self.fail(
@@ -417,17 +428,13 @@ def _detect_style(text: str, root: _Node, data: Any) -> Style:
     indent: str | None = "    "
     children = root.children if isinstance(root.children, dict) else {}
     if children:
-        first_key = next(iter(children))
-        first = children[first_key]
-        between = text[root.start + 1 : first.start]
-        # between = ws "key" ws : ws
-        m = re.match(r'([ \t\r\n]*)"(?:[^"\\]|\\.)*"([ \t]*:[ \t]*)$', between, re.S)
+        # ws "key" ws : ws — the first member as written (its key may repeat later).
+        m = re.compile(r'([ \t\r\n]*)"(?:[^"\\]|\\.)*"([ \t]*:[ \t]*)').match(text, root.start + 1)
         if m:
             lead, sep = m.group(1), m.group(2)
             key_sep = sep if sep in (": ", ":", " : ", " :") else ": "
             if "\n" in lead:
-                ws_line = lead.rsplit("\n", 1)[1]
-                indent = ws_line if ws_line else "    "
+                indent = lead.rsplit("\n", 1)[1]
             else:
                 indent = None
         if indent is None:

@@ -46,6 +46,21 @@ def schema() -> dict:
     return json.loads(text)
 
 
+@functools.lru_cache(maxsize=1)
+def _validator_class() -> Any:
+    """Draft 7, except that "integer" means a JSON number written without fraction or
+    exponent: dockerd (Go) refuses `1.0` or `1e3` for an int field."""
+    import jsonschema
+
+    base = jsonschema.Draft7Validator
+
+    def is_integer(checker: Any, instance: Any) -> bool:
+        return isinstance(instance, int) and not isinstance(instance, bool)
+
+    checker = base.TYPE_CHECKER.redefine("integer", is_integer)
+    return jsonschema.validators.extend(base, type_checker=checker)
+
+
 def known_keys() -> frozenset[str]:
     return frozenset(schema()["properties"])
 
@@ -105,8 +120,7 @@ def validate(doc: dict) -> tuple[list[str], list[str]]:
     """(errors, warnings) for a whole daemon.json object. Errors mean dockerd would refuse it."""
     import jsonschema
 
-    cls = jsonschema.validators.validator_for(schema())
-    validator = cls(schema())
+    validator = _validator_class()(schema())
     errors: list[str] = []
     seen: set[str] = set()
     for err in sorted(validator.iter_errors(doc), key=lambda e: list(map(str, e.absolute_path))):
@@ -148,6 +162,9 @@ class DockerdCheck:
     dockerd: str | None = None
 
 
+_NO_VALIDATE_FLAG: set[tuple[str, int]] = set()
+
+
 def find_dockerd() -> str | None:
     found = shutil.which("dockerd")
     if found:
@@ -164,6 +181,12 @@ def dockerd_validate(candidate: Path, dockerd: str | None = None, timeout: float
     if not exe:
         return DockerdCheck(False, True, "dockerd not found", None)
     try:
+        key = (exe, os.stat(exe).st_mtime_ns)
+    except OSError:
+        return DockerdCheck(False, True, f"{exe} not found", None)
+    if key in _NO_VALIDATE_FLAG:
+        return DockerdCheck(False, True, "dockerd has no --validate", exe)
+    try:
         proc = subprocess.run(
             [exe, "--validate", "--config-file", str(candidate)],
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -173,5 +196,6 @@ def dockerd_validate(candidate: Path, dockerd: str | None = None, timeout: float
         return DockerdCheck(False, True, f"could not run {exe}: {e}", exe)
     out = proc.stdout.decode("utf-8", "replace").strip()
     if "unknown flag" in out and "validate" in out:
+        _NO_VALIDATE_FLAG.add(key)
         return DockerdCheck(False, True, out, exe)
     return DockerdCheck(True, proc.returncode == 0, out, exe)
