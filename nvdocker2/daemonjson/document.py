@@ -9,6 +9,7 @@ and column for every syntax error. Strings are decoded by the standard library's
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import stat
@@ -653,11 +654,13 @@ def load(path: str | os.PathLike) -> Document:
         return empty(src)
     except NotADirectoryError:
         raise DocumentError(src, "a component of the path is not a directory") from None
-    except PermissionError as e:
-        raise EnvironmentProblem(
-            f"{src}: permission denied ({e.strerror})", "run as root (sudo nvdocker2 ...)"
-        ) from None
     except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise DocumentError(src, "is a symlink loop", f"point {src} at a real file") from None
+        if isinstance(e, PermissionError):
+            raise EnvironmentProblem(
+                f"{src}: permission denied ({e.strerror})", "run as root (sudo nvdocker2 ...)"
+            ) from None
         raise EnvironmentProblem(f"{src}: cannot read: {e.strerror}") from None
     if stat.S_ISDIR(st.st_mode):
         raise DocumentError(

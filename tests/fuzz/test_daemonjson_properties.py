@@ -34,7 +34,7 @@ runtimes = st.dictionaries(
 )
 style_args = st.sampled_from([2, 4, "\t"]), st.booleans(), st.sampled_from(["", "\n"])
 
-FAST = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FAST = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 @FAST
