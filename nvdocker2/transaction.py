@@ -481,6 +481,7 @@ def _finish(ctx: _Ctx, action: str, doc: document.Document, new_data: dict, new_
 
 def _ctx(config: Path, config_reason: str, daemon: Daemon | None, reporter: Reporter | None,
          timeout: float, dry_run: bool, state: Path | None, dockerd_log: Path | None) -> _Ctx:
+    validate.preload()  # the slow import happens before the lock is taken
     return _Ctx(
         config=Path(config), config_reason=config_reason, daemon=daemon or NoDaemon(),
         reporter=reporter or Reporter(), timeout=timeout,

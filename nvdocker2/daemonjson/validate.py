@@ -61,6 +61,12 @@ def _validator_class() -> Any:
     return jsonschema.validators.extend(base, type_checker=checker)
 
 
+def preload() -> None:
+    """Import jsonschema and build the validator now, so it is not done while the lock is held."""
+    _validator_class()
+    schema()
+
+
 def known_keys() -> frozenset[str]:
     return frozenset(schema()["properties"])
 
