@@ -245,7 +245,7 @@ class _Parser:
             return self.fail(
                 pos,
                 f"unexpected word {m.group(0)!r}, expected {expected}",
-                "JSON values are objects, arrays, \"strings\", numbers, true, false or null",
+                'JSON values are objects, arrays, "strings", numbers, true, false or null',
             )
         return self.fail(pos, f"unexpected {_describe(t, pos)}, expected {expected}")
 
@@ -398,7 +398,8 @@ class _Parser:
                         raise self.fail(
                             comma,
                             "trailing comma",
-                            "remove the comma before the closing " + ("brace" if t[pos] == "}" else "bracket"),
+                            "remove the comma before the closing "
+                            + ("brace" if t[pos] == "}" else "bracket"),
                         )
                     if is_obj:
                         frame[4], frame[5], pos = self.key(pos)
@@ -410,7 +411,9 @@ class _Parser:
                     node = _Node(frame[1], pos, value, frame[3])
                     continue
                 if c and c in "}]":
-                    raise self.fail(pos, f"{c!r} does not match the {'{' if is_obj else '['} it closes")
+                    raise self.fail(
+                        pos, f"{c!r} does not match the {'{' if is_obj else '['} it closes"
+                    )
                 if c == '"' or (c and (c.isalnum() or c in "{[-")):
                     raise self.fail(
                         pos,
@@ -444,7 +447,9 @@ def _detect_style(text: str, root: _Node, data: Any) -> Style:
             if item_sep not in (",", ", "):
                 item_sep = ", "
     raw_non_ascii = any(ord(ch) > 127 for ch in text)
-    has_escape = re.search(r"\\u(?:00[89a-fA-F][0-9a-fA-F]|0[1-9a-fA-F][0-9a-fA-F]{2}|[1-9a-fA-F][0-9a-fA-F]{3})", text)
+    has_escape = re.search(
+        r"\\u(?:00[89a-fA-F][0-9a-fA-F]|0[1-9a-fA-F][0-9a-fA-F]{2}|[1-9a-fA-F][0-9a-fA-F]{3})", text
+    )
     ensure_ascii = bool(has_escape) and not raw_non_ascii
     return Style(
         indent=indent,
@@ -519,7 +524,9 @@ class _Writer:
                     inner = nl + style.indent * (d + 1)
                     parts.append(("s", "{"))
                     for i, (k, cv) in enumerate(v.items()):
-                        parts.append(("s", ("," if i else "") + inner + self.scalar(k) + style.key_sep))
+                        parts.append(
+                            ("s", ("," if i else "") + inner + self.scalar(k) + style.key_sep)
+                        )
                         parts.append(("v", cv, kids.get(k), d + 1))
                     parts.append(("s", nl + style.indent * d + "}"))
                 work.extend(reversed(parts))
@@ -578,7 +585,9 @@ def parse(data: bytes, source: str = "<bytes>") -> Document:
         col = off - (raw.rfind(b"\n", 0, off) + 1) + 1
         hint = "save the file as UTF-8"
         if raw.startswith((b"\xff\xfe", b"\xfe\xff")):
-            hint = "the file looks UTF-16 encoded; save it as UTF-8 (dockerd 20.10 reads UTF-8 only)"
+            hint = (
+                "the file looks UTF-16 encoded; save it as UTF-8 (dockerd 20.10 reads UTF-8 only)"
+            )
         raise DocumentError(
             source, f"invalid UTF-8 at byte offset {off}", hint, line, col
         ) from None
@@ -594,8 +603,15 @@ def parse(data: bytes, source: str = "<bytes>") -> Document:
         if "\r\n" in text:
             style = Style(newline="\r\n", suffix="\r\n")
         return Document(
-            data={}, style=style, raw=raw, source=source, existed=True, had_bom=had_bom,
-            warnings=tuple(warnings), _text="", _root=None,
+            data={},
+            style=style,
+            raw=raw,
+            source=source,
+            existed=True,
+            had_bom=had_bom,
+            warnings=tuple(warnings),
+            _text="",
+            _root=None,
         )
     p = _Parser(text, source)
     value, root = p.parse()
@@ -623,8 +639,16 @@ def parse(data: bytes, source: str = "<bytes>") -> Document:
         )
     style = _detect_style(text, root, value)
     return Document(
-        data=value, style=style, raw=raw, source=source, existed=True, had_bom=had_bom,
-        duplicates=tuple(dups), warnings=tuple(warnings), _text=text, _root=root,
+        data=value,
+        style=style,
+        raw=raw,
+        source=source,
+        existed=True,
+        had_bom=had_bom,
+        duplicates=tuple(dups),
+        warnings=tuple(warnings),
+        _text=text,
+        _root=root,
     )
 
 

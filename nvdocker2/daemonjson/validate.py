@@ -99,14 +99,18 @@ def _message(err: Any) -> str:
         inst = err.instance if isinstance(err.instance, dict) else {}
         keys = set(inst)
         if "path" in keys and "runtimeType" in keys:
-            return f"{where}: has both \"path\" and \"runtimeType\" (use one)"
+            return f'{where}: has both "path" and "runtimeType" (use one)'
         if "path" in keys and "options" in keys:
-            return f"{where}: \"options\" only works with \"runtimeType\", not with \"path\""
+            return f'{where}: "options" only works with "runtimeType", not with "path"'
         if "runtimeType" in keys and "runtimeArgs" in keys:
-            return f"{where}: \"runtimeArgs\" only works with \"path\", not with \"runtimeType\""
+            return f'{where}: "runtimeArgs" only works with "path", not with "runtimeType"'
         if not keys & {"path", "runtimeType"}:
-            return f"{where}: needs \"path\" (or, Docker 24+, \"runtimeType\")"
-        sub = min(err.context, key=lambda e: len(list(e.absolute_path)), default=None) if err.context else None
+            return f'{where}: needs "path" (or, Docker 24+, "runtimeType")'
+        sub = (
+            min(err.context, key=lambda e: len(list(e.absolute_path)), default=None)
+            if err.context
+            else None
+        )
         if sub is not None and sub.validator == "type":
             return _message(sub)
         return f"{where}: not a valid runtime entry"
@@ -124,8 +128,6 @@ def _message(err: Any) -> str:
 
 def validate(doc: dict) -> tuple[list[str], list[str]]:
     """(errors, warnings) for a whole daemon.json object. Errors mean dockerd would refuse it."""
-    import jsonschema
-
     validator = _validator_class()(schema())
     errors: list[str] = []
     seen: set[str] = set()
@@ -181,7 +183,9 @@ def find_dockerd() -> str | None:
     return None
 
 
-def dockerd_validate(candidate: Path, dockerd: str | None = None, timeout: float = 20.0) -> DockerdCheck:
+def dockerd_validate(
+    candidate: Path, dockerd: str | None = None, timeout: float = 20.0
+) -> DockerdCheck:
     """Run `dockerd --validate --config-file CANDIDATE`; "unknown flag" means not available."""
     exe = dockerd or os.environ.get("NVDOCKER2_DOCKERD") or find_dockerd()
     if not exe:
@@ -195,8 +199,11 @@ def dockerd_validate(candidate: Path, dockerd: str | None = None, timeout: float
     try:
         proc = subprocess.run(
             [exe, "--validate", "--config-file", str(candidate)],
-            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            timeout=timeout, check=False,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            timeout=timeout,
+            check=False,
         )
     except (OSError, subprocess.TimeoutExpired) as e:
         return DockerdCheck(False, True, f"could not run {exe}: {e}", exe)

@@ -14,10 +14,13 @@ from nvdocker2.daemonjson import document, edit
 
 RT = "/usr/bin/nvidia-container-runtime"
 
-keys = st.text(alphabet=string.ascii_letters + string.digits + "-_.é ü\"\\/", min_size=0, max_size=8)
+keys = st.text(alphabet=string.ascii_letters + string.digits + '-_.é ü"\\/', min_size=0, max_size=8)
 scalars = (
-    st.none() | st.booleans() | st.integers(min_value=-(10**30), max_value=10**30)
-    | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=10)
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(10**30), max_value=10**30)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=10)
 )
 values = st.recursive(
     scalars,
@@ -29,7 +32,9 @@ objects = st.dictionaries(
 )
 runtimes = st.dictionaries(
     keys.filter(lambda k: k != "nvidia"),
-    st.fixed_dictionaries({"path": st.sampled_from(["/usr/bin/crun", "/opt/kata/bin/kata-runtime"])}),
+    st.fixed_dictionaries(
+        {"path": st.sampled_from(["/usr/bin/crun", "/opt/kata/bin/kata-runtime"])}
+    ),
     max_size=3,
 )
 style_args = st.sampled_from([2, 4, "\t"]), st.booleans(), st.sampled_from(["", "\n"])
@@ -48,7 +53,9 @@ def test_parse_then_write_is_byte_identical(obj, indent, ascii_only, ending):
 
 @FAST
 @given(objects, runtimes, st.booleans(), *style_args)
-def test_install_then_uninstall_gives_back_the_original(obj, rts, with_rts, indent, ascii_only, ending):
+def test_install_then_uninstall_gives_back_the_original(
+    obj, rts, with_rts, indent, ascii_only, ending
+):
     if with_rts:
         obj = dict(obj, runtimes=rts)
     raw = (json.dumps(obj, indent=indent, ensure_ascii=ascii_only) + ending).encode()
@@ -75,7 +82,10 @@ def test_install_is_idempotent(obj, indent, ascii_only, ending):
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.binary(max_size=200) | st.text(alphabet='{}[]":,0123456789.eE-+ntrufalsNI \n\t\\/\'', max_size=60).map(str.encode))
+@given(
+    st.binary(max_size=200)
+    | st.text(alphabet="{}[]\":,0123456789.eE-+ntrufalsNI \n\t\\/'", max_size=60).map(str.encode)
+)
 def test_arbitrary_bytes_parse_or_fail_with_a_located_error(raw):
     try:
         doc = document.parse(raw)

@@ -32,8 +32,10 @@ def mounts() -> Iterator[Callable[..., Path]]:
         if kind == "tmpfs":
             cmd = [["mount", "-t", "tmpfs", "-o", f"size={size},mode=0755", "tmpfs", str(path)]]
         else:
-            cmd = [["mount", "--bind", str(src), str(path)],
-                   ["mount", "-o", "remount,bind,ro", str(path)]]
+            cmd = [
+                ["mount", "--bind", str(src), str(path)],
+                ["mount", "-o", "remount,bind,ro", str(path)],
+            ]
         for c in cmd:
             r = subprocess.run(c, capture_output=True, text=True)
             if r.returncode != 0 and c is cmd[0]:
@@ -48,9 +50,16 @@ def mounts() -> Iterator[Callable[..., Path]]:
         subprocess.run(["umount", "-l", str(p)], capture_output=True)
 
 
-def run_cli(*args: str, env: dict | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run([str(NVDOCKER2), *args], capture_output=True, text=True, timeout=timeout,
-                          env=dict(os.environ, **(env or {})))
+def run_cli(
+    *args: str, env: dict | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [str(NVDOCKER2), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=dict(os.environ, **(env or {})),
+    )
 
 
 def fill(path: Path) -> None:

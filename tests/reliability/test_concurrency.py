@@ -23,10 +23,25 @@ def test_16_parallel_installs_all_land(tmp_path):
     cfg.write_bytes(b'{\n  "debug": true\n}\n')
     procs = [
         subprocess.Popen(
-            [str(NVDOCKER2), "install", "--config", str(cfg), "--runtime-name", f"rt{i}",
-             "--runtime-path", f"/opt/rt{i}/bin/runtime", "--reload", "none", "--no-verify",
-             "--timeout", "120", "--json"],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            [
+                str(NVDOCKER2),
+                "install",
+                "--config",
+                str(cfg),
+                "--runtime-name",
+                f"rt{i}",
+                "--runtime-path",
+                f"/opt/rt{i}/bin/runtime",
+                "--reload",
+                "none",
+                "--no-verify",
+                "--timeout",
+                "120",
+                "--json",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
         )
         for i in range(16)
     ]
@@ -36,8 +51,9 @@ def test_16_parallel_installs_all_land(tmp_path):
         assert json.loads(out)["changed"] is True
     data = json.loads(cfg.read_bytes())
     assert data["debug"] is True
-    assert data["runtimes"] == {f"rt{i}": {"path": f"/opt/rt{i}/bin/runtime"} for i in range(16)} or \
-        sorted(data["runtimes"]) == sorted(f"rt{i}" for i in range(16))
+    assert data["runtimes"] == {
+        f"rt{i}": {"path": f"/opt/rt{i}/bin/runtime"} for i in range(16)
+    } or sorted(data["runtimes"]) == sorted(f"rt{i}" for i in range(16))
     for i in range(16):
         assert data["runtimes"][f"rt{i}"] == {"path": f"/opt/rt{i}/bin/runtime"}
     assert cfg.read_bytes().startswith(b'{\n  "debug": true,\n  "runtimes": {\n    "rt')
@@ -59,16 +75,34 @@ def test_writer_holding_the_lock_makes_others_exit_3_untouched(tmp_path):
     try:
         procs = [
             subprocess.Popen(
-                [str(NVDOCKER2), "install", "--config", str(cfg), "--runtime-name", f"rt{i}",
-                 "--runtime-path", RT, "--reload", "none", "--no-verify", "--timeout", "1"],
-                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                [
+                    str(NVDOCKER2),
+                    "install",
+                    "--config",
+                    str(cfg),
+                    "--runtime-name",
+                    f"rt{i}",
+                    "--runtime-path",
+                    RT,
+                    "--reload",
+                    "none",
+                    "--no-verify",
+                    "--timeout",
+                    "1",
+                ],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
             )
             for i in range(4)
         ]
         for p in procs:
             assert p.wait(timeout=60) == 3
             err = p.stderr.read()
-            assert "another nvdocker2 is changing the configuration" in err and "gave up after 1 s" in err
+            assert (
+                "another nvdocker2 is changing the configuration" in err
+                and "gave up after 1 s" in err
+            )
             assert "hint: " in err
     finally:
         holder.release()

@@ -128,8 +128,13 @@ def test_failing_rename_keeps_old_file_and_journal(tmp_path, monkeypatch):
 
 def _paused_install(cfg, *extra):
     env = dict(os.environ, NVDOCKER2_TEST_PAUSE_BEFORE_RENAME="60")
-    p = subprocess.Popen([str(NVDOCKER2), "install", "--config", str(cfg), *NONE, *extra],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    p = subprocess.Popen(
+        [str(NVDOCKER2), "install", "--config", str(cfg), *NONE, *extra],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     line = p.stderr.readline()
     assert "test hook: pausing before rename" in line, line
     return p
@@ -181,6 +186,10 @@ def test_interrupted_run_releases_the_lock(tmp_path):
 
 def test_python_module_entry_point_works(tmp_path):
     cfg = tmp_path / "daemon.json"
-    r = subprocess.run([sys.executable, "-m", "nvdocker2", "install", "--config", str(cfg), *NONE],
-                       capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        [sys.executable, "-m", "nvdocker2", "install", "--config", str(cfg), *NONE],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == 0, r.stderr

@@ -60,10 +60,24 @@ def test_install_and_uninstall_byte_exact_two_space_file(cfg):
 
 
 def test_tab_crlf_no_final_newline_with_args_and_default(cfg):
-    original = b'{\r\n\t"debug": true,\r\n\t"big": 1.0e400,\r\n\t"runtimes": {\r\n\t\t"crun": {\r\n\t\t\t"path": "/usr/bin/crun"\r\n\t\t}\r\n\t}\r\n}'
+    original = (
+        b'{\r\n\t"debug": true,\r\n\t"big": 1.0e400,\r\n\t"runtimes": {\r\n\t\t"crun": {\r\n'
+        b'\t\t\t"path": "/usr/bin/crun"\r\n\t\t}\r\n\t}\r\n}'
+    )
     cfg.write_bytes(original)
-    code, _, err = cli("install", "--config", str(cfg), "--runtime-path", RT, "--runtime-arg", "--debug",
-                       "--runtime-arg", "--log=/var/log/nv.log", "--set-default", *NONE)
+    code, _, err = cli(
+        "install",
+        "--config",
+        str(cfg),
+        "--runtime-path",
+        RT,
+        "--runtime-arg",
+        "--debug",
+        "--runtime-arg",
+        "--log=/var/log/nv.log",
+        "--set-default",
+        *NONE,
+    )
     assert code == 0, err
     assert cfg.read_bytes() == (
         b'{\r\n\t"debug": true,\r\n\t"big": 1.0e400,\r\n\t"runtimes": {\r\n\t\t"crun": {\r\n'
@@ -99,7 +113,7 @@ def test_dry_run_prints_a_diff_and_touches_nothing(cfg, tmp_path):
     assert not (tmp_path / "state").exists()
     code, out, _ = cli("install", "--config", str(cfg), "--runtime-path", RT, "--dry-run", "--json")
     obj = json.loads(out)
-    assert obj["dry_run"] is True and obj["changed"] is True and "+    \"runtimes\"" in obj["diff"]
+    assert obj["dry_run"] is True and obj["changed"] is True and '+    "runtimes"' in obj["diff"]
 
 
 def test_json_result_has_the_fields_scripts_rely_on(cfg):
@@ -161,7 +175,7 @@ def test_status_text_and_json(cfg):
     cli("install", "--config", str(cfg), "--runtime-path", RT, "--set-default", *NONE)
     code, out, _ = cli("status", "--config", str(cfg))
     assert code == 0
-    assert "runtime: nvidia -> {\"path\": \"/usr/bin/nvidia-container-runtime\"}" in out
+    assert 'runtime: nvidia -> {"path": "/usr/bin/nvidia-container-runtime"}' in out
     assert "default-runtime: nvidia" in out and "installed by nvdocker2: nvidia" in out
     code, out, _ = cli("status", "--config", str(cfg), "--json")
     obj = json.loads(out)
@@ -173,16 +187,33 @@ def test_version_and_help():
     code, out, _ = cli("--version")
     assert code == 0 and out.strip() == f"nvdocker2 {__version__}"
     code, out, _ = cli("install", "--help")
-    for flag in ("--config", "--runtime-name", "--runtime-path", "--runtime-arg", "--set-default",
-                 "--dry-run", "--reload", "--restart", "--no-verify", "--docker-host", "--pidfile",
-                 "--timeout", "--json", "--dockerd-log"):
+    for flag in (
+        "--config",
+        "--runtime-name",
+        "--runtime-path",
+        "--runtime-arg",
+        "--set-default",
+        "--dry-run",
+        "--reload",
+        "--restart",
+        "--no-verify",
+        "--docker-host",
+        "--pidfile",
+        "--timeout",
+        "--json",
+        "--dockerd-log",
+    ):
         assert flag in out
     assert "`none` is implemented" in " ".join(out.split())
 
 
 def test_default_runtime_path_is_the_one_beside_nvdocker2(cfg):
-    r = subprocess.run([str(NVDOCKER2), "install", "--config", str(cfg), *NONE, "--json"],
-                       capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        [str(NVDOCKER2), "install", "--config", str(cfg), *NONE, "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == 0, r.stderr
     entry = json.loads(cfg.read_bytes())["runtimes"]["nvidia"]
     assert entry == {"path": str(NVDOCKER2.parent / "nvidia-container-runtime")}
@@ -199,10 +230,15 @@ def test_missing_default_runtime_gives_a_warning(cfg, tmp_path, monkeypatch):
     assert code == 0
     assert json.loads(cfg.read_bytes())["runtimes"]["nvidia"] == {"path": RT}
     if not os.path.exists(RT):
-        assert f"warning: no nvidia-container-runtime beside nvdocker2 or on PATH; the entry points at {RT}" in err
+        assert (
+            "warning: no nvidia-container-runtime beside nvdocker2 or on PATH; "
+            f"the entry points at {RT}" in err
+        )
     # Once installed beside nvdocker2, that one is used.
     (bindir / "nvidia-container-runtime").write_text("#!/bin/sh\n")
     (bindir / "nvidia-container-runtime").chmod(0o755)
     code, out, err = cli("install", "--config", str(cfg), *NONE)
     assert code == 0 and "warning" not in err
-    assert json.loads(cfg.read_bytes())["runtimes"]["nvidia"] == {"path": str(bindir / "nvidia-container-runtime")}
+    assert json.loads(cfg.read_bytes())["runtimes"]["nvidia"] == {
+        "path": str(bindir / "nvidia-container-runtime")
+    }

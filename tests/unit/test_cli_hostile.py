@@ -21,9 +21,13 @@ RT = "/usr/bin/nvidia-container-runtime"
 HOSTILE = [
     ("trailing-comma-object", b'{\n  "debug": true,\n}\n', "line 2, column 16: trailing comma"),
     ("trailing-comma-array", b'{"dns": ["1.1.1.1",]}', "line 1, column 19: trailing comma"),
-    ("line-comment", b'{\n  // GPU hosts\n  "debug": true\n}', "line 2, column 3: comments are not allowed"),
+    (
+        "line-comment",
+        b'{\n  // GPU hosts\n  "debug": true\n}',
+        "line 2, column 3: comments are not allowed",
+    ),
     ("block-comment", b'{"debug": /* on */ true}', "line 1, column 11: comments are not allowed"),
-    ("hash-comment", b'# managed by hand\n{}', "line 1, column 1: comments are not allowed"),
+    ("hash-comment", b"# managed by hand\n{}", "line 1, column 1: comments are not allowed"),
     ("nan", b'{"mtu": NaN}', "line 1, column 9: NaN is not a valid JSON value"),
     ("infinity", b'{"mtu": Infinity}', "Infinity is not a valid JSON value"),
     ("minus-infinity", b'{"mtu": -Infinity}', "-Infinity is not a valid JSON value"),
@@ -31,14 +35,22 @@ HOSTILE = [
     ("truncated-string", b'{"data-root": "/var/lib/do', "truncated"),
     ("truncated-after-key", b'{"debug"', "truncated"),
     ("single-quotes", b"{'debug': true}", "line 1, column 2: strings must use double quotes"),
-    ("unquoted-key", b'{debug: true}', "property name debug is not in double quotes"),
+    ("unquoted-key", b"{debug: true}", "property name debug is not in double quotes"),
     ("missing-colon", b'{"debug" true}', "line 1, column 10: unexpected word 'true', expected ':'"),
     ("missing-comma", b'{"debug": true\n "mtu": 1}', "line 2, column 2: missing comma"),
-    ("trailing-data", b'{"debug": true}\n{"mtu": 1}\n', "line 2, column 1: unexpected '{' after the end"),
+    (
+        "trailing-data",
+        b'{"debug": true}\n{"mtu": 1}\n',
+        "line 2, column 1: unexpected '{' after the end",
+    ),
     ("leading-zero", b'{"mtu": 01500}', "malformed number"),
     ("control-char", b'{"data-root": "/a\tb"}', "control character inside a string"),
     ("bad-escape", b'{"data-root": "C:\\docker"}', "invalid escape sequence"),
-    ("invalid-utf8", b'{"labels": ["\xc3\x28"]}', "line 1, column 14: invalid UTF-8 at byte offset 13"),
+    (
+        "invalid-utf8",
+        b'{"labels": ["\xc3\x28"]}',
+        "line 1, column 14: invalid UTF-8 at byte offset 13",
+    ),
     ("utf16-bom", '{"debug": true}'.encode("utf-16"), "invalid UTF-8 at byte offset 0"),
     ("nul-padding", b'{"debug": true}\n' + b"\x00" * 64, "NUL bytes after the end"),
     ("bom-and-trailing-comma", b'\xef\xbb\xbf{"debug": true,}', "trailing comma"),
@@ -47,15 +59,39 @@ HOSTILE = [
     ("top-level-null", b"null", "the top level is null"),
     ("runtimes-array", b'{"runtimes": ["nvidia"]}', '"runtimes" is an array, not an object'),
     ("runtimes-string", b'{"runtimes": "nvidia"}', '"runtimes" is a string, not an object'),
-    ("runtime-entry-string", b'{"runtimes": {"nvidia": "/usr/bin/x"}}', '"runtimes" entry "nvidia" is a string'),
+    (
+        "runtime-entry-string",
+        b'{"runtimes": {"nvidia": "/usr/bin/x"}}',
+        '"runtimes" entry "nvidia" is a string',
+    ),
     ("other-entry-array", b'{"runtimes": {"kata": ["/k"]}}', '"runtimes" entry "kata" is an array'),
-    ("default-runtime-number", b'{"default-runtime": 1}', '"default-runtime" is a number, not a string'),
-    ("default-runtime-null", b'{"default-runtime": null}', '"default-runtime" is null, not a string'),
+    (
+        "default-runtime-number",
+        b'{"default-runtime": 1}',
+        '"default-runtime" is a number, not a string',
+    ),
+    (
+        "default-runtime-null",
+        b'{"default-runtime": null}',
+        '"default-runtime" is null, not a string',
+    ),
     ("wrong-type-known-key", b'{"mtu": "1500"}', 'mtu: "1500" is not of type integer'),
-    ("wrong-type-nested", b'{"log-opts": {"max-size": 10}}', "log-opts.max-size: 10 is not of type string"),
-    ("other-runtime-bad-path", b'{"runtimes": {"kata": {"path": 5}}}', "runtimes.kata.path: 5 is not of type string"),
+    (
+        "wrong-type-nested",
+        b'{"log-opts": {"max-size": 10}}',
+        "log-opts.max-size: 10 is not of type string",
+    ),
+    (
+        "other-runtime-bad-path",
+        b'{"runtimes": {"kata": {"path": 5}}}',
+        "runtimes.kata.path: 5 is not of type string",
+    ),
     ("float-for-int", b'{"shutdown-timeout": 1.5}', "shutdown-timeout: 1.5 is not of type integer"),
-    ("deep-nesting", b'{"a": ' + b"[" * 1000 + b"]" * 1000 + b"}", "nesting deeper than 1000 levels"),
+    (
+        "deep-nesting",
+        b'{"a": ' + b"[" * 1000 + b"]" * 1000 + b"}",
+        "nesting deeper than 1000 levels",
+    ),
 ]
 
 
@@ -83,7 +119,9 @@ def assert_two_lines(stderr: str) -> None:
 def test_hostile_file_is_refused_and_left_byte_identical(tmp_path, raw, fragment):
     cfg = etc(tmp_path) / "daemon.json"
     cfg.write_bytes(raw)
-    code, out, err = cli("install", "--config", str(cfg), "--runtime-path", RT, "--reload", "none", "--no-verify")
+    code, out, err = cli(
+        "install", "--config", str(cfg), "--runtime-path", RT, "--reload", "none", "--no-verify"
+    )
     assert code == 2, err
     assert cfg.read_bytes() == raw
     assert fragment in err, err
@@ -93,7 +131,9 @@ def test_hostile_file_is_refused_and_left_byte_identical(tmp_path, raw, fragment
     assert not (tmp_path / "state" / "backups").exists()
 
 
-@pytest.mark.parametrize("raw, fragment", [h[1:] for h in HOSTILE[:32:3]], ids=[h[0] for h in HOSTILE[:32:3]])
+@pytest.mark.parametrize(
+    "raw, fragment", [h[1:] for h in HOSTILE[:32:3]], ids=[h[0] for h in HOSTILE[:32:3]]
+)
 def test_hostile_file_is_refused_by_uninstall_too(tmp_path, raw, fragment):
     cfg = etc(tmp_path) / "daemon.json"
     cfg.write_bytes(raw)
@@ -144,8 +184,15 @@ def test_fifo_in_place_of_the_file(tmp_path):
 
 def test_parent_is_a_file(tmp_path):
     (tmp_path / "docker").write_bytes(b"")
-    code, _, err = cli("install", "--config", str(tmp_path / "docker" / "daemon.json"),
-                       "--runtime-path", RT, "--reload", "none")
+    code, _, err = cli(
+        "install",
+        "--config",
+        str(tmp_path / "docker" / "daemon.json"),
+        "--runtime-path",
+        RT,
+        "--reload",
+        "none",
+    )
     assert code == 2 and "not a directory" in err
 
 
@@ -165,23 +212,36 @@ def test_parent_is_a_file(tmp_path):
 def test_bad_flags_exit_2_and_touch_nothing(tmp_path, args, fragment):
     cfg = etc(tmp_path) / "daemon.json"
     cfg.write_bytes(b"{}")
-    code, _, err = cli("install", "--config", str(cfg), *(["--runtime-path", RT] if "--runtime-path" not in args else []), *args)
+    code, _, err = cli(
+        "install",
+        "--config",
+        str(cfg),
+        *(["--runtime-path", RT] if "--runtime-path" not in args else []),
+        *args,
+    )
     assert code == 2, err
     assert fragment in err
     assert cfg.read_bytes() == b"{}"
     assert os.listdir(cfg.parent) == ["daemon.json"]
 
 
-@pytest.mark.parametrize("raw, fragment", [
-    (b'{"debug": true,}', "line 1, column 15: trailing comma"),
-    (b'{"a": "\xff"}', "invalid UTF-8"),
-])
+@pytest.mark.parametrize(
+    "raw, fragment",
+    [
+        (b'{"debug": true,}', "line 1, column 15: trailing comma"),
+        (b'{"a": "\xff"}', "invalid UTF-8"),
+    ],
+)
 def test_real_console_script_reports_without_traceback(tmp_path, raw, fragment):
     cfg = etc(tmp_path) / "daemon.json"
     cfg.write_bytes(raw)
     for cmd in (["install", "--runtime-path", RT], ["uninstall"], ["status"]):
-        r = subprocess.run([str(NVDOCKER2), cmd[0], "--config", str(cfg), *cmd[1:]],
-                           capture_output=True, text=True, timeout=60)
+        r = subprocess.run(
+            [str(NVDOCKER2), cmd[0], "--config", str(cfg), *cmd[1:]],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert r.returncode == 2, r.stderr
         assert fragment in (r.stderr + r.stdout)
         assert "Traceback" not in r.stderr

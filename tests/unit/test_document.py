@@ -15,16 +15,34 @@ from nvdocker2.errors import EXIT_BAD_INPUT
 SAMPLES = [
     {},
     {"debug": True},
-    {"runtimes": {"nvidia": {"path": "/usr/bin/nvidia-container-runtime", "runtimeArgs": []}},
-     "default-runtime": "nvidia"},
-    {"log-driver": "json-file", "log-opts": {"max-size": "10m", "max-file": "3"},
-     "storage-driver": "overlay2", "dns": ["8.8.8.8", "1.1.1.1"], "labels": []},
-    {"default-address-pools": [{"base": "172.80.0.0/16", "size": 24}],
-     "default-ulimits": {"nofile": {"Name": "nofile", "Hard": 65536, "Soft": 65536}},
-     "builder": {"gc": {"enabled": True, "defaultKeepStorage": "20GB",
-                        "policy": [{"keepStorage": "10GB", "filter": ["unused-for=2200h"]}]}},
-     "features": {"buildkit": True}, "mtu": 1450, "registry-mirrors": ["https://m.example"],
-     "x": None, "n": -0, "e": {"a": {}, "b": [[]]}},
+    {
+        "runtimes": {"nvidia": {"path": "/usr/bin/nvidia-container-runtime", "runtimeArgs": []}},
+        "default-runtime": "nvidia",
+    },
+    {
+        "log-driver": "json-file",
+        "log-opts": {"max-size": "10m", "max-file": "3"},
+        "storage-driver": "overlay2",
+        "dns": ["8.8.8.8", "1.1.1.1"],
+        "labels": [],
+    },
+    {
+        "default-address-pools": [{"base": "172.80.0.0/16", "size": 24}],
+        "default-ulimits": {"nofile": {"Name": "nofile", "Hard": 65536, "Soft": 65536}},
+        "builder": {
+            "gc": {
+                "enabled": True,
+                "defaultKeepStorage": "20GB",
+                "policy": [{"keepStorage": "10GB", "filter": ["unused-for=2200h"]}],
+            }
+        },
+        "features": {"buildkit": True},
+        "mtu": 1450,
+        "registry-mirrors": ["https://m.example"],
+        "x": None,
+        "n": -0,
+        "e": {"a": {}, "b": [[]]},
+    },
     {"labels": ["zone=é", "ключ=значение", "emoji=🚀"]},
 ]
 
@@ -61,21 +79,32 @@ def test_one_line_files_stay_on_one_line(sep):
     assert doc.style.indent is None
     assert dumps(doc.data, doc.style).encode() == raw
     out = doc.serialize(dict(doc.data, runtimes={"nvidia": {"path": "/x"}}))
-    assert out == json.dumps({"debug": True, "mtu": 1500, "runtimes": {"nvidia": {"path": "/x"}}},
-                             separators=sep).encode()
+    assert (
+        out
+        == json.dumps(
+            {"debug": True, "mtu": 1500, "runtimes": {"nvidia": {"path": "/x"}}}, separators=sep
+        ).encode()
+    )
 
 
 def test_untouched_values_keep_their_hand_written_layout():
-    raw = (b'{\n    "dns": ["8.8.8.8", "1.1.1.1"],\n    "log-opts": {"max-size": "10m"},\n'
-           b'    "n": 1E3,\n    "s": "\\u00e9t\\u00e9"\n}\n')
+    raw = (
+        b'{\n    "dns": ["8.8.8.8", "1.1.1.1"],\n    "log-opts": {"max-size": "10m"},\n'
+        b'    "n": 1E3,\n    "s": "\\u00e9t\\u00e9"\n}\n'
+    )
     doc = parse(raw)
     out = doc.serialize(dict(doc.data, debug=True))
-    assert out == (b'{\n    "dns": ["8.8.8.8", "1.1.1.1"],\n    "log-opts": {"max-size": "10m"},\n'
-                   b'    "n": 1E3,\n    "s": "\\u00e9t\\u00e9",\n    "debug": true\n}\n')
+    assert out == (
+        b'{\n    "dns": ["8.8.8.8", "1.1.1.1"],\n    "log-opts": {"max-size": "10m"},\n'
+        b'    "n": 1E3,\n    "s": "\\u00e9t\\u00e9",\n    "debug": true\n}\n'
+    )
 
 
 def test_exact_numbers_survive():
-    raw = b'{"big": 12345678901234567890, "neg": -98765432109876543210, "f": 1.0e400, "g": 0.10, "h": 1E-7}'
+    raw = (
+        b'{"big": 12345678901234567890, "neg": -98765432109876543210, '
+        b'"f": 1.0e400, "g": 0.10, "h": 1E-7}'
+    )
     doc = parse(raw)
     assert doc.data["big"] == 12345678901234567890 and type(doc.data["big"]) is int
     assert isinstance(doc.data["f"], JsonFloat) and doc.data["f"].text == "1.0e400"
@@ -84,7 +113,9 @@ def test_exact_numbers_survive():
     for lit in ("12345678901234567890", "-98765432109876543210", "1.0e400", "0.10", "1E-7"):
         assert lit in out
     # Rewritten from scratch (no source), the literals are still the original ones.
-    assert dumps(doc.data, doc.style).startswith('{"big": 12345678901234567890, "neg": -98765432109876543210, "f": 1.0e400')
+    assert dumps(doc.data, doc.style).startswith(
+        '{"big": 12345678901234567890, "neg": -98765432109876543210, "f": 1.0e400'
+    )
 
 
 def test_non_ascii_is_written_as_utf8_not_escaped():
@@ -114,7 +145,7 @@ def test_lone_surrogate_is_kept_as_an_escape():
         (b'{\n  "a": [1, 2,]\n}', 2, 13, "trailing comma"),
         (b'{\n  // comment\n  "a": 1\n}', 2, 3, "comments are not allowed"),
         (b'{"a": 1 /* c */}', 1, 9, "comments are not allowed"),
-        (b'# comment\n{}', 1, 1, "comments are not allowed"),
+        (b"# comment\n{}", 1, 1, "comments are not allowed"),
         (b'{"a": NaN}', 1, 7, "NaN is not a valid JSON value"),
         (b'{"a": Infinity}', 1, 7, "Infinity"),
         (b'{"a": -Infinity}', 1, 7, "Infinity"),
@@ -122,7 +153,7 @@ def test_lone_surrogate_is_kept_as_an_escape():
         (b'{\n  "a": "tru', 2, 8, "unterminated string"),
         (b'{"a"', 1, 5, "truncated"),
         (b"{'a': 1}", 1, 2, "double quotes"),
-        (b'{a: 1}', 1, 2, "not in double quotes"),
+        (b"{a: 1}", 1, 2, "not in double quotes"),
         (b'{"a" 1}', 1, 6, "':'"),
         (b'{"a": 1 "b": 2}', 1, 9, "missing comma"),
         (b'{"a": 1} {"b": 2}', 1, 10, "after the end"),
@@ -132,12 +163,12 @@ def test_lone_surrogate_is_kept_as_an_escape():
         (b'{"a": "x\ty"}', 1, 9, "control character"),
         (b'{"a": "\\q"}', 1, 8, "invalid escape"),
         (b'{"a": 1]', 1, 8, "does not match"),
-        (b'[]', 1, 1, "top level is an array"),
+        (b"[]", 1, 1, "top level is an array"),
         (b'"x"', 1, 1, "top level is a string"),
-        (b'null', 1, 1, "top level is null"),
+        (b"null", 1, 1, "top level is null"),
         (b'{"a": 1}\x00\x00', 1, 9, "NUL bytes"),
         (b'{"a": "\xff"}', 1, 8, "invalid UTF-8 at byte offset 7"),
-        (b'\xff\xfe{\x00}\x00', 1, 1, "invalid UTF-8 at byte offset 0"),
+        (b"\xff\xfe{\x00}\x00", 1, 1, "invalid UTF-8 at byte offset 0"),
         (b'{\n"a": "\xc3"}', 2, 7, "invalid UTF-8 at byte offset 8"),
     ],
 )

@@ -18,16 +18,31 @@ SHAPES = {
     "empty": {},
     "logging": {"log-driver": "json-file", "log-opts": {"max-size": "100m", "max-file": "3"}},
     "cgroup": {"exec-opts": ["native.cgroupdriver=systemd"], "storage-driver": "overlay2"},
-    "nvidia-docker2": {"runtimes": {"nvidia": {"path": "nvidia-container-runtime", "runtimeArgs": []}}},
-    "toolkit-default": {"default-runtime": "nvidia",
-                        "runtimes": {"nvidia": {"args": [], "path": "nvidia-container-runtime"}}},
+    "nvidia-docker2": {
+        "runtimes": {"nvidia": {"path": "nvidia-container-runtime", "runtimeArgs": []}}
+    },
+    "toolkit-default": {
+        "default-runtime": "nvidia",
+        "runtimes": {"nvidia": {"args": [], "path": "nvidia-container-runtime"}},
+    },
     "other-runtime": {"runtimes": {"kata": {"path": "/usr/bin/kata-runtime"}}, "debug": True},
     "crun-default": {"runtimes": {"crun": {"path": "/usr/bin/crun"}}, "default-runtime": "crun"},
     "empty-runtimes": {"runtimes": {}},
-    "registry": {"registry-mirrors": ["https://mirror.gcr.io"], "insecure-registries": ["10.0.0.1:5000"],
-                 "live-restore": True, "mtu": 1450},
-    "pools": {"default-address-pools": [{"base": "10.10.0.0/16", "size": 24}], "bip": "10.200.0.1/24"},
-    "shim-form": {"runtimes": {"gvisor": {"runtimeType": "io.containerd.runsc.v1", "options": {"TypeUrl": "x"}}}},
+    "registry": {
+        "registry-mirrors": ["https://mirror.gcr.io"],
+        "insecure-registries": ["10.0.0.1:5000"],
+        "live-restore": True,
+        "mtu": 1450,
+    },
+    "pools": {
+        "default-address-pools": [{"base": "10.10.0.0/16", "size": 24}],
+        "bip": "10.200.0.1/24",
+    },
+    "shim-form": {
+        "runtimes": {
+            "gvisor": {"runtimeType": "io.containerd.runsc.v1", "options": {"TypeUrl": "x"}}
+        }
+    },
 }
 
 
@@ -66,7 +81,9 @@ def test_existing_runtimes_keep_their_order_and_the_new_one_goes_last():
     doc = {"runtimes": {"b": {"path": "/b"}, "a": {"path": "/a"}}}
     new, _ = edit.add_runtime(doc, "nvidia", RT)
     assert list(new["runtimes"]) == ["b", "a", "nvidia"]
-    new2, _ = edit.add_runtime({"runtimes": {"nvidia": {"path": "x"}, "z": {"path": "/z"}}}, "nvidia", RT)
+    new2, _ = edit.add_runtime(
+        {"runtimes": {"nvidia": {"path": "x"}, "z": {"path": "/z"}}}, "nvidia", RT
+    )
     assert list(new2["runtimes"]) == ["nvidia", "z"]
 
 
@@ -84,15 +101,20 @@ def test_existing_runtimes_keep_their_order_and_the_new_one_goes_last():
     ],
 )
 def test_wrong_types_are_refused_naming_the_key(doc, key):
-    for fn in (lambda d: edit.add_runtime(d, "nvidia", RT), lambda d: edit.remove_runtime(d, "nvidia"),
-               lambda d: edit.unset_default(d)):
+    for fn in (
+        lambda d: edit.add_runtime(d, "nvidia", RT),
+        lambda d: edit.remove_runtime(d, "nvidia"),
+        lambda d: edit.unset_default(d),
+    ):
         with pytest.raises(edit.ShapeError) as ei:
             fn(doc)
         assert ei.value.key == key and ei.value.exit_code == EXIT_BAD_INPUT
         assert f'"{key.split(".")[0]}"' in ei.value.message
 
 
-@pytest.mark.parametrize("name", ["runc", "io.containerd.runc.v2", "io.containerd.runtime.v1.linux"])
+@pytest.mark.parametrize(
+    "name", ["runc", "io.containerd.runc.v2", "io.containerd.runtime.v1.linux"]
+)
 def test_reserved_names_are_refused(name):
     with pytest.raises(BadInput, match="reserved"):
         edit.add_runtime({}, name, RT)
@@ -146,7 +168,9 @@ def test_dangling_default_is_detected_but_shims_and_builtins_are_not():
 
 def test_put_runtime_restores_a_previous_entry_in_place():
     doc = {"runtimes": {"a": {"path": "/a"}, "nvidia": {"path": RT}, "z": {"path": "/z"}}}
-    new, ch = edit.put_runtime(doc, "nvidia", {"path": "nvidia-container-runtime", "runtimeArgs": []})
+    new, ch = edit.put_runtime(
+        doc, "nvidia", {"path": "nvidia-container-runtime", "runtimeArgs": []}
+    )
     assert list(new["runtimes"]) == ["a", "nvidia", "z"] and ch.action == "replaced"
     new, _ = edit.put_runtime(doc, "nvidia", ABSENT)
     assert list(new["runtimes"]) == ["a", "z"]

@@ -23,8 +23,8 @@ network-diagnostic-port allow-nondistributable-artifacts authorization-plugins d
 dns-search exec-opts hosts insecure-registries labels node-generic-resources registry-mirrors
 storage-opts runtimes log-opts cluster-store-opts default-ulimits features builder
 default-address-pools""".split()
-KEYS_LATER = """http-proxy https-proxy no-proxy proxies default-network-opts cdi-spec-dirs log-format
-bip6 host-gateway-ips ip-forward-no-drop allow-direct-routing firewall-backend
+KEYS_LATER = """http-proxy https-proxy no-proxy proxies default-network-opts cdi-spec-dirs
+log-format bip6 host-gateway-ips ip-forward-no-drop allow-direct-routing firewall-backend
 bridge-accept-fwmark""".split()
 
 
@@ -36,22 +36,48 @@ def test_schema_is_a_valid_draft7_schema_with_every_documented_key():
 
 REAL_FILES = [
     {},
-    {"runtimes": {"nvidia": {"path": "/usr/bin/nvidia-container-runtime", "runtimeArgs": []}},
-     "default-runtime": "nvidia"},
-    {"log-driver": "json-file", "log-opts": {"max-size": "10m", "max-file": "3"}, "live-restore": True,
-     "exec-opts": ["native.cgroupdriver=systemd"], "storage-driver": "overlay2", "mtu": 1450,
-     "default-shm-size": "64M", "shutdown-timeout": 30, "dns": ["1.1.1.1"], "debug": False},
-    {"default-address-pools": [{"base": "172.17.0.0/12", "size": 20}],
-     "default-ulimits": {"nofile": {"Name": "nofile", "Hard": 64000, "Soft": 64000}},
-     "builder": {"gc": {"enabled": True, "defaultKeepStorage": "20GB",
-                        "policy": [{"keepStorage": "10GB", "filter": ["unused-for=2200h"]},
-                                   {"keepStorage": "50GB", "all": True}]},
-                 "entitlements": {"network-host": True}},
-     "features": {"buildkit": True, "containerd-snapshotter": False}},
-    {"proxies": {"http-proxy": "http://p:3128", "no-proxy": "localhost"}, "cdi-spec-dirs": ["/etc/cdi"],
-     "runtimes": {"gvisor": {"runtimeType": "io.containerd.runsc.v1", "options": {"TypeUrl": "x"}}},
-     "default-network-opts": {"bridge": {"com.docker.network.driver.mtu": "1400"}},
-     "firewall-backend": "nftables", "default-shm-size": 67108864},
+    {
+        "runtimes": {"nvidia": {"path": "/usr/bin/nvidia-container-runtime", "runtimeArgs": []}},
+        "default-runtime": "nvidia",
+    },
+    {
+        "log-driver": "json-file",
+        "log-opts": {"max-size": "10m", "max-file": "3"},
+        "live-restore": True,
+        "exec-opts": ["native.cgroupdriver=systemd"],
+        "storage-driver": "overlay2",
+        "mtu": 1450,
+        "default-shm-size": "64M",
+        "shutdown-timeout": 30,
+        "dns": ["1.1.1.1"],
+        "debug": False,
+    },
+    {
+        "default-address-pools": [{"base": "172.17.0.0/12", "size": 20}],
+        "default-ulimits": {"nofile": {"Name": "nofile", "Hard": 64000, "Soft": 64000}},
+        "builder": {
+            "gc": {
+                "enabled": True,
+                "defaultKeepStorage": "20GB",
+                "policy": [
+                    {"keepStorage": "10GB", "filter": ["unused-for=2200h"]},
+                    {"keepStorage": "50GB", "all": True},
+                ],
+            },
+            "entitlements": {"network-host": True},
+        },
+        "features": {"buildkit": True, "containerd-snapshotter": False},
+    },
+    {
+        "proxies": {"http-proxy": "http://p:3128", "no-proxy": "localhost"},
+        "cdi-spec-dirs": ["/etc/cdi"],
+        "runtimes": {
+            "gvisor": {"runtimeType": "io.containerd.runsc.v1", "options": {"TypeUrl": "x"}}
+        },
+        "default-network-opts": {"bridge": {"com.docker.network.driver.mtu": "1400"}},
+        "firewall-backend": "nftables",
+        "default-shm-size": 67108864,
+    },
 ]
 
 
@@ -76,9 +102,18 @@ def test_real_files_validate(doc):
         ({"builder": {"gc": {"enabled": "yes"}}}, "builder.gc.enabled"),
         ({"runtimes": {"x": {}}}, 'runtimes.x: needs "path"'),
         ({"runtimes": {"x": {"path": 5}}}, "runtimes.x.path: 5 is not of type string"),
-        ({"runtimes": {"x": {"path": "/x", "runtimeType": "io.x.v1"}}}, 'both "path" and "runtimeType"'),
-        ({"runtimes": {"x": {"path": "/x", "options": {}}}}, '"options" only works with "runtimeType"'),
-        ({"runtimes": {"x": {"runtimeType": "io.x.v1", "runtimeArgs": []}}}, '"runtimeArgs" only works with "path"'),
+        (
+            {"runtimes": {"x": {"path": "/x", "runtimeType": "io.x.v1"}}},
+            'both "path" and "runtimeType"',
+        ),
+        (
+            {"runtimes": {"x": {"path": "/x", "options": {}}}},
+            '"options" only works with "runtimeType"',
+        ),
+        (
+            {"runtimes": {"x": {"runtimeType": "io.x.v1", "runtimeArgs": []}}},
+            '"runtimeArgs" only works with "path"',
+        ),
         ({"runtimes": {"x": {"path": "/x", "runtimeArgs": "-v"}}}, "runtimes.x.runtimeArgs"),
         ({"host-gateway-ip": "1.2.3.4", "host-gateway-ips": ["1.2.3.4"]}, "cannot both be set"),
         ({"firewall-backend": "ipfw"}, "is not one of"),
@@ -104,7 +139,9 @@ def test_dangling_default_runtime_is_a_warning():
 
 
 def test_integers_must_be_written_as_integers_as_dockerd_requires():
-    doc = document.parse(b'{"mtu": 1500, "shutdown-timeout": 1.0e1, "max-concurrent-downloads": 3}').data
+    doc = document.parse(
+        b'{"mtu": 1500, "shutdown-timeout": 1.0e1, "max-concurrent-downloads": 3}'
+    ).data
     errors, _ = validate.validate(doc)
     assert errors == ["shutdown-timeout: 1.0e1 is not of type integer"]
 
@@ -115,5 +152,5 @@ def test_dockerd_validate_is_reported_unavailable_on_dockerd_20_10(tmp_path):
     check = validate.dockerd_validate(cand)
     if check.dockerd is None:
         pytest.skip("no dockerd on this host")
-    # Debian 12's dockerd 20.10 has no --validate: it must read as "not available", not as a refusal.
+    # Debian 12's dockerd 20.10 has no --validate: "not available", not a refusal.
     assert check.ok

@@ -122,9 +122,11 @@ def test_journal_round_trip_keeps_absent_and_exact_values(tmp_path):
     j = store.Journal(tmp_path, tmp_path / "daemon.json")
     assert j.load() == {} and j.read_bytes() is None
     prev = parse(b'{"path": "x", "n": 1.50}').data
-    rec = {"config": str(tmp_path / "daemon.json"),
-           "runtimes": {"nvidia": {"previous": store.slot(prev), "installed": {"path": "/y"}}},
-           "default_runtime": {"previous": store.slot(ABSENT), "installed": "nvidia"}}
+    rec = {
+        "config": str(tmp_path / "daemon.json"),
+        "runtimes": {"nvidia": {"previous": store.slot(prev), "installed": {"path": "/y"}}},
+        "default_runtime": {"previous": store.slot(ABSENT), "installed": "nvidia"},
+    }
     j.write(rec)
     back = j.load()
     assert store.unslot(back["default_runtime"]["previous"]) is ABSENT

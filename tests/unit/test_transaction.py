@@ -29,8 +29,13 @@ class SimulatedDockerd:
     strategy = "signal"
     verifies = True
 
-    def __init__(self, config: Path, refuse_path: str | None = None, fail_reload_at: int | None = None,
-                 refuse_candidate: bool = False) -> None:
+    def __init__(
+        self,
+        config: Path,
+        refuse_path: str | None = None,
+        fail_reload_at: int | None = None,
+        refuse_candidate: bool = False,
+    ) -> None:
         self.config = config
         self.runtimes: dict[str, str] = dict(BUILTIN)
         self.default = "runc"
@@ -77,7 +82,10 @@ class SimulatedDockerd:
     def verify(self, expect: Expectation, timeout: float) -> None:
         for name, path in expect.present.items():
             if self.runtimes.get(name) != path:
-                raise VerifyFailed(f"dockerd reports runtime {name} as {self.runtimes.get(name)!r}, expected {path!r}")
+                raise VerifyFailed(
+                    f"dockerd reports runtime {name} as {self.runtimes.get(name)!r}, "
+                    f"expected {path!r}"
+                )
         for name in expect.absent:
             if name in self.runtimes:
                 raise VerifyFailed(f"dockerd still reports runtime {name}")
@@ -194,10 +202,12 @@ def test_uninstall_with_no_daemon_writes_the_final_file_directly(cfg, state):
 
 
 def test_uninstall_restores_previous_entry_and_previous_default_runtime(cfg, state):
-    original = (b'{\n    "default-runtime": "crun",\n    "runtimes": {\n        "crun": {\n'
-                b'            "path": "/usr/bin/crun"\n        },\n        "nvidia": {\n'
-                b'            "path": "nvidia-container-runtime",\n            "runtimeArgs": []\n'
-                b'        }\n    }\n}\n')
+    original = (
+        b'{\n    "default-runtime": "crun",\n    "runtimes": {\n        "crun": {\n'
+        b'            "path": "/usr/bin/crun"\n        },\n        "nvidia": {\n'
+        b'            "path": "nvidia-container-runtime",\n            "runtimeArgs": []\n'
+        b"        }\n    }\n}\n"
+    )
     write(cfg, original)
     transaction.install(cfg, runtime_path=RT, state=state, set_default=True)
     data = json.loads(cfg.read_bytes())
@@ -218,7 +228,9 @@ def test_uninstall_without_journal_removes_only_our_runtime(cfg, state):
     write(cfg, b'{"runtimes": {"nvidia": {"path": "/opt/other/nvidia"}}}')
     res = transaction.uninstall(cfg, state=state, own_runtime_paths=[RT])
     assert not res.changed and any("left in place" in w for w in res.warnings)
-    write(cfg, b'{"default-runtime": "nvidia", "runtimes": {"nvidia": {"path": "%s"}}}' % RT.encode())
+    write(
+        cfg, b'{"default-runtime": "nvidia", "runtimes": {"nvidia": {"path": "%s"}}}' % RT.encode()
+    )
     res = transaction.uninstall(cfg, state=state, own_runtime_paths=[RT])
     assert res.changed
     assert cfg.read_bytes() == b'{"runtimes": {}}'
@@ -236,7 +248,10 @@ def test_install_creates_a_missing_file_and_uninstall_removes_it(cfg, state):
     cfg.parent.mkdir(parents=True)
     res = transaction.install(cfg, runtime_path=RT, state=state)
     assert res.changed and res.backup_file is None
-    assert cfg.read_bytes() == b'{\n    "runtimes": {\n        "nvidia": {\n            "path": "%s"\n        }\n    }\n}\n' % RT.encode()
+    assert (
+        cfg.read_bytes() == b'{\n    "runtimes": {\n        "nvidia": {\n'
+        b'            "path": "%s"\n        }\n    }\n}\n' % RT.encode()
+    )
     assert oct(cfg.stat().st_mode & 0o777) == "0o644"
     transaction.uninstall(cfg, state=state)
     assert not cfg.exists()
@@ -256,7 +271,11 @@ def test_rollback_restores_newest_backup_and_can_itself_be_undone(cfg, state):
     assert res.changed and cfg.read_bytes() == ORIGINAL
     res2 = transaction.rollback(cfg, state=state)
     assert res2.changed and cfg.read_bytes() == installed
-    assert [b.reason.split()[0] for b in store.Backups(state).all(cfg)] == ["rollback", "rollback", "install"]
+    assert [b.reason.split()[0] for b in store.Backups(state).all(cfg)] == [
+        "rollback",
+        "rollback",
+        "install",
+    ]
 
 
 def test_rollback_by_id_and_to_a_file_that_did_not_exist(cfg, state):
@@ -285,12 +304,17 @@ def test_only_the_newest_20_backups_are_kept(cfg, state):
         transaction.install(cfg, runtime_name=f"rt{i}", runtime_path=RT, state=state)
     backups = store.Backups(state).all(cfg)
     assert len(backups) == 20
-    assert backups[0].reason == "install runtime rt22" and backups[-1].reason == "install runtime rt3"
+    assert (
+        backups[0].reason == "install runtime rt22" and backups[-1].reason == "install runtime rt3"
+    )
 
 
 def test_expectation_checks_only_what_changed():
     before = {"runtimes": {"kata": {"path": "/k"}, "nvidia": {"path": "/a"}}}
-    after = {"runtimes": {"kata": {"path": "/k"}, "nvidia": {"path": "/b"}}, "default-runtime": "nvidia"}
+    after = {
+        "runtimes": {"kata": {"path": "/k"}, "nvidia": {"path": "/b"}},
+        "default-runtime": "nvidia",
+    }
     assert transaction.expectation(after, before) == Expectation({"nvidia": "/b"}, (), "nvidia")
     assert transaction.expectation(before, after) == Expectation({"nvidia": "/a"}, (), "runc")
     assert transaction.expectation({}, before).absent == ("kata", "nvidia")
