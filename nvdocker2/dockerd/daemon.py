@@ -1,0 +1,432 @@
+"""The transaction's `Daemon`: check a candidate file, reload or restart dockerd, verify.
+
+`make_daemon` turns the CLI's daemon flags into one of two objects with the same shape:
+`Dockerd` (a manager that can reload it, an Engine API client to verify) or `NoReload`
+(strategy "none": tell the user what to run). Both say why they were picked in `reason`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping, Union
+
+from nvdocker2.dockerd._contract import Expectation, VerifyFailed
+from nvdocker2.dockerd.api import EngineClient, EngineError, EngineUnavailable, parse_docker_host
+from nvdocker2.dockerd.logs import (
+    RELOADED_MARKERS,
+    STARTED_MARKERS,
+    FileLog,
+    LogSource,
+    NoLog,
+    errors_in,
+    find_refusal,
+    has_marker,
+)
+from nvdocker2.dockerd.managers import SignalManager, SystemdManager, SysvManager
+from nvdocker2.dockerd.process import DockerdProcess, flag_conflicts, is_dockerd, read_pidfile, read_process
+from nvdocker2.dockerd.progress import Reporter, SilentReporter
+from nvdocker2.errors import BadInput, EnvironmentProblem
+
+MODES = ("auto", "systemd", "sysv", "signal", "none")
+DEFAULT_PIDFILE = Path("/var/run/docker.pid")
+# After /info matches, how long to wait for the log to confirm the reload before trusting
+# /info alone (dockerd logs "Reloaded configuration" within milliseconds at level info).
+LOG_GRACE = 1.0
+POLL_FIRST = 0.05
+POLL_MAX = 0.5
+
+Manager = Union[SystemdManager, SysvManager, SignalManager]
+
+
+@dataclass(frozen=True)
+class DaemonOptions:
+    """The CLI's daemon flags (SPEC §2), as given."""
+
+    mode: str = "auto"
+    restart: bool = False
+    verify: bool = True
+    docker_host: str | None = None
+    pidfile: Path = DEFAULT_PIDFILE
+    dockerd_log: Path | None = None
+    unit: str = "docker"
+
+
+def describe_expectation(expect: Expectation) -> str:
+    parts = [f"runtime {name} = {path}" for name, path in sorted(expect.present.items())]
+    parts += [f"no runtime {name}" for name in expect.absent]
+    parts.append(f"default runtime {expect.default_runtime}")
+    return ", ".join(parts)
+
+
+def mismatches(info: Mapping, expect: Expectation) -> list[str]:
+    """What /info says that differs from `expect`, one phrase per difference."""
+    runtimes = info.get("Runtimes") or {}
+    if not isinstance(runtimes, dict):
+        runtimes = {}
+    problems = []
+    for name, path in sorted(expect.present.items()):
+        entry = runtimes.get(name)
+        if not isinstance(entry, dict):
+            problems.append(f"no runtime {name}")
+        elif entry.get("path") != path:
+            problems.append(f"runtime {name} has path {entry.get('path')}, not {path}")
+    for name in expect.absent:
+        if name in runtimes:
+            problems.append(f"runtime {name} still listed")
+    default = info.get("DefaultRuntime") or "runc"
+    if default != expect.default_runtime:
+        problems.append(f"default runtime is {default}, not {expect.default_runtime}")
+    return problems
+
+
+def _major_version(text: str | None) -> int | None:
+    found = re.search(r"(\d+)\.\d+", text or "")
+    return int(found.group(1)) if found else None
+
+
+def _stderr_log(pid: int | None, proc: Path) -> LogSource:
+    """dockerd's stderr when it is a regular file (a hand-started or init-script dockerd)."""
+    if pid is None:
+        return NoLog()
+    try:
+        target = os.readlink(Path(proc) / str(pid) / "fd" / "2")
+    except OSError:
+        return NoLog()
+    return FileLog(Path(target)) if target.startswith("/") and Path(target).is_file() else NoLog()
+
+
+def check_candidate_against(
+    process: DockerdProcess | None,
+    config_path: Path,
+    candidate: dict,
+    candidate_file: Path,
+    server_version: str | None = None,
+) -> None:
+    """Refuse (BadInput) a candidate the running dockerd would refuse, before it is written.
+
+    Without a readable dockerd process only the file-only checks run: the reload and its
+    verification catch the rest, and the transaction rolls back.
+    """
+    if process is not None:
+        given = process.config_file()
+        if given and os.path.isabs(given) and os.path.realpath(given) != os.path.realpath(config_path):
+            raise BadInput(
+                f"dockerd (pid {process.pid}) reads {given} (its --config-file), not {config_path}",
+                f"pass --config {given}",
+            )
+        conflicts = flag_conflicts(candidate, process)
+        if conflicts:
+            keys = ", ".join(f'"{key}" (flag {flag})' for key, flag in conflicts)
+            raise BadInput(
+                f"{config_path}: {keys} also set on the command line of dockerd (pid "
+                f"{process.pid}), which refuses a setting given both as a flag and in the file",
+                "remove the key from daemon.json, or the flag from dockerd's command line "
+                "(systemctl edit docker), then run this again",
+            )
+    default = candidate.get("default-runtime")
+    runtimes = candidate.get("runtimes")
+    defined = set(runtimes) if isinstance(runtimes, dict) else set()
+    if isinstance(default, str) and default and default != "runc" and default not in defined:
+        raise BadInput(
+            f'{config_path}: "default-runtime" is "{default}", which "runtimes" does not define; '
+            "dockerd refuses to start with it",
+            f'define runtime "{default}" in "runtimes" or set "default-runtime" to "runc"',
+        )
+    _dockerd_validate(process, config_path, candidate_file, server_version)
+
+
+def _dockerd_validate(
+    process: DockerdProcess | None, config_path: Path, candidate_file: Path, server_version: str | None
+) -> None:
+    """`dockerd --validate --config-file CANDIDATE` where dockerd has it (23.0 and later)."""
+    exe = (process.exe if process is not None else None) or shutil.which("dockerd")
+    if exe is None or not os.access(exe, os.X_OK):
+        return
+    major = _major_version(server_version)
+    if major is None:
+        try:
+            out = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=15)
+        except (OSError, subprocess.SubprocessError):
+            return
+        major = _major_version(out.stdout)
+    if major is None or major < 23:
+        return
+    try:
+        proc = subprocess.run(
+            [exe, "--validate", "--config-file", str(candidate_file)],
+            capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return
+    if proc.returncode != 0:
+        said = (proc.stderr or proc.stdout).strip().splitlines()
+        raise BadInput(
+            f"{config_path}: dockerd --validate refuses the new file: {said[-1] if said else proc.returncode}",
+            "fix the key it names; nothing was written",
+        )
+
+
+class Dockerd:
+    """A dockerd that a manager can reload or restart and the Engine API can verify."""
+
+    def __init__(
+        self,
+        manager: Manager,
+        client: EngineClient,
+        *,
+        restart: bool = False,
+        verifies: bool = True,
+        log: LogSource | None = None,
+        reporter: Reporter | None = None,
+        reason: str = "",
+        proc: Path = Path("/proc"),
+    ) -> None:
+        self.manager = manager
+        self.client = client
+        self.restart = restart
+        self.verifies = verifies
+        self.strategy = manager.name
+        self.reason = reason
+        self.proc = proc
+        self.reporter = reporter or SilentReporter()
+        self.log = log if log is not None else NoLog()
+        self._old_pid: int | None = None
+        self._acted = False
+
+    # -- before anything is written -------------------------------------------------------
+
+    def check_candidate(self, config_path: Path, candidate: dict, candidate_file: Path) -> None:
+        version = None
+        if self.verifies:
+            try:
+                info = self.client.info()
+            except (EngineUnavailable, EngineError) as exc:
+                raise EnvironmentProblem(
+                    f"dockerd does not answer on {self.client.host.describe()} ({exc}); "
+                    "the change could not be verified",
+                    "start dockerd (systemctl start docker), point --docker-host at its socket, "
+                    "or pass --no-verify to only write the file",
+                ) from exc
+            version = info.get("ServerVersion")
+        pid = self.manager.main_pid()
+        process = read_process(pid, self.proc) if pid is not None else None
+        check_candidate_against(process, config_path, candidate, candidate_file, version)
+
+    # -- acting ---------------------------------------------------------------------------
+
+    def reload(self) -> None:
+        """Reload (or restart) dockerd; the log is marked first so verify reads only new lines."""
+        self.log.mark()
+        if self.restart:
+            self._old_pid = self.manager.main_pid()
+            self._warn_before_restart()
+            self.manager.restart()
+        else:
+            self.manager.reload()
+        self._acted = True
+
+    def _warn_before_restart(self) -> None:
+        try:
+            info = self.client.info(timeout=5)
+        except (EngineUnavailable, EngineError):
+            return
+        running = info.get("ContainersRunning") or 0
+        if not info.get("LiveRestoreEnabled") and running:
+            self.reporter.note(
+                f"warning: live-restore is off: restarting dockerd stops the {running} running "
+                "container(s) (set \"live-restore\": true to keep them)"
+            )
+        else:
+            self.reporter.note("restarting dockerd (containers without live-restore stop)")
+
+    def verify(self, expect: Expectation, timeout: float) -> None:
+        """Poll /info until dockerd reports `expect`; raise VerifyFailed with dockerd's words.
+
+        A refusal line in dockerd's log ends the wait at once, even if /info looks right: a
+        refused file would stop dockerd from starting next time.
+        """
+        start = time.monotonic()
+        deadline = start + timeout
+        interval = POLL_FIRST
+        matched_at: float | None = None
+        markers = STARTED_MARKERS if self.restart else RELOADED_MARKERS
+        state = "no answer yet"
+        while True:
+            lines = self.log.lines() if self._acted else []
+            refusal = find_refusal(lines)
+            if refusal:
+                self.reporter.done(False, "dockerd refused the configuration")
+                raise VerifyFailed(f"dockerd refused the configuration: {refusal}")
+            now = time.monotonic()
+            try:
+                info = self.client.info(timeout=max(0.5, min(5.0, deadline - now)))
+            except (EngineUnavailable, EngineError) as exc:
+                state = f"dockerd not answering ({exc})"
+                matched_at = None
+            else:
+                problems = mismatches(info, expect)
+                if not problems and not self._is_new_process():
+                    problems = ["the old dockerd is still running"]
+                if problems:
+                    state = "; ".join(problems)
+                    matched_at = None
+                else:
+                    state = "dockerd reports " + describe_expectation(expect)
+                    if matched_at is None:
+                        matched_at = now
+                    confirmed = (
+                        not self._acted
+                        or isinstance(self.log, NoLog)
+                        or has_marker(lines, markers)
+                        or now - matched_at >= LOG_GRACE
+                    )
+                    if confirmed:
+                        self.reporter.done(True, f"{state} ({now - start:.1f}s)")
+                        return
+            now = time.monotonic()
+            if now >= deadline:
+                self.reporter.done(False, state)
+                said = errors_in(self.log.lines() if self._acted else [])
+                detail = f"; dockerd logged: {said[-1]}" if said else ""
+                raise VerifyFailed(
+                    f"dockerd did not report {describe_expectation(expect)} within {timeout:g}s: "
+                    f"{state}{detail}"
+                )
+            self.reporter.waiting(now - start, state)
+            time.sleep(min(interval, max(0.0, deadline - now)))
+            interval = min(interval * 1.5, POLL_MAX)
+
+    def _is_new_process(self) -> bool:
+        if not (self.restart and self._acted and self._old_pid is not None):
+            return True
+        pid = self.manager.main_pid()
+        return pid is not None and pid != self._old_pid
+
+
+class NoReload:
+    """Strategy "none": the file is written, dockerd is left alone, the user is told what to run.
+
+    When auto found no dockerd and verification was asked, `check_candidate` refuses with
+    `pending` (exit 3) before anything is written.
+    """
+
+    strategy = "none"
+    verifies = False
+
+    def __init__(
+        self,
+        reason: str,
+        notice: str,
+        *,
+        pending: EnvironmentProblem | None = None,
+        pidfile: Path = DEFAULT_PIDFILE,
+        reporter: Reporter | None = None,
+        proc: Path = Path("/proc"),
+    ) -> None:
+        self.reason = reason
+        self.notice = notice
+        self.pending = pending
+        self.pidfile = Path(pidfile)
+        self.reporter = reporter or SilentReporter()
+        self.proc = proc
+
+    def check_candidate(self, config_path: Path, candidate: dict, candidate_file: Path) -> None:
+        if self.pending is not None:
+            raise self.pending
+        pid = read_pidfile(self.pidfile)
+        process = read_process(pid, self.proc) if pid is not None else None
+        check_candidate_against(process, config_path, candidate, candidate_file)
+
+    def reload(self) -> None:
+        self.reporter.note(self.notice)
+
+    def verify(self, expect: Expectation, timeout: float) -> None:
+        return None
+
+
+Daemon = Union[Dockerd, NoReload]
+
+
+def make_daemon(
+    options: DaemonOptions,
+    reporter: Reporter | None = None,
+    *,
+    proc: Path = Path("/proc"),
+    environ: Mapping[str, str] | None = None,
+) -> Daemon:
+    """Pick how to reload dockerd (SPEC §2 `--reload`) and say why in `.reason`.
+
+    Raises BadInput for flags that cannot work together (before anything is written).
+    """
+    reporter = reporter or SilentReporter()
+    if options.mode not in MODES:
+        raise BadInput(
+            f"--reload {options.mode}: unknown mode", f"use one of: {', '.join(MODES)}"
+        )
+    host = parse_docker_host(options.docker_host, environ)
+    client = EngineClient(host)
+    pidfile = Path(options.pidfile)
+    systemd = SystemdManager(options.unit)
+    manager: Manager | None = None
+    if options.mode == "auto":
+        if systemd.is_active():
+            manager = systemd
+            reason = f"systemd runs {options.unit}.service (systemctl is-active {options.unit})"
+        else:
+            pid = read_pidfile(pidfile)
+            if pid is not None and is_dockerd(pid, proc):
+                manager = SignalManager(pidfile, proc)
+                reason = f"{pidfile} names a running dockerd (pid {pid}); systemd does not run it"
+            else:
+                found = "names no running dockerd" if pid is not None else "is missing"
+                reason = (
+                    f"no running dockerd found: systemd does not run {options.unit}.service "
+                    f"and {pidfile} {found}"
+                )
+    elif options.mode == "systemd":
+        manager, reason = systemd, "--reload systemd"
+    elif options.mode == "sysv":
+        manager, reason = SysvManager(pidfile, unit=options.unit, proc=proc), "--reload sysv"
+    elif options.mode == "signal":
+        manager, reason = SignalManager(pidfile, proc), "--reload signal"
+    else:
+        reason = "--reload none"
+
+    if options.restart and (options.mode == "none" or isinstance(manager, SignalManager)):
+        raise BadInput(
+            f"--restart: {reason}, and dockerd cannot be restarted that way",
+            "use --reload systemd or --reload sysv with --restart, or drop --restart",
+        )
+
+    if manager is None:
+        verb = "restart" if options.restart else "reload"
+        notice = (
+            f"dockerd was not {verb}ed: the new configuration takes effect when dockerd "
+            f"{'starts' if options.mode == 'auto' else 'is reloaded'}; "
+            f"if it is running, run: systemctl {verb} docker (or: kill -HUP $(cat {pidfile}))"
+        )
+        pending = None
+        if options.mode == "auto" and options.verify:
+            pending = EnvironmentProblem(
+                f"{reason}; the change could not be verified",
+                "start dockerd (systemctl start docker), give its pidfile with --pidfile, "
+                "or pass --no-verify to only write the file",
+            )
+        return NoReload(reason, notice, pending=pending, pidfile=pidfile, reporter=reporter, proc=proc)
+
+    if options.dockerd_log is not None:
+        log: LogSource = FileLog(Path(options.dockerd_log))
+    else:
+        log = manager.default_log()
+        if isinstance(log, NoLog):
+            log = _stderr_log(manager.main_pid(), proc)
+    return Dockerd(
+        manager, client, restart=options.restart, verifies=options.verify, log=log,
+        reporter=reporter, reason=reason, proc=proc,
+    )
