@@ -198,6 +198,7 @@ class Dockerd:
         self.log = log if log is not None else NoLog()
         self._old_pid: int | None = None
         self._acted = False
+        self._restart_error: str | None = None
 
     # -- before anything is written -------------------------------------------------------
 
@@ -223,13 +224,22 @@ class Dockerd:
     def reload(self) -> None:
         """Reload (or restart) dockerd; the log is marked first so verify reads only new lines."""
         self.log.mark()
+        self._restart_error = None
         if self.restart:
             self._old_pid = self.manager.main_pid()
             self._warn_before_restart()
-            self.manager.restart()
+            self._acted = True
+            try:
+                self.manager.restart()
+            except EnvironmentProblem as exc:
+                # A unit that fails to start again is dockerd refusing the new file: verify
+                # reports it (with the journal's words) so the transaction rolls back.
+                if not self.verifies:
+                    raise
+                self._restart_error = exc.message
         else:
             self.manager.reload()
-        self._acted = True
+            self._acted = True
 
     def _warn_before_restart(self) -> None:
         try:
@@ -265,7 +275,7 @@ class Dockerd:
                 raise VerifyFailed(f"dockerd refused the configuration: {refusal}")
             now = time.monotonic()
             try:
-                info = self.client.info(timeout=max(0.5, min(5.0, deadline - now)))
+                info = self.client.info(timeout=min(self.client.timeout, max(0.5, deadline - now)))
             except (EngineUnavailable, EngineError) as exc:
                 state = f"dockerd not answering ({exc})"
                 matched_at = None
@@ -294,6 +304,8 @@ class Dockerd:
                 self.reporter.done(False, state)
                 said = errors_in(self.log.lines() if self._acted else [])
                 detail = f"; dockerd logged: {said[-1]}" if said else ""
+                if self._restart_error:
+                    detail += f"; {self._restart_error}"
                 raise VerifyFailed(
                     f"dockerd did not report {describe_expectation(expect)} within {timeout:g}s: "
                     f"{state}{detail}"
