@@ -8,9 +8,6 @@
 from __future__ import annotations
 
 import os
-import re
-import shutil
-import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -85,11 +82,6 @@ def mismatches(info: Mapping, expect: Expectation) -> list[str]:
     return problems
 
 
-def _major_version(text: str | None) -> int | None:
-    found = re.search(r"(\d+)\.\d+", text or "")
-    return int(found.group(1)) if found else None
-
-
 def _stderr_log(pid: int | None, proc: Path) -> LogSource:
     """dockerd's stderr when it is a regular file (a hand-started or init-script dockerd)."""
     if pid is None:
@@ -106,12 +98,12 @@ def check_candidate_against(
     config_path: Path,
     candidate: dict,
     candidate_file: Path,
-    server_version: str | None = None,
 ) -> None:
     """Refuse (BadInput) a candidate the running dockerd would refuse, before it is written.
 
     Without a readable dockerd process only the file-only checks run: the reload and its
-    verification catch the rest, and the transaction rolls back.
+    verification catch the rest, and the transaction rolls back. (`dockerd --validate` on the
+    candidate file, Docker >= 23, is run by the transaction for every strategy.)
     """
     if process is not None:
         given = process.config_file()
@@ -138,38 +130,6 @@ def check_candidate_against(
             "dockerd refuses to start with it",
             f'define runtime "{default}" in "runtimes" or set "default-runtime" to "runc"',
         )
-    _dockerd_validate(process, config_path, candidate_file, server_version)
-
-
-def _dockerd_validate(
-    process: DockerdProcess | None, config_path: Path, candidate_file: Path, server_version: str | None
-) -> None:
-    """`dockerd --validate --config-file CANDIDATE` where dockerd has it (23.0 and later)."""
-    exe = (process.exe if process is not None else None) or shutil.which("dockerd")
-    if exe is None or not os.access(exe, os.X_OK):
-        return
-    major = _major_version(server_version)
-    if major is None:
-        try:
-            out = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=15)
-        except (OSError, subprocess.SubprocessError):
-            return
-        major = _major_version(out.stdout)
-    if major is None or major < 23:
-        return
-    try:
-        proc = subprocess.run(
-            [exe, "--validate", "--config-file", str(candidate_file)],
-            capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL,
-        )
-    except (OSError, subprocess.SubprocessError):
-        return
-    if proc.returncode != 0:
-        said = (proc.stderr or proc.stdout).strip().splitlines()
-        raise BadInput(
-            f"{config_path}: dockerd --validate refuses the new file: {said[-1] if said else proc.returncode}",
-            "fix the key it names; nothing was written",
-        )
 
 
 class Dockerd:
@@ -192,6 +152,8 @@ class Dockerd:
         self.restart = restart
         self.verifies = verifies
         self.strategy = manager.name
+        # A SIGHUP keeps runtimes the file no longer names; a restart reads the file afresh.
+        self.needs_transition = not restart
         self.reason = reason
         self.proc = proc
         self.reporter = reporter or SilentReporter()
@@ -203,10 +165,9 @@ class Dockerd:
     # -- before anything is written -------------------------------------------------------
 
     def check_candidate(self, config_path: Path, candidate: dict, candidate_file: Path) -> None:
-        version = None
         if self.verifies:
             try:
-                info = self.client.info()
+                self.client.info()
             except (EngineUnavailable, EngineError) as exc:
                 raise EnvironmentProblem(
                     f"dockerd does not answer on {self.client.host.describe()} ({exc}); "
@@ -214,10 +175,9 @@ class Dockerd:
                     "start dockerd (systemctl start docker), point --docker-host at its socket, "
                     "or pass --no-verify to only write the file",
                 ) from exc
-            version = info.get("ServerVersion")
         pid = self.manager.main_pid()
         process = read_process(pid, self.proc) if pid is not None else None
-        check_candidate_against(process, config_path, candidate, candidate_file, version)
+        check_candidate_against(process, config_path, candidate, candidate_file)
 
     # -- acting ---------------------------------------------------------------------------
 

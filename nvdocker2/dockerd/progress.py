@@ -1,13 +1,14 @@
-"""How waiting for dockerd is shown: a rich spinner on a terminal, plain lines otherwise.
+"""How waiting for dockerd is shown: plain lines when nobody watches a terminal.
 
 The daemon code only calls a `Reporter`; the CLI picks one with `reporter_for(stream)`, tests
-pass a `RecordingReporter`. Rendering never decides anything.
+pass a `RecordingReporter`. Rendering never decides anything. On a terminal the CLI's own
+spinner runs around verify, so only notes are printed there.
 """
 
 from __future__ import annotations
 
 import sys
-from typing import Any, Protocol, TextIO
+from typing import Protocol, TextIO
 
 
 class Reporter(Protocol):
@@ -51,10 +52,12 @@ class RecordingReporter:
 
 
 class PlainReporter:
-    """Plain lines for logs and package scripts: a line when the status changes, none per poll."""
+    """Plain lines for logs and package scripts: a line when the status changes, none per poll,
+    and the outcome when there was a wait to report on. `waits=False` prints notes only."""
 
-    def __init__(self, stream: TextIO | None = None) -> None:
+    def __init__(self, stream: TextIO | None = None, waits: bool = True) -> None:
         self.stream = stream if stream is not None else sys.stderr
+        self.waits = waits
         self._last: str | None = None
 
     def _print(self, text: str) -> None:
@@ -64,49 +67,21 @@ class PlainReporter:
         self._print(line)
 
     def waiting(self, elapsed: float, status: str) -> None:
-        if status != self._last:
+        if self.waits and status != self._last:
             self._last = status
             self._print(f"waiting for dockerd ({elapsed:.1f}s): {status}")
 
     def done(self, ok: bool, status: str) -> None:
+        if self._last is not None:
+            self._print(f"{'verified' if ok else 'not verified'}: {status}")
         self._last = None
-        self._print(f"{'verified' if ok else 'not verified'}: {status}")
 
 
-class SpinnerReporter:
-    """A rich spinner on a terminal; notes and the outcome stay on screen as lines."""
-
-    def __init__(self, stream: TextIO | None = None) -> None:
-        from rich.console import Console
-
-        self.console = Console(file=stream if stream is not None else sys.stderr)
-        self._status: Any = None
-
-    def note(self, line: str) -> None:
-        self.console.print(line, markup=False, highlight=False)
-
-    def waiting(self, elapsed: float, status: str) -> None:
-        text = f"waiting for dockerd ({elapsed:.1f}s): {status}"
-        if self._status is None:
-            self._status = self.console.status(text)
-            self._status.start()
-        else:
-            self._status.update(text)
-
-    def done(self, ok: bool, status: str) -> None:
-        if self._status is not None:
-            self._status.stop()
-            self._status = None
-        self.console.print(f"{'verified' if ok else 'not verified'}: {status}", markup=False, highlight=False)
-
-
-def reporter_for(stream: TextIO | None = None, quiet: bool = False) -> Reporter:
-    """Spinner on a terminal, plain lines otherwise, nothing when quiet."""
-    if quiet:
-        return SilentReporter()
+def reporter_for(stream: TextIO | None = None) -> Reporter:
+    """Notes only on a terminal (the CLI shows a spinner there), plain progress lines otherwise."""
     stream = stream if stream is not None else sys.stderr
     try:
         tty = stream.isatty()
     except (AttributeError, ValueError):
         tty = False
-    return SpinnerReporter(stream) if tty else PlainReporter(stream)
+    return PlainReporter(stream, waits=not tty)

@@ -172,6 +172,7 @@ def test_plain_reporter_prints_a_line_per_change_not_per_poll(capsys):
     import sys
 
     r = PlainReporter(sys.stdout)
+    r.done(True, "no wait, no line")
     for i in range(5):
         r.waiting(i * 0.1, "no runtime nvidia")
     r.waiting(0.6, "dockerd not answering")
@@ -181,6 +182,16 @@ def test_plain_reporter_prints_a_line_per_change_not_per_poll(capsys):
         "waiting for dockerd (0.6s): dockerd not answering",
         "verified: dockerd reports runtime nvidia = /x",
     ]
+
+
+def test_on_a_terminal_only_notes_are_printed(capsys):
+    import sys
+
+    r = PlainReporter(sys.stdout, waits=False)
+    r.note("warning: live-restore is off")
+    r.waiting(0.1, "no runtime nvidia")
+    r.done(True, "dockerd reports runtime nvidia = /x")
+    assert capsys.readouterr().out == "warning: live-restore is off\n"
 
 
 def test_file_log_reads_only_lines_after_the_mark_and_survives_truncation(tmp_path):
