@@ -41,10 +41,9 @@ class ReloadMode(str, Enum):
 
 
 RELOAD_HELP = (
-    "How dockerd is told about the change: auto (systemd, else SIGHUP to --pidfile, else none "
-    "with the command to run), systemd, sysv, signal, none. In this build `none` is "
-    "implemented; `auto` behaves like none and prints the command to run; the others are "
-    "refused until dockerd reloading is wired in."
+    "How dockerd is told about the change: auto (systemctl reload docker when systemd runs "
+    "the docker unit, else SIGHUP to the dockerd in --pidfile, else none with the command to "
+    "run; says what it picked and why), systemd, sysv (service docker reload), signal, none."
 )
 
 
@@ -80,7 +79,7 @@ def _opt_reload() -> Any:
 def _opt_restart() -> Any:
     return typer.Option(False, "--restart",
                         help="Restart dockerd instead of reloading it (containers without "
-                        "live-restore stop). Not implemented in this build.")
+                        "live-restore stop); needs --reload systemd, sysv, or auto on systemd.")
 
 
 def _opt_no_verify() -> Any:
@@ -96,7 +95,8 @@ def _opt_docker_host() -> Any:
 
 def _opt_pidfile() -> Any:
     return typer.Option(None, "--pidfile", metavar="PATH",
-                        help="dockerd's pid file for --reload signal [default: /var/run/docker.pid].")
+                        help="dockerd's pid file, checked to be a dockerd before it is signalled "
+                        "[default: /var/run/docker.pid].")
 
 
 def _opt_dockerd_log() -> Any:
@@ -190,17 +190,16 @@ def _make_daemon(
     pidfile: Optional[Path], dockerd_log: Optional[Path], config: Path,
 ) -> tuple[transaction.Daemon, list[str]]:
     """The Daemon for the reload flags. The one place dockerd reloading gets wired in."""
-    if restart:
-        raise BadInput("--restart is not implemented in this build",
-                       "use --reload none and restart dockerd yourself")
-    if mode == ReloadMode.none:
-        return transaction.NoDaemon(), []
-    if mode == ReloadMode.auto:
-        return transaction.NoDaemon(), [
-            "automatic reload is not available in this build: dockerd was not reloaded"
-        ]
-    raise BadInput(f"--reload {mode.value} is not implemented in this build",
-                   "use --reload none and reload dockerd yourself")
+    from nvdocker2.dockerd import DaemonOptions, make_daemon, reporter_for
+
+    options = DaemonOptions(
+        mode=mode.value, restart=restart, verify=not no_verify, docker_host=docker_host,
+        pidfile=pidfile if pidfile is not None else DaemonOptions.pidfile,
+        dockerd_log=dockerd_log,
+    )
+    daemon = make_daemon(options, reporter_for(sys.stderr))
+    notes = [f"reload mode {daemon.strategy}: {daemon.reason}"] if mode == ReloadMode.auto else []
+    return daemon, notes
 
 
 def _render(res: transaction.Result, extra_notes: list[str], extra_warnings: list[str]) -> None:

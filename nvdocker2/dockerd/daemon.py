@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Union
 
-from nvdocker2.dockerd._contract import Expectation, VerifyFailed
 from nvdocker2.dockerd.api import EngineClient, EngineError, EngineUnavailable, parse_docker_host
 from nvdocker2.dockerd.logs import (
     RELOADED_MARKERS,
@@ -29,6 +28,7 @@ from nvdocker2.dockerd.managers import SignalManager, SystemdManager, SysvManage
 from nvdocker2.dockerd.process import DockerdProcess, flag_conflicts, is_dockerd, read_pidfile, read_process
 from nvdocker2.dockerd.progress import Reporter, SilentReporter
 from nvdocker2.errors import BadInput, EnvironmentProblem
+from nvdocker2.transaction import Expectation, VerifyFailed
 
 MODES = ("auto", "systemd", "sysv", "signal", "none")
 DEFAULT_PIDFILE = Path("/var/run/docker.pid")
@@ -160,6 +160,7 @@ class Dockerd:
         self.log = log if log is not None else NoLog()
         self._old_pid: int | None = None
         self._acted = False
+        self._reloads = 0
         self._restart_error: str | None = None
 
     # -- before anything is written -------------------------------------------------------
@@ -184,6 +185,7 @@ class Dockerd:
     def reload(self) -> None:
         """Reload (or restart) dockerd; the log is marked first so verify reads only new lines."""
         self.log.mark()
+        self._reloads += 1
         self._restart_error = None
         if self.restart:
             self._old_pid = self.manager.main_pid()
@@ -218,8 +220,10 @@ class Dockerd:
     def verify(self, expect: Expectation, timeout: float) -> None:
         """Poll /info until dockerd reports `expect`; raise VerifyFailed with dockerd's words.
 
-        A refusal line in dockerd's log ends the wait at once, even if /info looks right: a
-        refused file would stop dockerd from starting next time.
+        A refusal line in dockerd's log after the first reload fails verify at once, even if
+        /info looks right: that file would stop dockerd from starting next time. After a later
+        reload (the transaction's way back) /info alone decides: dockerd keeping the previous
+        state is exactly what the way back needs, whichever file it refused on the way.
         """
         start = time.monotonic()
         deadline = start + timeout
@@ -230,35 +234,36 @@ class Dockerd:
         while True:
             lines = self.log.lines() if self._acted else []
             refusal = find_refusal(lines)
-            if refusal:
-                self.reporter.done(False, "dockerd refused the configuration")
-                raise VerifyFailed(f"dockerd refused the configuration: {refusal}")
             now = time.monotonic()
             try:
                 info = self.client.info(timeout=min(self.client.timeout, max(0.5, deadline - now)))
             except (EngineUnavailable, EngineError) as exc:
-                state = f"dockerd not answering ({exc})"
-                matched_at = None
+                problems = [f"dockerd not answering ({exc})"]
             else:
                 problems = mismatches(info, expect)
                 if not problems and not self._is_new_process():
                     problems = ["the old dockerd is still running"]
-                if problems:
-                    state = "; ".join(problems)
-                    matched_at = None
-                else:
-                    state = "dockerd reports " + describe_expectation(expect)
-                    if matched_at is None:
-                        matched_at = now
-                    confirmed = (
-                        not self._acted
-                        or isinstance(self.log, NoLog)
-                        or has_marker(lines, markers)
-                        or now - matched_at >= LOG_GRACE
-                    )
-                    if confirmed:
-                        self.reporter.done(True, f"{state} ({now - start:.1f}s)")
-                        return
+            if refusal and (problems or self._reloads <= 1):
+                self.reporter.done(False, "dockerd refused the configuration")
+                raise VerifyFailed(f"dockerd refused the configuration: {refusal}")
+            if problems:
+                state = "; ".join(problems)
+                matched_at = None
+            else:
+                reports = "dockerd reports " + describe_expectation(expect)
+                state = f"{reports}; waiting for its log to confirm the reload"
+                if matched_at is None:
+                    matched_at = now
+                confirmed = (
+                    not self._acted
+                    or refusal is not None
+                    or isinstance(self.log, NoLog)
+                    or has_marker(lines, markers)
+                    or now - matched_at >= LOG_GRACE
+                )
+                if confirmed:
+                    self.reporter.done(True, f"{reports} ({now - start:.1f}s)")
+                    return
             now = time.monotonic()
             if now >= deadline:
                 self.reporter.done(False, state)
@@ -282,7 +287,8 @@ class Dockerd:
 
 
 class NoReload:
-    """Strategy "none": the file is written, dockerd is left alone, the user is told what to run.
+    """Strategy "none": the file is written and dockerd is left alone (the transaction tells
+    the user what to run). `reason` says why nothing is reloaded.
 
     When auto found no dockerd and verification was asked, `check_candidate` refuses with
     `pending` (exit 3) before anything is written.
@@ -294,18 +300,14 @@ class NoReload:
     def __init__(
         self,
         reason: str,
-        notice: str,
         *,
         pending: EnvironmentProblem | None = None,
         pidfile: Path = DEFAULT_PIDFILE,
-        reporter: Reporter | None = None,
         proc: Path = Path("/proc"),
     ) -> None:
         self.reason = reason
-        self.notice = notice
         self.pending = pending
         self.pidfile = Path(pidfile)
-        self.reporter = reporter or SilentReporter()
         self.proc = proc
 
     def check_candidate(self, config_path: Path, candidate: dict, candidate_file: Path) -> None:
@@ -316,7 +318,7 @@ class NoReload:
         check_candidate_against(process, config_path, candidate, candidate_file)
 
     def reload(self) -> None:
-        self.reporter.note(self.notice)
+        return None
 
     def verify(self, expect: Expectation, timeout: float) -> None:
         return None
@@ -377,12 +379,6 @@ def make_daemon(
         )
 
     if manager is None:
-        verb = "restart" if options.restart else "reload"
-        notice = (
-            f"dockerd was not {verb}ed: the new configuration takes effect when dockerd "
-            f"{'starts' if options.mode == 'auto' else 'is reloaded'}; "
-            f"if it is running, run: systemctl {verb} docker (or: kill -HUP $(cat {pidfile}))"
-        )
         pending = None
         if options.mode == "auto" and options.verify:
             pending = EnvironmentProblem(
@@ -390,7 +386,7 @@ def make_daemon(
                 "start dockerd (systemctl start docker), give its pidfile with --pidfile, "
                 "or pass --no-verify to only write the file",
             )
-        return NoReload(reason, notice, pending=pending, pidfile=pidfile, reporter=reporter, proc=proc)
+        return NoReload(reason, pending=pending, pidfile=pidfile, proc=proc)
 
     if options.dockerd_log is not None:
         log: LogSource = FileLog(Path(options.dockerd_log))

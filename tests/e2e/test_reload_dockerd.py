@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from nvdocker2.dockerd import DaemonOptions, RecordingReporter, make_daemon
-from nvdocker2.dockerd._contract import Expectation, VerifyFailed
+from nvdocker2.transaction import Expectation, VerifyFailed
 from nvdocker2.errors import BadInput, EnvironmentProblem
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"

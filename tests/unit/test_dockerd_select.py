@@ -80,15 +80,15 @@ def test_auto_with_no_dockerd_and_verify_refuses_before_writing(no_systemd, tmp_
     assert "--no-verify" in err.value.hint
 
 
-def test_auto_with_no_dockerd_and_no_verify_says_what_to_run(no_systemd, tmp_path):
-    reporter = RecordingReporter()
-    daemon = make_daemon(DaemonOptions(pidfile=tmp_path / "none.pid", verify=False), reporter)
+def test_auto_with_no_dockerd_and_no_verify_writes_without_reloading(no_systemd, tmp_path):
+    daemon = make_daemon(DaemonOptions(pidfile=tmp_path / "none.pid", verify=False))
     daemon.check_candidate(tmp_path / "daemon.json", {}, tmp_path / "daemon.json")
     daemon.reload()
-    assert reporter.notes == [
-        "dockerd was not reloaded: the new configuration takes effect when dockerd starts; "
-        f"if it is running, run: systemctl reload docker (or: kill -HUP $(cat {tmp_path}/none.pid))"
-    ]
+    assert daemon.strategy == "none" and not daemon.verifies
+    assert daemon.reason == (
+        "no running dockerd found: systemd does not run docker.service "
+        f"and {tmp_path}/none.pid is missing"
+    )
 
 
 def test_a_stale_pidfile_naming_another_program_is_not_signalled(no_systemd, tmp_path):

@@ -10,7 +10,7 @@ import pytest
 from dockerd_fixtures import engine, named_dockerd  # noqa: F401
 
 from nvdocker2.dockerd import daemon as daemon_module
-from nvdocker2.dockerd._contract import Expectation, VerifyFailed
+from nvdocker2.transaction import Expectation, VerifyFailed
 from nvdocker2.dockerd.api import EngineClient, parse_docker_host
 from nvdocker2.dockerd.daemon import Dockerd
 from nvdocker2.dockerd.logs import FileLog, JournalLog, NoLog, find_refusal, message_of
@@ -231,3 +231,25 @@ def test_journal_log_reads_entries_after_the_mark_through_journalctl(tmp_path, m
     with log.open("a") as f:
         f.write(f'time="{now}{frac}000Z" level=error msg="unable to configure the Docker daemon: new"\n')
     assert find_refusal(journal.lines()) == "unable to configure the Docker daemon: new"
+
+
+def test_on_the_way_back_a_refused_file_does_not_fail_verify_when_info_is_right(
+    engine, named_dockerd, tmp_path
+):
+    # The rollback's reload: dockerd refused the restored (transitional) file but still runs
+    # the previous state, which is what the transaction must get back to.
+    engine.info = json.loads(_info({"runc": {"path": "runc"}}))
+    log = tmp_path / "dockerd.log"
+    log.write_text("")
+    d, _ = _daemon(engine, named_dockerd, log=FileLog(log))
+    d.reload()
+    with log.open("a") as f:
+        f.write(REFUSED)
+    with pytest.raises(VerifyFailed, match="refused"):
+        d.verify(NVIDIA, timeout=5)
+    d.reload()
+    with log.open("a") as f:
+        f.write(REFUSED)
+    d.verify(Expectation({}, ("nvidia",), "runc"), timeout=5)
+    with pytest.raises(VerifyFailed, match="refused"):  # and not when /info is wrong
+        d.verify(NVIDIA, timeout=5)
