@@ -194,14 +194,21 @@ class Dockerd:
             try:
                 self.manager.restart()
             except EnvironmentProblem as exc:
-                # A unit that fails to start again is dockerd refusing the new file: verify
-                # reports it (with the journal's words) so the transaction rolls back.
-                if not self.verifies:
+                # A dockerd that went down and did not come back most likely refused the new
+                # file: verify reports it (with the journal's words) and the transaction rolls
+                # back. One still answering was never restarted: the command itself failed.
+                if not self.verifies or self._answers():
                     raise
                 self._restart_error = exc.message
         else:
             self.manager.reload()
             self._acted = True
+
+    def _answers(self) -> bool:
+        try:
+            return self.client.ping(timeout=2)
+        except (EngineUnavailable, EngineError):
+            return False
 
     def _warn_before_restart(self) -> None:
         try:

@@ -253,3 +253,19 @@ def test_on_the_way_back_a_refused_file_does_not_fail_verify_when_info_is_right(
     d.verify(Expectation({}, ("nvidia",), "runc"), timeout=5)
     with pytest.raises(VerifyFailed, match="refused"):  # and not when /info is wrong
         d.verify(NVIDIA, timeout=5)
+
+
+def test_a_restart_command_that_fails_while_dockerd_still_answers_is_an_environment_problem(
+    engine, tmp_path, monkeypatch
+):
+    from nvdocker2.dockerd.managers import SystemdManager
+
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "systemctl").write_text("#!/bin/sh\necho 'Failed to restart docker.service: Access denied' >&2\nexit 1\n")
+    (bindir / "systemctl").chmod(0o755)
+    monkeypatch.setenv("PATH", str(bindir))
+    d = Dockerd(SystemdManager(), EngineClient(parse_docker_host(engine.host, {})), restart=True)
+    with pytest.raises(EnvironmentProblem) as err:
+        d.reload()
+    assert err.value.message == "systemctl restart docker exited 1: Failed to restart docker.service: Access denied"
