@@ -96,7 +96,8 @@ def _opt_docker_host() -> Any:
 def _opt_pidfile() -> Any:
     return typer.Option(None, "--pidfile", metavar="PATH",
                         help="dockerd's pid file, checked to be a dockerd before it is signalled "
-                        "[default: /var/run/docker.pid].")
+                        "[default: /var/run/docker.pid; rootless $XDG_RUNTIME_DIR/docker.pid; "
+                        "snap /run/snap.docker/docker.pid].")
 
 
 def _opt_dockerd_log() -> Any:
@@ -194,8 +195,7 @@ def _make_daemon(
 
     options = DaemonOptions(
         mode=mode.value, restart=restart, verify=not no_verify, docker_host=docker_host,
-        pidfile=pidfile if pidfile is not None else DaemonOptions.pidfile,
-        dockerd_log=dockerd_log,
+        pidfile=pidfile, dockerd_log=dockerd_log, config=config,
     )
     daemon = make_daemon(options, reporter_for(sys.stderr))
     notes = [f"reload mode {daemon.strategy}: {daemon.reason}"] if mode == ReloadMode.auto else []

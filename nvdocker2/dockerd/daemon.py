@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Union
 
+from nvdocker2 import locations
 from nvdocker2.dockerd.api import EngineClient, EngineError, EngineUnavailable, parse_docker_host
 from nvdocker2.dockerd.logs import (
     RELOADED_MARKERS,
@@ -43,15 +44,40 @@ Manager = Union[SystemdManager, SysvManager, SignalManager]
 
 @dataclass(frozen=True)
 class DaemonOptions:
-    """The CLI's daemon flags (SPEC §2), as given."""
+    """The CLI's daemon flags (SPEC §2), as given; None means "the default for this setup"."""
 
     mode: str = "auto"
     restart: bool = False
     verify: bool = True
     docker_host: str | None = None
-    pidfile: Path = DEFAULT_PIDFILE
+    pidfile: Path | None = None
     dockerd_log: Path | None = None
-    unit: str = "docker"
+    unit: str | None = None
+    config: Path | None = None  # the daemon.json being changed: tells the snap setup apart
+
+
+@dataclass(frozen=True)
+class Setup:
+    """Where this host's dockerd keeps its pid and socket, and which unit runs it."""
+
+    name: str  # "rootful", "rootless", "snap"
+    unit: str
+    user: bool  # the unit belongs to the user's systemd (rootless)
+    pidfile: Path
+    docker_host: str | None  # None: DOCKER_HOST, else the rootful socket
+
+
+def detect_setup(
+    config: Path | None, environ: Mapping[str, str] | None = None, euid: int | None = None
+) -> Setup:
+    """Rootful, rootless (not root, `$XDG_RUNTIME_DIR/docker.sock` exists) or snap (the
+    daemon.json is the snap's), with the locations of DOCKERD-FACTS' table."""
+    if config is not None and str(config) == locations.SNAP_CONFIG:
+        return Setup("snap", "snap.docker.dockerd", False, Path("/run/snap.docker/docker.pid"), None)
+    sock = locations.rootless_socket(environ, euid)
+    if sock is not None:
+        return Setup("rootless", "docker", True, sock.parent / "docker.pid", f"unix://{sock}")
+    return Setup("rootful", "docker", False, DEFAULT_PIDFILE, None)
 
 
 def describe_expectation(expect: Expectation) -> str:
@@ -350,15 +376,18 @@ def make_daemon(
         raise BadInput(
             f"--reload {options.mode}: unknown mode", f"use one of: {', '.join(MODES)}"
         )
-    host = parse_docker_host(options.docker_host, environ)
+    env = os.environ if environ is None else environ
+    setup = detect_setup(options.config, env)
+    host = parse_docker_host(options.docker_host or env.get("DOCKER_HOST") or setup.docker_host, env)
     client = EngineClient(host)
-    pidfile = Path(options.pidfile)
-    systemd = SystemdManager(options.unit)
+    pidfile = Path(options.pidfile) if options.pidfile is not None else setup.pidfile
+    unit = options.unit or setup.unit
+    systemd = SystemdManager(unit, user=setup.user)
     manager: Manager | None = None
     if options.mode == "auto":
         if systemd.is_active():
             manager = systemd
-            reason = f"systemd runs {options.unit}.service (systemctl is-active {options.unit})"
+            reason = f"systemd runs {unit}.service ({systemd.describe()})"
         else:
             pid = read_pidfile(pidfile)
             if pid is not None and is_dockerd(pid, proc):
@@ -367,13 +396,13 @@ def make_daemon(
             else:
                 found = "names no running dockerd" if pid is not None else "is missing"
                 reason = (
-                    f"no running dockerd found: systemd does not run {options.unit}.service "
+                    f"no running dockerd found: systemd does not run {unit}.service "
                     f"and {pidfile} {found}"
                 )
     elif options.mode == "systemd":
         manager, reason = systemd, "--reload systemd"
     elif options.mode == "sysv":
-        manager, reason = SysvManager(pidfile, unit=options.unit, proc=proc), "--reload sysv"
+        manager, reason = SysvManager(pidfile, unit=unit, proc=proc), "--reload sysv"
     elif options.mode == "signal":
         manager, reason = SignalManager(pidfile, proc), "--reload signal"
     else:

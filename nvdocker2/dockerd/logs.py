@@ -85,10 +85,11 @@ class FileLog:
 class JournalLog:
     """`journalctl -u UNIT` entries newer than the mark (microsecond precision)."""
 
-    def __init__(self, unit: str = "docker", journalctl: str = "journalctl") -> None:
+    def __init__(self, unit: str = "docker", journalctl: str = "journalctl", user: bool = False) -> None:
         self.unit = unit
         self.journalctl = journalctl
-        self.description = f"journalctl -u {unit}"
+        self.scope = ["--user"] if user else []
+        self.description = " ".join([journalctl, *self.scope, "-u", unit])
         self._since = time.time()
 
     def mark(self) -> None:
@@ -96,7 +97,8 @@ class JournalLog:
 
     def lines(self) -> list[str]:
         since = datetime.fromtimestamp(int(self._since)).strftime("%Y-%m-%d %H:%M:%S")
-        argv = [self.journalctl, "-u", self.unit, "--since", since, "-o", "json", "--no-pager", "-q"]
+        argv = [self.journalctl, *self.scope, "-u", self.unit, "--since", since, "-o", "json",
+                "--no-pager", "-q"]
         try:
             out = subprocess.run(argv, capture_output=True, timeout=10, check=False).stdout
         except (OSError, subprocess.SubprocessError):

@@ -49,9 +49,16 @@ class SystemdManager:
 
     name = "systemd"
 
-    def __init__(self, unit: str = "docker", systemctl: str = "systemctl") -> None:
+    def __init__(self, unit: str = "docker", systemctl: str = "systemctl", user: bool = False) -> None:
         self.unit = unit
         self.systemctl = systemctl
+        self.user = user  # rootless Docker: the user's systemd instance
+
+    def _argv(self, *args: str) -> list[str]:
+        return [self.systemctl, *(["--user"] if self.user else []), *args]
+
+    def describe(self) -> str:
+        return " ".join(self._argv("is-active", self.unit))
 
     def available(self) -> bool:
         return shutil.which(self.systemctl) is not None
@@ -61,14 +68,14 @@ class SystemdManager:
         if not self.available():
             return False
         try:
-            proc = run_command([self.systemctl, "is-active", "--quiet", self.unit], timeout=15)
+            proc = run_command(self._argv("is-active", "--quiet", self.unit), timeout=15)
         except EnvironmentProblem:
             return False
         return proc.returncode == 0
 
     def main_pid(self) -> int | None:
         try:
-            proc = run_command([self.systemctl, "show", "-p", "MainPID", self.unit], timeout=15)
+            proc = run_command(self._argv("show", "-p", "MainPID", self.unit), timeout=15)
         except EnvironmentProblem:
             return None
         for line in proc.stdout.splitlines():
@@ -78,10 +85,10 @@ class SystemdManager:
         return None
 
     def _run(self, action: str) -> None:
-        argv = [self.systemctl, action, self.unit]
+        argv = self._argv(action, self.unit)
         proc = run_command(argv)
         if proc.returncode != 0:
-            raise _failed(argv, proc, f"see: systemctl status {self.unit}; journalctl -u {self.unit}")
+            raise _failed(argv, proc, f"see: {' '.join(self._argv('status', self.unit))}")
 
     def reload(self) -> None:
         self._run("reload")
@@ -90,10 +97,7 @@ class SystemdManager:
         self._run("restart")
 
     def default_log(self) -> LogSource:
-        return JournalLog(self.unit)
-
-    def manual_command(self, restart: bool) -> str:
-        return f"systemctl {'restart' if restart else 'reload'} {self.unit}"
+        return JournalLog(self.unit, user=self.user)
 
 
 class SysvManager:
@@ -129,8 +133,6 @@ class SysvManager:
         path = Path("/var/log/docker.log")
         return FileLog(path) if path.exists() else NoLog()
 
-    def manual_command(self, restart: bool) -> str:
-        return f"service {self.unit} {'restart' if restart else 'reload'}"
 
 
 class SignalManager:
@@ -176,8 +178,3 @@ class SignalManager:
 
     def default_log(self) -> LogSource:
         return NoLog()
-
-    def manual_command(self, restart: bool) -> str:
-        if restart:
-            return "restart dockerd"
-        return f"kill -HUP $(cat {self.pidfile})"

@@ -125,3 +125,38 @@ def test_sysv_reloads_through_service(stand_in_path, named_dockerd, tmp_path, mo
     assert daemon.strategy == "sysv"
     assert calls.read_text() == "service docker reload\n"
     assert named_dockerd.hup_count(wait=5) == 1
+
+
+def test_setups_give_the_pidfile_socket_and_unit_of_dockerd_facts(tmp_path):
+    from pathlib import Path
+
+    from nvdocker2.dockerd.daemon import detect_setup
+
+    rootful = detect_setup(Path("/etc/docker/daemon.json"), {}, euid=0)
+    assert (rootful.name, rootful.unit, rootful.user) == ("rootful", "docker", False)
+    assert (rootful.pidfile, rootful.docker_host) == (Path("/var/run/docker.pid"), None)
+
+    snap = detect_setup(Path("/var/snap/docker/current/config/daemon.json"), {}, euid=0)
+    assert (snap.name, snap.unit, snap.pidfile) == (
+        "snap", "snap.docker.dockerd", Path("/run/snap.docker/docker.pid"))
+
+    (tmp_path / "docker.sock").touch()
+    env = {"XDG_RUNTIME_DIR": str(tmp_path)}
+    rootless = detect_setup(Path("/home/u/.config/docker/daemon.json"), env, euid=1000)
+    assert (rootless.name, rootless.unit, rootless.user) == ("rootless", "docker", True)
+    assert rootless.pidfile == tmp_path / "docker.pid"
+    assert rootless.docker_host == f"unix://{tmp_path}/docker.sock"
+    assert detect_setup(None, env, euid=0).name == "rootful"
+
+
+def test_a_user_unit_is_driven_with_systemctl_user(stand_in_path, tmp_path, monkeypatch):
+    from nvdocker2.dockerd.managers import SystemdManager
+
+    calls = tmp_path / "calls"
+    monkeypatch.setenv("NVD2_FAKE_CALLS", str(calls))
+    manager = SystemdManager("docker", user=True)
+    assert manager.is_active()
+    manager.reload()
+    assert calls.read_text().splitlines() == [
+        "systemctl --user is-active --quiet docker", "systemctl --user reload docker"]
+    assert manager.describe() == "systemctl --user is-active docker"
