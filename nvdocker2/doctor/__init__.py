@@ -56,9 +56,9 @@ def engine_info(host: str, timeout: float) -> dict:
 
 
 def diagnose(config: str | None = None, docker_host: str | None = None,
-             smoke: bool = False) -> list[CheckResult]:
-    """Run every check against this host and return the results in report order."""
-    ctx = Context(
+             smoke: bool = False, ctx: Context | None = None) -> list[CheckResult]:
+    """Run every check against this host (or `ctx`) and return the results in report order."""
+    ctx = ctx or Context(
         config_override=PurePosixPath(os.path.abspath(config)) if config else None,
         docker_host_override=docker_host,
         engine_info=engine_info,
@@ -70,9 +70,9 @@ def diagnose(config: str | None = None, docker_host: str | None = None,
 
 def run_doctor(config: str | None = None, docker_host: str | None = None,
                as_json: bool = False, smoke: bool = False,
-               stream: TextIO | None = None) -> int:
+               stream: TextIO | None = None, ctx: Context | None = None) -> int:
     """Diagnose, render to `stream` (stdout), and return the exit code: 0 when nothing
     failed, 1 otherwise."""
-    results = diagnose(config, docker_host, smoke)
+    results = diagnose(config, docker_host, smoke, ctx)
     render(results, stream or sys.stdout, as_json)
     return 1 if any(r.status == FAIL for r in results) else 0

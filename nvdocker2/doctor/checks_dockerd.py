@@ -263,7 +263,7 @@ def dockerd_gpus(ctx: Context) -> Outcome:
         except OSError:
             installed = 0.0
         if installed > proc.start_time:
-            return warn(f"{shown} appeared after dockerd (pid {proc.pid}) started, so dockerd "
-                        "has not registered it: `docker run --gpus` fails until a restart",
-                        RESTART_HINT)
+            return warn(f"{shown} was installed or replaced after dockerd (pid {proc.pid}) "
+                        "started: if it was not there before, dockerd has not registered it "
+                        "and `docker run --gpus` fails until a restart", RESTART_HINT)
     return ok(f"{shown} is on dockerd's PATH (pid {proc.pid})")

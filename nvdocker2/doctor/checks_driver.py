@@ -14,6 +14,8 @@ DRIVER_HINT = ("install the NVIDIA driver for this GPU (e.g. apt-get install nvi
                "and load it: modprobe nvidia")
 RELOAD_DRIVER_HINT = ("reboot, or unload and reload the modules: rmmod nvidia_uvm nvidia_drm "
                       "nvidia_modeset nvidia && modprobe nvidia nvidia_uvm")
+PERSISTENCE_HINT = ("NVML is slow to start without persistence mode: enable it "
+                    "(systemctl enable --now nvidia-persistenced, or nvidia-smi -pm 1)")
 LIB_DIRS = ("/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib64", "/usr/lib",
             "/lib/x86_64-linux-gnu", "/lib64")
 WSL_LIB_DIR = "/usr/lib/wsl/lib"
@@ -59,6 +61,8 @@ def driver_nvidia_smi(ctx: Context) -> Outcome:
         msg = res.first_line()
         if "version mismatch" in msg.lower():
             return fail(f"nvidia-smi: {msg}", RELOAD_DRIVER_HINT)
+        if "timed out" in msg:
+            return fail(f"nvidia-smi: {msg}", PERSISTENCE_HINT)
         return fail(f"nvidia-smi failed: {msg}", DRIVER_HINT)
     gpus = [line.strip() for line in res.stdout.splitlines() if line.strip()]
     if not gpus:

@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 import nvdocker2
+from nvdocker2.doctor.checks_driver import PERSISTENCE_HINT
 from nvdocker2.doctor.context import CLI_EXE, HOOK_EXE, RUNTIME_EXE, Context, _toolkit_value
 from nvdocker2.doctor.registry import Outcome, check, fail, ok, skip, warn
 
@@ -156,7 +157,9 @@ def cli_info(ctx: Context) -> Outcome:
     if not res.ok:
         msg = res.first_line()
         hint = "check the NVIDIA driver checks below"
-        if "driver" in msg.lower() or "nvml" in msg.lower():
+        if "timed out" in msg:
+            hint = PERSISTENCE_HINT
+        elif "driver" in msg.lower() or "nvml" in msg.lower():
             hint = "load the NVIDIA driver (modprobe nvidia) or reinstall it; then rerun doctor"
         elif "load library" in msg.lower():
             hint = "install the driver's user-space libraries (libnvidia-ml, libcuda)"

@@ -267,7 +267,7 @@ class Context:
 
     def cli_info(self) -> CommandResult | None:
         path = self.cli_path()[0]
-        return None if path is None else self.run([str(path), "info"], timeout=2.0)
+        return None if path is None else self.run([str(path), "info"])
 
     def nvidia_smi(self) -> CommandResult | None:
         path = self.root.which("nvidia-smi", SYSTEM_PATH)
