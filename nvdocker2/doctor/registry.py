@@ -92,9 +92,9 @@ def all_checks(smoke: bool = False) -> list[Check]:
     from nvdocker2.doctor import (  # noqa: F401  (importing registers the checks)
         checks_config,
         checks_dockerd,
+        checks_toolkit,
         checks_driver,
         checks_smoke,
-        checks_toolkit,
     )
 
     return [c for c in REGISTRY if smoke or not c.smoke]

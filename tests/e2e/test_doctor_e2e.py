@@ -115,3 +115,40 @@ def test_full_run_on_this_host_exits_1_with_hints_within_2_seconds():
     assert code == 1 and err == ""
     assert out.splitlines()[-1].endswith("skip") and "\x1b[" not in out
     assert seconds <= 2.0
+
+
+@pytest.mark.skipif(os.path.exists("/proc/driver/nvidia/version"),
+                    reason="this test describes a host without an NVIDIA driver")
+def test_smoke_runs_a_gpu_container_and_reports_what_happened(dockerd):
+    write_runtime(dockerd)
+    dockerd.sighup()
+    dockerd.wait_info(lambda i: "nvidia" in i["Runtimes"])
+    code, r = doctor_json(dockerd)
+    assert not any(i.startswith("smoke.") for i in r), "smoke runs only with --smoke"
+    env = dict(os.environ, NVDOCKER2_SMOKE_IMAGE=dockerd.image)
+    code, out, err, _ = doctor("--config", str(dockerd.config_file), "--docker-host",
+                               dockerd.host, "--json", "--smoke", env=env)
+    r = {x["id"]: x for x in json.loads(out)}
+    assert code == 1
+    smoke = r["smoke.runtime"]
+    assert smoke["status"] == "fail"
+    assert f"--runtime=nvidia -e NVIDIA_VISIBLE_DEVICES=all" in smoke["detail"]
+    assert dockerd.image in smoke["detail"] and smoke["hint"]
+    gpus = r["smoke.gpus"]
+    assert gpus["status"] == "fail"
+    assert "could not select device driver" in gpus["detail"]
+    assert "restart dockerd" in gpus["hint"]
+    assert dockerd.docker("ps", "-aq").stdout.strip() == "", "the smoke container is removed"
+
+
+def test_smoke_with_an_image_not_present_says_to_pull_it(dockerd):
+    env = dict(os.environ, NVDOCKER2_SMOKE_IMAGE="nvd2-absent:1")
+    code, out, err, _ = doctor("--config", str(dockerd.config_file), "--docker-host",
+                               dockerd.host, "--json", "--smoke", env=env)
+    r = {x["id"]: x for x in json.loads(out)}
+    assert r["smoke.gpus"]["status"] == "fail"
+    assert "nvd2-absent:1 is not present locally" in r["smoke.gpus"]["detail"]
+    assert "docker pull nvd2-absent:1" in r["smoke.gpus"]["hint"]
+    # no nvidia runtime loaded in this daemon: the runtime smoke test is skipped, saying why
+    assert r["smoke.runtime"]["status"] == "skip"
+    assert "dockerd.runtimes" in r["smoke.runtime"]["detail"]
