@@ -51,6 +51,13 @@ def config_target(ctx: Context) -> Outcome:
     return ok(f"{host.url} ({host.source})")
 
 
+def dockerd_major(ctx: Context) -> int | None:
+    """The running dockerd's major version, when it answered."""
+    version = str((ctx.info().info or {}).get("ServerVersion", ""))
+    head = version.split(".", 1)[0]
+    return int(head) if head.isdigit() else None
+
+
 @check("config.parse", "daemon.json parses", needs=("config.location",))
 def config_parse(ctx: Context) -> Outcome:
     f = ctx.daemon_file()
@@ -58,41 +65,34 @@ def config_parse(ctx: Context) -> Outcome:
         return warn(f"{f.path} does not exist: dockerd runs with defaults and no nvidia runtime",
                     INSTALL_HINT)
     if f.error is not None:
-        return fail(f"{f.path}: {f.error}; dockerd will not start with it",
-                    f"fix the JSON in {f.path} (or restore a backup: nvdocker2 rollback)")
+        return fail(f"{f.error}; dockerd will not start with it",
+                    f.hint or f"fix the JSON in {f.path} (or restore a backup: nvdocker2 rollback)")
+    if f.needs_repair:
+        detail = "; ".join(f.warnings)
+        major = dockerd_major(ctx)
+        if major is not None and major >= 23:
+            return warn(detail, f"nvdocker2 install rewrites it as a plain JSON object")
+        return fail(f"{detail}; dockerd before 23.0 refuses to start with it",
+                    "write {} into it, or run nvdocker2 install (it rewrites the file)")
     if f.warnings:
-        return warn(f"{f.path}: " + "; ".join(f.warnings),
-                    f"remove the duplicate keys from {f.path}")
+        return warn("; ".join(f.warnings), f"remove the duplicate keys from {f.path}")
     return ok(f"{f.path}: valid JSON, {len(f.doc or {})} top-level keys")
 
 
 @check("config.validate", "daemon.json validates", needs=("config.parse",))
 def config_validate(ctx: Context) -> Outcome:
+    from nvdocker2.daemonjson import validate
+
     f = ctx.daemon_file()
-    if f.doc is None:
+    if f.doc is None or not f.exists:
         return skip("no daemon.json to validate")
-    errors, warnings = _validate(f.doc)
+    errors, warnings = validate.validate(f.doc)
     if errors:
         return fail(f"{f.path}: " + "; ".join(errors),
                     f"fix these keys in {f.path}: dockerd refuses the file as it is")
     if warnings:
         return warn(f"{f.path}: " + "; ".join(warnings), f"review these keys in {f.path}")
-    return ok(f"{f.path}: every key has the type dockerd expects")
-
-
-def _validate(doc: dict) -> tuple[list[str], list[str]]:
-    errors: list[str] = []
-    runtimes = doc.get("runtimes")
-    if runtimes is not None and not isinstance(runtimes, dict):
-        errors.append("runtimes is not an object")
-    elif isinstance(runtimes, dict):
-        for name, entry in runtimes.items():
-            if not isinstance(entry, dict):
-                errors.append(f"runtimes.{name} is not an object")
-    default = doc.get("default-runtime")
-    if default is not None and not isinstance(default, str):
-        errors.append("default-runtime is not a string")
-    return errors, []
+    return ok(f"{f.path}: matches the daemon.json schema")
 
 
 @check("config.runtime", f"the {RUNTIME_NAME} runtime entry", needs=("config.parse",))

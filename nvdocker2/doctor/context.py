@@ -19,14 +19,13 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any, Callable, Mapping
 
+from nvdocker2.locations import ROOTFUL_CONFIG
 from nvdocker2.doctor.host import SYSTEM_PATH, CommandResult, HostRoot, Runner, run_command
 
 RUNTIME_NAME = "nvidia"
 RUNTIME_EXE = "nvidia-container-runtime"
 HOOK_EXE = "nvidia-container-runtime-hook"
 CLI_EXE = "nvidia-container-cli"
-ROOTFUL_CONFIG = "/etc/docker/daemon.json"
-SNAP_CONFIG = "/var/snap/docker/current/config/daemon.json"
 DEFAULT_SOCKET = "/var/run/docker.sock"
 DEFAULT_PIDFILE = "/var/run/docker.pid"
 TOOLKIT_CONFIG = "/etc/nvidia-container-runtime/config.toml"
@@ -58,6 +57,8 @@ class DaemonFile:
     doc: dict | None
     error: str | None = None
     warnings: tuple[str, ...] = ()
+    hint: str | None = None
+    needs_repair: bool = False  # empty, whitespace-only or a BOM: dockerd < 23 refuses it
 
 
 @dataclass(frozen=True)
@@ -103,9 +104,7 @@ class Context:
     runner: Runner = run_command
     engine_info: EngineInfo | None = None
     locate_config: Callable[[Context], ConfigLocation] | None = None
-    bin_dir: PurePosixPath = field(
-        default_factory=lambda: PurePosixPath(os.path.dirname(os.path.abspath(sys.argv[0])))
-    )
+    bin_dir: PurePosixPath = field(default_factory=lambda: _own_bin_dir())
     smoke: bool = False
     smoke_image: str = "ubuntu"
 
@@ -297,6 +296,13 @@ class Context:
 # -- helpers computing the facts ---------------------------------------------------------
 
 
+def _own_bin_dir() -> PurePosixPath:
+    """Where this nvdocker2's executables are installed (the runtime's directory)."""
+    from nvdocker2 import locations
+
+    return PurePosixPath(os.path.dirname(locations.default_runtime_path()[0]))
+
+
 def _kind_of(ctx: Context, path: PurePosixPath) -> str:
     if str(path) == ROOTFUL_CONFIG:
         return "rootful"
@@ -312,48 +318,30 @@ def _kind_of(ctx: Context, path: PurePosixPath) -> str:
 
 
 def default_location(ctx: Context) -> ConfigLocation:
-    """SPEC §2's default daemon.json for this user: snap, rootless, else rootful."""
-    if ctx.root.path(SNAP_CONFIG).parent.is_dir():
-        return ConfigLocation(PurePosixPath(SNAP_CONFIG),
-                              "the snap package's Docker (/var/snap/docker)", "snap")
-    runtime_dir = ctx.env.get("XDG_RUNTIME_DIR")
-    if ctx.uid != 0 and runtime_dir and ctx.root.path(f"{runtime_dir}/docker.sock").exists():
-        config_home = ctx.env.get("XDG_CONFIG_HOME") or f"{ctx.env.get('HOME', '~')}/.config"
-        return ConfigLocation(PurePosixPath(config_home) / "docker" / "daemon.json",
-                              f"rootless Docker ({runtime_dir}/docker.sock)", "rootless")
-    return ConfigLocation(PurePosixPath(ROOTFUL_CONFIG), "rootful Docker (the default)",
-                          "rootful")
+    """SPEC §2's default daemon.json for this user (the installer's own choice)."""
+    from nvdocker2 import locations
+
+    path, reason = locations.default_config(ctx.env, ctx.uid, str(ctx.root.root))
+    path = PurePosixPath(path)
+    kind = "rootless" if reason.startswith("rootless") else _kind_of(ctx, path)
+    return ConfigLocation(path, reason, kind)
 
 
 def _read_daemon_file(ctx: Context) -> DaemonFile:
+    """daemon.json through the engine's parser (the same reading `install` does)."""
+    from nvdocker2.daemonjson import document
+    from nvdocker2.errors import NvDockerError
+
     path = ctx.config_location().path
+    real = ctx.root.path(path)
     try:
-        raw = ctx.root.path(path).read_bytes()
-    except FileNotFoundError:
-        return DaemonFile(path, False, None)
-    except OSError as exc:
-        return DaemonFile(path, True, None, f"cannot read it: {exc.strerror}")
-    dups: list[str] = []
-
-    def pairs(items: list) -> dict:
-        seen: dict = {}
-        for k, v in items:
-            if k in seen:
-                dups.append(k)
-            seen[k] = v
-        return seen
-
-    try:
-        doc = json.loads(raw.decode("utf-8"), object_pairs_hook=pairs)
-    except UnicodeDecodeError as exc:
-        return DaemonFile(path, True, None, f"not UTF-8 text (byte {exc.start})")
-    except json.JSONDecodeError as exc:
-        return DaemonFile(path, True, None,
-                          f"line {exc.lineno}, column {exc.colno}: {exc.msg}")
-    if not isinstance(doc, dict):
-        return DaemonFile(path, True, None, "the top level is not a JSON object")
-    return DaemonFile(path, True, doc, None,
-                      tuple(f"duplicate key {k!r} (dockerd keeps the last)" for k in dups))
+        doc = document.load(real)
+    except NvDockerError as exc:
+        message = exc.message.replace(str(real), str(path))
+        return DaemonFile(path, True, None, message, hint=exc.hint)
+    return DaemonFile(path, doc.existed, doc.data, None,
+                      tuple(w.replace(str(real), str(path)) for w in doc.warnings),
+                      needs_repair=doc.existed and (doc.had_bom or not doc.raw.strip()))
 
 
 def _docker_config_dir(ctx: Context) -> str:

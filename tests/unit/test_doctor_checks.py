@@ -202,14 +202,16 @@ def test_location_default_rootful_and_given(host):
     assert_status(r, "config.location", OK, "/srv/d.json", "--config")
 
 
-def test_location_rootless_user(host):
+def test_location_rootless_user(host, tmp_path):
+    runtime_dir = tmp_path / "run-user"  # the rootless socket is looked for on the real fs
+    runtime_dir.mkdir()
+    (runtime_dir / "docker.sock").write_text("")
     host.uid = 1000
-    host.env.update(HOME="/home/u", XDG_RUNTIME_DIR="/run/user/1000")
-    host.file("/run/user/1000/docker.sock", "")
+    host.env.update(HOME="/home/u", XDG_RUNTIME_DIR=str(runtime_dir))
     host.daemon_json({}, "/home/u/.config/docker/daemon.json")
     ctx = host.context()
     assert ctx.config_location().kind == "rootless"
-    assert ctx.docker_host().url == "unix:///run/user/1000/docker.sock"
+    assert ctx.docker_host().url == f"unix://{runtime_dir}/docker.sock"
     results = {r.id: r for r in run_checks(ctx)}
     assert_status(results, "config.location", OK, "/home/u/.config/docker/daemon.json",
                   "rootless")
@@ -260,18 +262,36 @@ def test_missing_daemon_json_warns(host):
 def test_syntax_error_fails_with_line_and_column(host):
     host.daemon_json('{\n    "debug": true,\n}\n')
     results = host.run()
-    assert_status(results, "config.parse", FAIL, "line 3, column 1", "/etc/docker/daemon.json")
+    r = assert_status(results, "config.parse", FAIL, "/etc/docker/daemon.json line 2, column 18: trailing comma",
+                      "remove the comma")
+    assert str(host.root) not in r.detail
     assert_status(results, "config.validate", SKIP, "config.parse")
 
 
 def test_duplicate_keys_warn(host):
     host.daemon_json('{"debug": true, "debug": false}')
-    assert_status(host.run(), "config.parse", WARN, "duplicate key 'debug'")
+    assert_status(host.run(), "config.parse", WARN, 'duplicate key(s) "debug"')
 
 
 def test_runtimes_of_wrong_type_fail_validation(host):
     host.daemon_json({"runtimes": []})
-    assert_status(host.run(), "config.validate", FAIL, "runtimes")
+    results = host.run()
+    assert_status(results, "config.validate", FAIL, "runtimes: [] is not of type object")
+    assert_status(results, "config.runtime", FAIL, "no runtimes.nvidia")
+
+
+def test_unknown_key_warns_in_validation(host):
+    host.daemon_json({"runtimes": {"nvidia": {"path": "/usr/bin/nvidia-container-runtime"}},
+                      "gpus": "all"})
+    assert_status(host.run(), "config.validate", WARN, 'unknown key "gpus"')
+
+
+@pytest.mark.parametrize("content", [b"", b"  \n", b"\xef\xbb\xbf{}"])
+def test_empty_file_or_bom_fails_for_dockerd_20(host, content):
+    host.daemon_json(content.decode("utf-8"))
+    assert_status(host.run(), "config.parse", FAIL, "before 23.0", "nvdocker2 install")
+    host.info["ServerVersion"] = "24.0.7"
+    assert_status(host.run(), "config.parse", WARN, "nvdocker2 install")
 
 
 def test_runtime_entry_without_path_fails(host):
