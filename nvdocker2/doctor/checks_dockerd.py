@@ -17,15 +17,18 @@ from nvdocker2.doctor.context import (
 )
 from nvdocker2.doctor.registry import Outcome, check, fail, ok, skip, warn
 
-RELOAD_HINT = "reload dockerd: systemctl reload docker (or: kill -HUP $(cat /var/run/docker.pid))"
 RESTART_HINT = "restart dockerd: systemctl restart docker (containers without live-restore stop)"
 
 
 def _reload_hint(ctx: Context) -> str:
+    """How to make this dockerd re-read its file: the service's reload, else SIGHUP its pid."""
+    from nvdocker2 import locations
+
     proc, _ = ctx.dockerd_process()
-    if proc is not None and ctx.config_location().kind != "rootful":
+    loc = ctx.config_location()
+    if proc is not None and loc.kind == "given":
         return f"reload dockerd: kill -HUP {proc.pid}"
-    return RELOAD_HINT
+    return "reload dockerd: " + locations.reload_hint(PurePosixPath(loc.path), ctx.env)
 
 
 @check("dockerd.reachable", "dockerd answers the Engine API")
