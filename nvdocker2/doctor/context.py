@@ -8,9 +8,11 @@ concurrently so the whole run stays within about a second on a healthy host.
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import json
 import os
+import re
 import shlex
 import sys
 import threading
@@ -510,21 +512,42 @@ def _toolkit_value(ctx: Context, section: str, key: str, default: Any) -> Any:
     return table.get(key, default) if isinstance(table, dict) else default
 
 
+_SYS_PATH_LINE = re.compile(r"sys\.path\[len\(sys\.path\):\] = (\[[^\]]*\])")
+_VERSION_LINE = re.compile(r"""^__version__ = ["']([^"']+)["']""", re.M)
+
+
 def _program_version(ctx: Context, path: Path | None) -> tuple[str | None, str]:
     """The nvdocker2 version a runtime/hook executable belongs to, and how it was learnt.
 
-    An nvdocker2 console script is read: its interpreter is asked for `nvdocker2.__version__`.
-    Anything else is asked `--version`.
+    nvdocker2's executables are pip console scripts (`#!PYTHON` … `from nvdocker2…`) or the
+    package's launchers (a sh or Python script naming the interpreter and the sys.path entry
+    that holds nvdocker2). A launcher's package directory is read directly; a console script's
+    interpreter is asked. Anything else is not nvdocker2's and is asked `--version`.
     """
     if path is None:
         return None, "not found"
     try:
         with open(path, "rb") as f:
-            head = f.read(4096)
+            head = f.read(16384).decode("utf-8", "replace")
     except OSError as exc:
         return None, f"cannot read it: {exc.strerror}"
-    if head.startswith(b"#!") and b"nvdocker2" in head:
-        interp = shlex.split(head[2:].split(b"\n", 1)[0].decode("utf-8", "replace"))
+    if head.startswith("#!") and "nvdocker2" in head:
+        m = _SYS_PATH_LINE.search(head)
+        if m:
+            try:
+                dirs = ast.literal_eval(m.group(1))
+            except (ValueError, SyntaxError):
+                dirs = []
+            for d in dirs if isinstance(dirs, list) else []:
+                text = ctx.root.read_text(f"{d}/nvdocker2/__init__.py")
+                found = _VERSION_LINE.search(text or "")
+                if found:
+                    return found.group(1), f"nvdocker2 {found.group(1)} in {d}"
+            return None, f"none of {dirs} holds nvdocker2"
+        words = shlex.split(head[2:].split("\n", 1)[0])
+        if words and os.path.basename(words[0]) == "env":
+            words = words[1:]
+        interp = words[:1]
         res = ctx.run(interp + ["-c", "import nvdocker2; print(nvdocker2.__version__)"])
         if res.ok and res.stdout.strip():
             return res.stdout.strip(), f"nvdocker2 {res.stdout.strip()} (read from the script)"
