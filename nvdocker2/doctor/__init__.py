@@ -17,7 +17,7 @@ from nvdocker2.doctor.context import Context, EngineUnreachable
 from nvdocker2.doctor.registry import FAIL, CheckResult, run_checks
 from nvdocker2.doctor.render import render
 
-__all__ = ["Context", "CheckResult", "diagnose", "run_doctor", "engine_info"]
+__all__ = ["CheckResult", "Context", "diagnose", "engine_info", "run_doctor"]
 
 
 class _UnixHTTPConnection(http.client.HTTPConnection):

@@ -71,7 +71,7 @@ def config_parse(ctx: Context) -> Outcome:
         detail = "; ".join(f.warnings)
         major = dockerd_major(ctx)
         if major is not None and major >= 23:
-            return warn(detail, f"nvdocker2 install rewrites it as a plain JSON object")
+            return warn(detail, "nvdocker2 install rewrites it as a plain JSON object")
         return fail(f"{detail}; dockerd before 23.0 refuses to start with it",
                     "write {} into it, or run nvdocker2 install (it rewrites the file)")
     if f.warnings:

@@ -16,13 +16,14 @@ import re
 import shlex
 import sys
 import threading
+from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Any, Callable, Mapping
+from typing import Any, Callable
 
-from nvdocker2.locations import ROOTFUL_CONFIG
 from nvdocker2.doctor.host import SYSTEM_PATH, CommandResult, HostRoot, Runner, run_command
+from nvdocker2.locations import ROOTFUL_CONFIG
 
 RUNTIME_NAME = "nvidia"
 RUNTIME_EXE = "nvidia-container-runtime"
@@ -513,7 +514,7 @@ def _toolkit_value(ctx: Context, section: str, key: str, default: Any) -> Any:
 
 
 _SYS_PATH_LINE = re.compile(r"sys\.path\[len\(sys\.path\):\] = (\[[^\]]*\])")
-_VERSION_LINE = re.compile(r"""^__version__ = ["']([^"']+)["']""", re.M)
+_VERSION_LINE = re.compile(r"""^__version__ = ["']([^"']+)["']""", re.MULTILINE)
 
 
 def _program_version(ctx: Context, path: Path | None) -> tuple[str | None, str]:

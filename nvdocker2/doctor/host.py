@@ -10,9 +10,10 @@ import os
 import signal
 import stat
 import subprocess
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Callable, Mapping, Sequence
+from typing import Callable
 
 # The PATH the hook and nvidia-container-cli are looked up on when nothing better is known
 # (the same fixed PATH the runtime gives the hook it injects, SPEC §3).

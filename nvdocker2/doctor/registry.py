@@ -9,8 +9,9 @@ skipped too and says why, so a host without dockerd still gets every other answe
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Iterable
+from typing import TYPE_CHECKING, Callable
 
 if TYPE_CHECKING:
     from nvdocker2.doctor.context import Context
@@ -92,9 +93,9 @@ def all_checks(smoke: bool = False) -> list[Check]:
     from nvdocker2.doctor import (  # noqa: F401  (importing registers the checks)
         checks_config,
         checks_dockerd,
-        checks_toolkit,
         checks_driver,
         checks_smoke,
+        checks_toolkit,
     )
 
     return [c for c in REGISTRY if smoke or not c.smoke]

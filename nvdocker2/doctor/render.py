@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Sequence, TextIO
+from collections.abc import Sequence
+from typing import TextIO
 
 from nvdocker2.doctor.registry import FAIL, OK, SKIP, STATUSES, WARN, CheckResult
 

@@ -20,14 +20,14 @@ def doctor(*args: str, env: dict | None = None) -> tuple[int, str, str, float]:
     start = time.monotonic()
     proc = subprocess.run(
         [sys.executable, "-m", "nvdocker2", "doctor", *args],
-        capture_output=True, text=True, timeout=60, env=env,
+        capture_output=True, text=True, timeout=60, env=env, check=False,
     )
     return proc.returncode, proc.stdout, proc.stderr, time.monotonic() - start
 
 
 def doctor_json(daemon, *extra: str) -> tuple[int, dict]:
-    code, out, err, _ = doctor("--config", str(daemon.config_file), "--docker-host",
-                               daemon.host, "--json", *extra)
+    code, out, _, _ = doctor("--config", str(daemon.config_file), "--docker-host",
+                             daemon.host, "--json", *extra)
     results = json.loads(out)
     return code, {r["id"]: r for r in results}
 
@@ -41,7 +41,7 @@ def test_installed_and_loaded_runtime_is_ok(dockerd):
     write_runtime(dockerd)
     dockerd.sighup()
     dockerd.wait_info(lambda i: "nvidia" in i["Runtimes"])
-    code, r = doctor_json(dockerd)
+    _, r = doctor_json(dockerd)
     for check_id in ("config.target", "config.parse", "config.validate", "config.runtime",
                      "config.runtime-path", "config.default-runtime", "dockerd.reachable",
                      "dockerd.runtimes", "dockerd.sync", "dockerd.flags", "runtime.installed"):
@@ -123,16 +123,16 @@ def test_smoke_runs_a_gpu_container_and_reports_what_happened(dockerd):
     write_runtime(dockerd)
     dockerd.sighup()
     dockerd.wait_info(lambda i: "nvidia" in i["Runtimes"])
-    code, r = doctor_json(dockerd)
+    _, r = doctor_json(dockerd)
     assert not any(i.startswith("smoke.") for i in r), "smoke runs only with --smoke"
     env = dict(os.environ, NVDOCKER2_SMOKE_IMAGE=dockerd.image)
-    code, out, err, _ = doctor("--config", str(dockerd.config_file), "--docker-host",
-                               dockerd.host, "--json", "--smoke", env=env)
+    code, out, _, _ = doctor("--config", str(dockerd.config_file), "--docker-host",
+                             dockerd.host, "--json", "--smoke", env=env)
     r = {x["id"]: x for x in json.loads(out)}
     assert code == 1
     smoke = r["smoke.runtime"]
     assert smoke["status"] == "fail"
-    assert f"--runtime=nvidia -e NVIDIA_VISIBLE_DEVICES=all" in smoke["detail"]
+    assert "--runtime=nvidia -e NVIDIA_VISIBLE_DEVICES=all" in smoke["detail"]
     assert dockerd.image in smoke["detail"] and smoke["hint"]
     gpus = r["smoke.gpus"]
     assert gpus["status"] == "fail"
@@ -143,8 +143,8 @@ def test_smoke_runs_a_gpu_container_and_reports_what_happened(dockerd):
 
 def test_smoke_with_an_image_not_present_says_to_pull_it(dockerd):
     env = dict(os.environ, NVDOCKER2_SMOKE_IMAGE="nvd2-absent:1")
-    code, out, err, _ = doctor("--config", str(dockerd.config_file), "--docker-host",
-                               dockerd.host, "--json", "--smoke", env=env)
+    _, out, _, _ = doctor("--config", str(dockerd.config_file), "--docker-host",
+                          dockerd.host, "--json", "--smoke", env=env)
     r = {x["id"]: x for x in json.loads(out)}
     assert r["smoke.gpus"]["status"] == "fail"
     assert "nvd2-absent:1 is not present locally" in r["smoke.gpus"]["detail"]

@@ -120,8 +120,8 @@ class FakeHost:
         return self.info
 
     def context(self, **kw) -> Context:
-        args = dict(root=HostRoot(self.root), env=self.env, uid=self.uid,
-                    engine_info=self.engine, bin_dir=PurePosixPath("/usr/bin"))
+        args = {"root": HostRoot(self.root), "env": self.env, "uid": self.uid,
+                "engine_info": self.engine, "bin_dir": PurePosixPath("/usr/bin")}
         args.update(kw)
         return Context(**args)
 

@@ -72,9 +72,12 @@ def test_table_on_a_terminal_is_coloured_unless_no_color(monkeypatch):
     assert "1 ok, 1 warn, 1 fail, 1 skip" in text
 
 
+def _constant(outcome):
+    return lambda ctx: outcome
+
+
 def _checks(*outcomes):
-    return [Check(f"c{i}", f"check {i}", (lambda o: lambda ctx: o)(o))
-            for i, o in enumerate(outcomes)]
+    return [Check(f"c{i}", f"check {i}", _constant(o)) for i, o in enumerate(outcomes)]
 
 
 def test_exit_code_is_1_only_when_something_failed(tmp_path, monkeypatch):
