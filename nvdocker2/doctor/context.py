@@ -447,8 +447,7 @@ def _find_dockerd(ctx: Context) -> tuple[DockerdProcess | None, str]:
         argv = _proc_argv(ctx, pid)
         if not _is_dockerd(argv):
             continue
-        hosts = dockerd_option_values(argv, "host", "H") or [f"unix://{DEFAULT_SOCKET}"]
-        if sock in {_norm_socket(h) for h in hosts}:
+        if sock in {_norm_socket(h) for h in _dockerd_hosts(ctx, argv)}:
             return _process(ctx, pid, argv, f"listens on {target}"), ""
     if sock == _norm_socket(f"unix://{DEFAULT_SOCKET}"):
         text = ctx.root.read_text(DEFAULT_PIDFILE)
@@ -458,6 +457,23 @@ def _find_dockerd(ctx: Context) -> tuple[DockerdProcess | None, str]:
             if _is_dockerd(argv):
                 return _process(ctx, pid, argv, f"from {DEFAULT_PIDFILE}"), ""
     return None, f"no dockerd process on this host listens on {target}"
+
+
+def _dockerd_hosts(ctx: Context, argv: tuple[str, ...]) -> list[str]:
+    """Where a dockerd listens: its -H flags, else `hosts` in its daemon.json, else the
+    default socket."""
+    hosts = dockerd_option_values(argv, "host", "H")
+    if hosts:
+        return hosts
+    files = dockerd_option_values(argv, "config-file")
+    try:
+        doc = json.loads(ctx.root.read_text(files[-1] if files else ROOTFUL_CONFIG) or "{}")
+    except ValueError:
+        doc = {}
+    listed = doc.get("hosts") if isinstance(doc, dict) else None
+    if isinstance(listed, list) and listed and all(isinstance(h, str) for h in listed):
+        return listed
+    return [f"unix://{DEFAULT_SOCKET}"]
 
 
 def _process(ctx: Context, pid: int, argv: tuple[str, ...], how: str) -> DockerdProcess:

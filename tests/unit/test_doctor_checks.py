@@ -396,6 +396,17 @@ def test_hook_not_on_dockerds_path_warns(host):
                   "could not select device driver", "restart")
 
 
+def test_dockerd_found_by_the_hosts_key_of_its_config_file(host):
+    host.dockerd(["dockerd", "--config-file=/srv/d.json"], {"PATH": "/usr/bin"},
+                 start=time.time() + 60)
+    host.daemon_json({"hosts": ["unix:///srv/docker.sock"]}, "/srv/d.json")
+    ctx = host.context(docker_host_override="unix:///srv/docker.sock",
+                       config_override=PurePosixPath("/srv/d.json"))
+    proc, _ = ctx.dockerd_process()
+    assert proc is not None and proc.pid == DOCKERD_PID
+    assert host.context().dockerd_process()[0] is None  # not on the default socket
+
+
 def test_gpus_skipped_when_no_local_dockerd(host):
     host.remove(f"/proc/{DOCKERD_PID}/cmdline")
     assert_status(host.run(), "dockerd.gpus", SKIP, "no dockerd process")
