@@ -499,7 +499,25 @@ def status(
     _run(json_, go)
 
 
-# `doctor` (SPEC §5) is added here as another @app.command().
+@app.command()
+def doctor(
+    config: Optional[Path] = typer.Option(
+        None, "--config", metavar="PATH",
+        help="daemon.json to check [default: the one install would change, printed with why]."),
+    docker_host: Optional[str] = typer.Option(
+        None, "--docker-host", metavar="URL",
+        help="Engine API of the dockerd to check [default: $DOCKER_HOST, else the current "
+        "docker context, else the socket of this host's Docker]."),
+    json_: bool = typer.Option(False, "--json", help="Print the results as a JSON list."),
+    smoke: bool = typer.Option(False, "--smoke", help="Also start a tiny GPU container "
+                               "(image: $NVDOCKER2_SMOKE_IMAGE, default ubuntu; never pulled)."),
+) -> None:
+    """Check this host's GPU container setup and say how to fix what is wrong (exit 1 if
+    any check failed)."""
+    from nvdocker2.doctor import run_doctor
+
+    cfg = str(_resolve_config(config)[0]) if config is not None else None
+    _run(json_, lambda: run_doctor(cfg, docker_host, json_, smoke))
 
 
 def _on_signal(signum: int, frame: Any) -> None:
