@@ -35,18 +35,26 @@ def resolve_in_root(root: str, path: str, *, follow_final: bool, refuse_escape: 
 
     Components that do not exist yet are kept as written (runc creates them). With
     `follow_final` false a symlink as the last component raises `UnsafePath`; with
-    `refuse_escape` a relative symlink whose target climbs above `root` raises `UnsafePath`
-    (otherwise it is clamped at the root, as the kernel does with RESOLVE_IN_ROOT).
+    `refuse_escape` a `..` that a symlink makes climb above `root` raises `UnsafePath` (the
+    host would have left the root there); otherwise it is clamped at the root, as the kernel
+    does with RESOLVE_IN_ROOT.
     """
     parts = deque(_components(path))
     resolved: list[str] = []
     missing = False
     links = 0
+    last_link: tuple[str, str] | None = None
     while parts:
         name = parts.popleft()
         if name == "..":
             if resolved:
                 resolved.pop()
+            elif refuse_escape and last_link is not None:
+                raise UnsafePath(
+                    f"{last_link[0]} in the container image is a symlink to {last_link[1]!r},"
+                    " which leads outside the container's root; refusing it",
+                    "fix or remove that symlink in the image",
+                )
             continue
         if missing:
             resolved.append(name)
@@ -70,18 +78,9 @@ def resolve_in_root(root: str, path: str, *, follow_final: bool, refuse_escape: 
             if links > MAX_SYMLINKS:
                 raise UnsafePath(f"too many levels of symlinks resolving {path} in the image")
             target = os.readlink(host)
+            last_link = (shown, target)
             if target.startswith("/"):
                 resolved = []
-            elif refuse_escape:
-                depth = len(resolved)
-                for comp in _components(target):
-                    depth = depth - 1 if comp == ".." else depth + 1
-                    if depth < 0:
-                        raise UnsafePath(
-                            f"{shown} in the container image is a symlink to {target!r},"
-                            " which leads outside the container's root; refusing it",
-                            "fix or remove that symlink in the image",
-                        )
             parts.extendleft(reversed(_components(target)))
             continue
         if parts and not stat.S_ISDIR(st.st_mode):
