@@ -141,25 +141,3 @@ def _yaml_lines(value: Any, indent: int) -> list[str]:
         lines.append(pad + _scalar(value))
     return lines
 
-
-def write_spec(text: str, output: str) -> None:
-    """Write atomically (temp file in the same directory, fsync, rename), mode 0644."""
-    directory = os.path.dirname(os.path.abspath(output))
-    os.makedirs(directory, exist_ok=True)
-    tmp = os.path.join(directory, f".{os.path.basename(output)}.{os.getpid()}.tmp")
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, output)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    dfd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
