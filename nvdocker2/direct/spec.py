@@ -110,7 +110,9 @@ def _find_gpu(discovery: Discovery, ident: str) -> Gpu:
         if len(matches) == 1:
             return matches[0]
         if matches:
-            raise DirectError(f"NVIDIA_VISIBLE_DEVICES: GPU UUID prefix {ident!r} is ambiguous", hint)
+            raise DirectError(
+                f"NVIDIA_VISIBLE_DEVICES: GPU UUID prefix {ident!r} is ambiguous", hint
+            )
         raise DirectError(f"NVIDIA_VISIBLE_DEVICES: unknown GPU UUID {ident!r}", hint)
     raise DirectError(f"NVIDIA_VISIBLE_DEVICES: invalid device id {ident!r}", hint)
 

@@ -25,7 +25,9 @@ TABLE = "nvidia-container-runtime"
 MODES = ("legacy", "direct")
 DEFAULT_CONFIG_TOML = "/etc/nvidia-container-runtime/config.toml"
 
-_HEADER = re.compile(r'^\s*\[\s*(?:"nvidia-container-runtime"|nvidia-container-runtime)\s*\]\s*(#.*)?$')
+_HEADER = re.compile(
+    r'^\s*\[\s*(?:"nvidia-container-runtime"|nvidia-container-runtime)\s*\]\s*(#.*)?$'
+)
 _ANY_HEADER = re.compile(r"^\s*\[")
 _MODE = re.compile(r"^(\s*)mode(\s*)=(\s*)(\"[^\"]*\"|'[^']*')(.*)$")
 

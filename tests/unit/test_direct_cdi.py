@@ -104,7 +104,8 @@ def test_schema_fixture_rejects_what_cdi_rejects(driver):
 def test_yaml_and_json_outputs_hold_the_same_spec(driver):
     spec = cdi_spec(discover(str(driver.root)), runtime_path=RUNTIME, ldconfig="/sbin/ldconfig")
     yaml_text = render(spec, "/etc/cdi/nvidia.yaml")
-    assert yaml_text.startswith('cdiVersion: "0.5.0"\nkind: "nvidia.com/gpu"\ndevices:\n  - name: "0"\n')
+    assert yaml_text.startswith(
+        'cdiVersion: "0.5.0"\nkind: "nvidia.com/gpu"\ndevices:\n  - name: "0"\n')
     assert read_block_yaml(yaml_text) == spec
     try:
         import yaml

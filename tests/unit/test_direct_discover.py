@@ -35,7 +35,8 @@ def test_gpus_are_indexed_in_pci_bus_order_not_by_minor(tmp_path):
 
 
 def test_information_values_keep_their_colons():
-    fields = parse_information("GPU UUID: \t GPU-1\nBus Location: \t 0000:3b:00.0\nDevice Minor: 7\n")
+    fields = parse_information(
+        "GPU UUID: \t GPU-1\nBus Location: \t 0000:3b:00.0\nDevice Minor: 7\n")
     assert fields == {"GPU UUID": "GPU-1", "Bus Location": "0000:3b:00.0", "Device Minor": "7"}
 
 
