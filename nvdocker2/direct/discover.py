@@ -326,11 +326,18 @@ def _cache_kind(entry: CacheEntry, native: int | None) -> bool | None:
 
 def _driver_files(root: str, version: str | None) -> tuple[tuple[DriverFile, ...], str]:
     candidates, source = _candidates(root)
+    by_base: dict[str, list[tuple[str, str, bool]]] = {}
+    for cand in candidates:
+        head, sep, _ = cand[0].partition(".so")
+        if sep:
+            by_base.setdefault(head + ".so", []).append(cand)
     files: list[DriverFile] = []
     for capability, bases in LIBRARIES.items():
         for base in bases:
             for compat32 in (False, True):
-                files.extend(_library(root, version, candidates, capability, base, compat32))
+                files.extend(
+                    _library(root, version, by_base.get(base, []), capability, base, compat32)
+                )
     for capability, names in BINARIES.items():
         for name in names:
             f = _binary(root, capability, name)
