@@ -11,7 +11,6 @@ under `driver_root`, with symlinks resolved inside it, so a test can point it at
 from __future__ import annotations
 
 import os
-import platform
 import re
 import stat
 from dataclasses import dataclass
@@ -274,7 +273,7 @@ def _driver_version(root: str) -> str | None:
 
 
 def _multiarch() -> str:
-    machine = platform.machine().lower()
+    machine = os.uname().machine.lower()
     return {"amd64": "x86_64", "arm64": "aarch64"}.get(machine, machine) + "-linux-gnu"
 
 

@@ -8,7 +8,7 @@ the old "ld.so-1.7.0" table followed by the new one (the "compat" layout of olde
 
 from __future__ import annotations
 
-import platform
+import os
 import struct
 from dataclasses import dataclass
 
@@ -63,7 +63,7 @@ class LdCacheError(ValueError):
 
 def native_arch_flags(machine: str | None = None) -> int | None:
     """The `FLAG_REQUIRED_MASK` bits of native 64-bit libraries on this machine, or None."""
-    return _NATIVE_FLAGS.get((machine or platform.machine()).lower())
+    return _NATIVE_FLAGS.get((machine or os.uname().machine).lower())
 
 
 def parse_ld_cache(data: bytes) -> list[CacheEntry]:

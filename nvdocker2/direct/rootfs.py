@@ -121,6 +121,8 @@ def link_in_root(root: str, link: str, target: str) -> str:
     parent = resolve_in_root(root, parent, follow_final=True, refuse_escape=True)
     try:
         fd = open_dir_in_root(root, parent)
+    except FileNotFoundError:
+        raise DirectError(f"cannot create {link}: {parent} does not exist in the container") from None
     except OSError as err:
         if err.errno in (errno.ELOOP, errno.ENOTDIR):
             raise UnsafePath(f"{parent} in the container image changed under us; refusing") from err

@@ -6,6 +6,7 @@ import os
 
 import pytest
 
+from nvdocker2.direct import DirectError
 from nvdocker2.direct.rootfs import UnsafePath, link_in_root, resolve_in_root
 
 
@@ -75,6 +76,6 @@ def test_link_in_root_never_writes_outside(tmp_path):
         link_in_root(str(root), "/lib/libcuda.so.1", "libcuda.so.9")
     os.unlink(root / "lib")
     os.symlink(str(outside), root / "lib")  # absolute: means <root>/<outside path> in-root
-    with pytest.raises(FileNotFoundError):
+    with pytest.raises(DirectError, match=f"{outside} does not exist in the container"):
         link_in_root(str(root), "/lib/libcuda.so.1", "libcuda.so.9")
     assert os.listdir(outside) == []
