@@ -1,0 +1,214 @@
+"""Check a candidate daemon.json before it is put in place.
+
+`validate()` runs the packaged JSON Schema (types of every documented key, both runtime entry
+forms) and turns what dockerd would refuse into plain errors naming the key; unknown top-level
+keys are warnings (dockerd refuses them, but a newer dockerd may know them).
+`dockerd_validate()` runs `dockerd --validate --config-file FILE` where that flag exists
+(Docker >= 23); on older dockerd it reports "not available" instead of failing.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from nvdocker2.daemonjson.edit import dangling_default
+
+# Singular flag names dockerd accepts in the file but ignores: the plural is what works.
+IGNORED_SINGULAR = {
+    "label": "labels",
+    "add-runtime": "runtimes",
+    "registry-mirror": "registry-mirrors",
+    "host": "hosts",
+    "insecure-registry": "insecure-registries",
+    "storage-opt": "storage-opts",
+    "exec-opt": "exec-opts",
+    "dns-opt": "dns-opts",
+    "log-opt": "log-opts",
+    "default-ulimit": "default-ulimits",
+    "authorization-plugin": "authorization-plugins",
+    "node-generic-resource": "node-generic-resources",
+    "default-address-pool": "default-address-pools",
+}
+
+
+@functools.lru_cache(maxsize=1)
+def schema() -> dict:
+    """The packaged schema (nvdocker2/daemonjson/schema.json)."""
+    text = resources.files("nvdocker2.daemonjson").joinpath("schema.json").read_text("utf-8")
+    return json.loads(text)
+
+
+@functools.lru_cache(maxsize=1)
+def _validator_class() -> Any:
+    """Draft 7, except that "integer" means a JSON number written without fraction or
+    exponent: dockerd (Go) refuses `1.0` or `1e3` for an int field."""
+    import jsonschema
+
+    base = jsonschema.Draft7Validator
+
+    def is_integer(checker: Any, instance: Any) -> bool:
+        return isinstance(instance, int) and not isinstance(instance, bool)
+
+    checker = base.TYPE_CHECKER.redefine("integer", is_integer)
+    return jsonschema.validators.extend(base, type_checker=checker)
+
+
+def preload() -> None:
+    """Import jsonschema and build the validator now, so it is not done while the lock is held."""
+    _validator_class()
+    schema()
+
+
+def known_keys() -> frozenset[str]:
+    return frozenset(schema()["properties"])
+
+
+def _path(parts: Any) -> str:
+    out = ""
+    for p in parts:
+        out += f"[{p}]" if isinstance(p, int) else (("." if out else "") + str(p))
+    return out or "(top level)"
+
+
+def _json_text(v: Any) -> str:
+    from nvdocker2.daemonjson.document import Style, dumps
+
+    try:
+        s = dumps(v, Style(indent=None, suffix=""))
+    except (TypeError, ValueError):
+        s = repr(v)
+    return s if len(s) <= 60 else s[:57] + "..."
+
+
+def _message(err: Any) -> str:
+    where = _path(err.absolute_path)
+    v = err.validator
+    if v == "type":
+        want = err.validator_value
+        want = " or ".join(want) if isinstance(want, list) else want
+        return f"{where}: {_json_text(err.instance)} is not of type {want}"
+    if v == "oneOf" and where.startswith("runtimes."):
+        inst = err.instance if isinstance(err.instance, dict) else {}
+        keys = set(inst)
+        if "path" in keys and "runtimeType" in keys:
+            return f'{where}: has both "path" and "runtimeType" (use one)'
+        if "path" in keys and "options" in keys:
+            return f'{where}: "options" only works with "runtimeType", not with "path"'
+        if "runtimeType" in keys and "runtimeArgs" in keys:
+            return f'{where}: "runtimeArgs" only works with "path", not with "runtimeType"'
+        if not keys & {"path", "runtimeType"}:
+            return f'{where}: needs "path" (or, Docker 24+, "runtimeType")'
+        sub = (
+            min(err.context, key=lambda e: len(list(e.absolute_path)), default=None)
+            if err.context
+            else None
+        )
+        if sub is not None and sub.validator == "type":
+            return _message(sub)
+        return f"{where}: not a valid runtime entry"
+    if v == "required":
+        return f"{where}: {err.message}"
+    if v == "not" and where == "(top level)":
+        return "host-gateway-ip and host-gateway-ips cannot both be set"
+    if v == "enum":
+        allowed = ", ".join(json.dumps(x) for x in err.validator_value)
+        return f"{where}: {_json_text(err.instance)} is not one of {allowed}"
+    if v == "additionalProperties":
+        return f"{where}: {err.message}"
+    return f"{where}: {err.message}"
+
+
+def validate(doc: dict) -> tuple[list[str], list[str]]:
+    """(errors, warnings) for a whole daemon.json object. Errors mean dockerd would refuse it."""
+    validator = _validator_class()(schema())
+    errors: list[str] = []
+    seen: set[str] = set()
+    for err in sorted(validator.iter_errors(doc), key=lambda e: list(map(str, e.absolute_path))):
+        msg = _message(err)
+        if msg not in seen:
+            seen.add(msg)
+            errors.append(msg)
+    warnings: list[str] = []
+    if isinstance(doc, dict):
+        known = known_keys()
+        for k in doc:
+            if k in known:
+                continue
+            if k in IGNORED_SINGULAR:
+                warnings.append(
+                    f'key "{k}" is ignored by dockerd; the setting is "{IGNORED_SINGULAR[k]}"'
+                )
+            else:
+                warnings.append(
+                    f'unknown key "{k}": dockerd refuses to start on a key it does not know '
+                    "(fine only if your dockerd is newer than the schema)"
+                )
+        d = dangling_default(doc)
+        if d is not None:
+            warnings.append(
+                f'default-runtime: "{d}" is not defined in "runtimes" (dockerd refuses to start '
+                "unless a --add-runtime flag defines it)"
+            )
+    return errors, warnings
+
+
+@dataclass(frozen=True)
+class DockerdCheck:
+    """Outcome of `dockerd --validate`: `available` False on dockerd < 23 or no dockerd."""
+
+    available: bool
+    ok: bool
+    output: str
+    dockerd: str | None = None
+
+
+_NO_VALIDATE_FLAG: set[tuple[str, int]] = set()
+
+
+def find_dockerd() -> str | None:
+    found = shutil.which("dockerd")
+    if found:
+        return found
+    for cand in ("/usr/bin/dockerd", "/usr/sbin/dockerd", "/usr/local/bin/dockerd"):
+        if os.access(cand, os.X_OK):
+            return cand
+    return None
+
+
+def dockerd_validate(
+    candidate: Path, dockerd: str | None = None, timeout: float = 20.0
+) -> DockerdCheck:
+    """Run `dockerd --validate --config-file CANDIDATE`; "unknown flag" means not available."""
+    exe = dockerd or os.environ.get("NVDOCKER2_DOCKERD") or find_dockerd()
+    if not exe:
+        return DockerdCheck(False, True, "dockerd not found", None)
+    try:
+        key = (exe, os.stat(exe).st_mtime_ns)
+    except OSError:
+        return DockerdCheck(False, True, f"{exe} not found", None)
+    if key in _NO_VALIDATE_FLAG:
+        return DockerdCheck(False, True, "dockerd has no --validate", exe)
+    try:
+        proc = subprocess.run(
+            [exe, "--validate", "--config-file", str(candidate)],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            timeout=timeout,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return DockerdCheck(False, True, f"could not run {exe}: {e}", exe)
+    out = proc.stdout.decode("utf-8", "replace").strip()
+    if "unknown flag" in out and "validate" in out:
+        _NO_VALIDATE_FLAG.add(key)
+        return DockerdCheck(False, True, out, exe)
+    return DockerdCheck(True, proc.returncode == 0, out, exe)
