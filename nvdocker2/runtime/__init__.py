@@ -17,13 +17,18 @@ HOOK_NAME = "nvidia-container-runtime-hook"
 CONFIG_ENV = "NVIDIA_CONTAINER_RUNTIME_CONFIG"
 DEFAULT_CONFIG_PATH = "/etc/nvidia-container-runtime/config.toml"
 DEFAULT_RUNTIMES = ("docker-runc", "runc", "crun")
+DIRECT_HOOK = "direct-hook"
 # What a pass-through needs from config.toml; a file whose non-comment lines never mention
 # these (nor a backslash, which could spell them as an escape) needs no TOML parser.
 _PASSTHROUGH_KEYS = (b"runtimes", b"debug", b"log-level", b"\\")
 
 
 class RuntimeFailure(Exception):
-    """The shim cannot do its job; reported as one line, exit 1."""
+    """The shim cannot do its job; reported as one `error:` line (and a `hint:`), exit 1."""
+
+    def __init__(self, message: str, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.hint = hint
 
 
 def main(args: list[str] | None = None, self_path: str | None = None) -> int:
@@ -35,6 +40,11 @@ def main(args: list[str] | None = None, self_path: str | None = None) -> int:
         self_path = sys.argv[0]
     from nvdocker2.runtime.args import parse_args
 
+    if args[:1] == [DIRECT_HOOK]:
+        # Direct mode's createContainer hook role (SPEC §7): runc runs this executable.
+        from nvdocker2.direct.hook import main as direct_hook
+
+        return direct_hook(args[1:])
     log_path = None
     try:
         is_create, bundle = parse_args([PROG, *args])
@@ -57,6 +67,8 @@ def main(args: list[str] | None = None, self_path: str | None = None) -> int:
         return _exec(runtime, args)
     except RuntimeFailure as e:
         print(f"{PROG}: error: {e}", file=sys.stderr)
+        if e.hint:
+            print(f"{PROG}: hint: {e.hint}", file=sys.stderr)
         _log(log_path, f"error: {e}")
         return 1
 
@@ -68,7 +80,9 @@ def _prepare_bundle(config, bundle: str, self_path: str, log_path: str | None) -
     try:
         spec = read_spec(spec_path)
         if config.runtime.mode == "direct":
-            changed = _direct_mode(spec, bundle, config)
+            edited = _direct_mode(spec, bundle, config, self_path)
+            changed = edited is not None
+            spec = edited if changed else spec
         else:
             hook = hook_path(config, self_path)
             config_file = config.path if config.from_env else None
@@ -77,19 +91,19 @@ def _prepare_bundle(config, bundle: str, self_path: str, log_path: str | None) -
             write_spec(spec_path, spec)
     except SpecError as e:
         raise RuntimeFailure(str(e)) from None
-    _log(log_path, f"{spec_path}: {'updated' if changed else 'unchanged'}")
+    _log(log_path, f"{spec_path}: {'updated' if changed else 'unchanged'} ({config.runtime.mode})")
 
 
-def _direct_mode(spec: dict, bundle: str, config) -> bool:
-    """SPEC §7: the spec is edited here instead of by the hook (nvdocker2.direct)."""
+def _direct_mode(spec: dict, bundle: str, config, self_path: str) -> dict | None:
+    """SPEC §7: the runtime edits the spec itself (nvdocker2.direct) instead of adding the
+    hook; None when the container asked for no GPU."""
+    from nvdocker2.direct.create import edit_for_create
+    from nvdocker2.direct.errors import DirectError
+
     try:
-        from nvdocker2 import direct
-    except ImportError:
-        raise RuntimeFailure(
-            f"{config.path}: mode = \"direct\" but this build has no direct mode;"
-            " set mode = \"legacy\""
-        ) from None
-    return bool(direct.edit_spec(spec, bundle, config))
+        return edit_for_create(spec, bundle, config, self_path)
+    except DirectError as e:
+        raise RuntimeFailure(e.message, e.hint) from None
 
 
 def hook_path(config, self_path: str) -> str:
