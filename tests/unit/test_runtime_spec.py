@@ -102,10 +102,10 @@ def test_non_ascii_kept_as_utf8(tmp_path):
 
 
 @pytest.mark.parametrize("data,message", [
-    (b"{", "is not valid JSON"),
-    (b"[]", "not a JSON object"),
-    (b"[" * 100000 + b"]" * 100000, "is not valid JSON"),
-    (b" " * (16 * 1024 * 1024 + 1), "larger than 16777216 bytes"),
+    pytest.param(b"{", "is not valid JSON", id="truncated"),
+    pytest.param(b"[]", "not a JSON object", id="array"),
+    pytest.param(b"[" * 100000 + b"]" * 100000, "is not valid JSON", id="deep"),
+    pytest.param(b" " * (16 * 1024 * 1024 + 1), "larger than 16777216 bytes", id="huge"),
 ])
 def test_malformed_or_huge_spec_refused(tmp_path, data, message):
     path = tmp_path / "config.json"
