@@ -38,13 +38,13 @@ def main(args: list[str] | None = None, self_path: str | None = None) -> int:
         args = sys.argv[1:]
     if self_path is None:
         self_path = sys.argv[0]
-    from nvdocker2.runtime.args import parse_args
-
     if args[:1] == [DIRECT_HOOK]:
         # Direct mode's createContainer hook role (SPEC §7): runc runs this executable.
         from nvdocker2.direct.hook import main as direct_hook
 
         return direct_hook(args[1:])
+    from nvdocker2.runtime.args import parse_args
+
     log_path = None
     try:
         is_create, bundle = parse_args([PROG, *args])
