@@ -3,9 +3,9 @@
 
 Run as root on a machine that can run the e2e tests: `.venv/bin/python bench/bench_runtime.py`.
 It starts a private dockerd (tests/e2e/privatedockerd.py) whose runtimes are this package's
-launchers (`nvidia`) and pip console scripts (`nvidia-console`), with the TEST FIXTURE
-nvidia-container-cli standing in for libnvidia-container (no GPU needed; the fixture is a small
-sh script, so what is measured is our part), then prints:
+launchers (`nvidia`) and pip console scripts (`nvidia-console`), with a no-op TEST FIXTURE
+nvidia-container-cli standing in for libnvidia-container (no GPU needed; it only counts its
+calls, so what is measured is our part), then prints:
 
 1. GPU-requesting `docker run --rm` through the shim + hook vs the same run with
    `--runtime=runc` (no hook), alternating, the median of the per-pair ratios (and the
@@ -38,7 +38,6 @@ from privatedockerd import PrivateDockerd  # noqa: E402
 
 from nvdocker2.runtime.launcher import write_launchers  # noqa: E402
 
-FIXTURE_CLI = REPO / "tests" / "fixtures" / "nvidia-container-cli"
 CONSOLE_BIN = Path(sys.executable).parent
 
 
@@ -94,13 +93,16 @@ def main() -> int:
     bindir = work / "bin"
     bindir.mkdir()
     write_launchers(str(bindir))
-    cli = work / "nvidia-container-cli"
-    shutil.copy(FIXTURE_CLI, cli)
+    # The GPU boundary as a no-op that counts its calls (one shell builtin), so that what is
+    # measured is the shim and the hook, not a stand-in's work.
     record = work / "record"
     record.mkdir()
+    cli = work / "nvidia-container-cli"
+    cli.write_text(f"#!/bin/sh\n# TEST FIXTURE: a no-op nvidia-container-cli\n"
+                   f"echo called >> {record}/calls\n")
+    cli.chmod(0o755)
     config = work / "config.toml"
-    config.write_text(f'[nvidia-container-cli]\npath = "{cli}"\n'
-                      f'environment = ["FIXTURE_RECORD_DIR={record}"]\n')
+    config.write_text(f'[nvidia-container-cli]\npath = "{cli}"\n')
     env = dict(os.environ, NVIDIA_CONTAINER_RUNTIME_CONFIG=str(config))
     daemon_config = {"runtimes": {
         "nvidia": {"path": str(bindir / "nvidia-container-runtime")},
@@ -130,7 +132,7 @@ def main() -> int:
             print(f"  {name:55s} {ms(a)} vs {ms(b)}  ratio {ratio:.3f}"
                   f"  (fastest {min(a) * 1000:.0f} vs {min(b) * 1000:.0f} ms: {fastest:.3f})")
         calls = (record / "calls").read_text().count("called")
-        print(f"  (the fixture nvidia-container-cli ran {calls} times)")
+        print(f"  (the no-op nvidia-container-cli ran {calls} times)")
     finally:
         daemon.cleanup()
 
