@@ -357,16 +357,13 @@ class NoReload:
         return None
 
 
-Daemon = Union[Dockerd, NoReload]
-
-
 def make_daemon(
     options: DaemonOptions,
     reporter: Reporter | None = None,
     *,
     proc: Path = Path("/proc"),
     environ: Mapping[str, str] | None = None,
-) -> Daemon:
+) -> Union[Dockerd, NoReload]:
     """Pick how to reload dockerd (SPEC §2 `--reload`) and say why in `.reason`.
 
     Raises BadInput for flags that cannot work together (before anything is written).
