@@ -203,6 +203,11 @@ class Dockerd:
                     "or pass --no-verify to only write the file",
                 ) from exc
         pid = self.manager.main_pid()
+        if pid is None and isinstance(self.manager, SignalManager):
+            raise EnvironmentProblem(
+                f"{self.manager.pidfile} names no running dockerd, so there is nothing to signal",
+                "start dockerd, give its pidfile with --pidfile, or use --reload systemd",
+            )
         process = read_process(pid, self.proc) if pid is not None else None
         check_candidate_against(process, config_path, candidate, candidate_file)
 
