@@ -12,9 +12,10 @@ import re
 import shutil
 import subprocess
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Union
+from typing import Union
 
 from nvdocker2 import locations
 from nvdocker2.dockerd.api import EngineClient, EngineError, EngineUnavailable, parse_docker_host
@@ -29,7 +30,13 @@ from nvdocker2.dockerd.logs import (
     has_marker,
 )
 from nvdocker2.dockerd.managers import SignalManager, SystemdManager, SysvManager
-from nvdocker2.dockerd.process import DockerdProcess, flag_conflicts, is_dockerd, read_pidfile, read_process
+from nvdocker2.dockerd.process import (
+    DockerdProcess,
+    flag_conflicts,
+    is_dockerd,
+    read_pidfile,
+    read_process,
+)
 from nvdocker2.dockerd.progress import Reporter, SilentReporter
 from nvdocker2.errors import BadInput, EnvironmentProblem
 from nvdocker2.transaction import Expectation, VerifyFailed
@@ -76,7 +83,9 @@ def detect_setup(
     """Rootful, rootless (not root, `$XDG_RUNTIME_DIR/docker.sock` exists) or snap (the
     daemon.json is the snap's), with the locations of DOCKERD-FACTS' table."""
     if config is not None and str(config) == locations.SNAP_CONFIG:
-        return Setup("snap", "snap.docker.dockerd", False, Path("/run/snap.docker/docker.pid"), None)
+        return Setup(
+            "snap", "snap.docker.dockerd", False, Path("/run/snap.docker/docker.pid"), None
+        )
     sock = locations.rootless_socket(environ, euid)
     if sock is not None:
         return Setup("rootless", "docker", True, sock.parent / "docker.pid", f"unix://{sock}")
@@ -130,8 +139,14 @@ def _dockerd_major(process: DockerdProcess | None, server_version: str | None) -
         if exe is None:
             return None
         try:
-            text = subprocess.run([exe, "--version"], capture_output=True, text=True,
-                                  timeout=15, stdin=subprocess.DEVNULL).stdout
+            text = subprocess.run(
+                [exe, "--version"],
+                capture_output=True,
+                text=True,
+                timeout=15,
+                stdin=subprocess.DEVNULL,
+                check=False,
+            ).stdout
         except (OSError, subprocess.SubprocessError):
             return None
     found = re.search(r"(\d+)\.\d+", text or "")
@@ -153,7 +168,11 @@ def check_candidate_against(
     """
     if process is not None:
         given = process.config_file()
-        if given and os.path.isabs(given) and os.path.realpath(given) != os.path.realpath(config_path):
+        if (
+            given
+            and os.path.isabs(given)
+            and os.path.realpath(given) != os.path.realpath(config_path)
+        ):
             raise BadInput(
                 f"dockerd (pid {process.pid}) reads {given} (its --config-file), not {config_path}",
                 f"pass --config {given}",
@@ -273,7 +292,7 @@ class Dockerd:
         if not info.get("LiveRestoreEnabled") and running:
             self.reporter.note(
                 f"warning: live-restore is off: restarting dockerd stops the {running} running "
-                "container(s) (set \"live-restore\": true to keep them)"
+                'container(s) (set "live-restore": true to keep them)'
             )
         else:
             self.reporter.note("restarting dockerd (containers without live-restore stop)")
@@ -391,19 +410,19 @@ def make_daemon(
     *,
     proc: Path = Path("/proc"),
     environ: Mapping[str, str] | None = None,
-) -> Union[Dockerd, NoReload]:
+) -> Dockerd | NoReload:
     """Pick how to reload dockerd (SPEC §2 `--reload`) and say why in `.reason`.
 
     Raises BadInput for flags that cannot work together (before anything is written).
     """
     reporter = reporter or SilentReporter()
     if options.mode not in MODES:
-        raise BadInput(
-            f"--reload {options.mode}: unknown mode", f"use one of: {', '.join(MODES)}"
-        )
+        raise BadInput(f"--reload {options.mode}: unknown mode", f"use one of: {', '.join(MODES)}")
     env = os.environ if environ is None else environ
     setup = detect_setup(options.config, env)
-    host = parse_docker_host(options.docker_host or env.get("DOCKER_HOST") or setup.docker_host, env)
+    host = parse_docker_host(
+        options.docker_host or env.get("DOCKER_HOST") or setup.docker_host, env
+    )
     client = EngineClient(host)
     pidfile = Path(options.pidfile) if options.pidfile is not None else setup.pidfile
     unit = options.unit or setup.unit
@@ -456,6 +475,12 @@ def make_daemon(
         if isinstance(log, NoLog):
             log = _stderr_log(manager.main_pid(), proc)
     return Dockerd(
-        manager, client, restart=options.restart, verifies=options.verify, log=log,
-        reporter=reporter, reason=reason, proc=proc,
+        manager,
+        client,
+        restart=options.restart,
+        verifies=options.verify,
+        log=log,
+        reporter=reporter,
+        reason=reason,
+        proc=proc,
     )
