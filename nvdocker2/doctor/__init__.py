@@ -35,10 +35,9 @@ def engine_info(host: str, timeout: float) -> dict:
     """`GET /info` from the Engine API at `host` (unix:// or tcp://), as a dict."""
     try:
         if host.startswith("unix://"):
-            conn: http.client.HTTPConnection = _UnixHTTPConnection(host[len("unix://"):], timeout)
+            conn: http.client.HTTPConnection = _UnixHTTPConnection(host[len("unix://") :], timeout)
         elif host.startswith(("tcp://", "http://")):
-            conn = http.client.HTTPConnection(host.split("://", 1)[1].rstrip("/"),
-                                              timeout=timeout)
+            conn = http.client.HTTPConnection(host.split("://", 1)[1].rstrip("/"), timeout=timeout)
         else:
             raise EngineUnreachable(f"unsupported address {host}")
         conn.request("GET", "/info")
@@ -55,8 +54,12 @@ def engine_info(host: str, timeout: float) -> dict:
         raise EngineUnreachable("GET /info did not answer JSON") from None
 
 
-def diagnose(config: str | None = None, docker_host: str | None = None,
-             smoke: bool = False, ctx: Context | None = None) -> list[CheckResult]:
+def diagnose(
+    config: str | None = None,
+    docker_host: str | None = None,
+    smoke: bool = False,
+    ctx: Context | None = None,
+) -> list[CheckResult]:
     """Run every check against this host (or `ctx`) and return the results in report order."""
     ctx = ctx or Context(
         config_override=PurePosixPath(os.path.abspath(config)) if config else None,
@@ -68,9 +71,14 @@ def diagnose(config: str | None = None, docker_host: str | None = None,
     return run_checks(ctx)
 
 
-def run_doctor(config: str | None = None, docker_host: str | None = None,
-               as_json: bool = False, smoke: bool = False,
-               stream: TextIO | None = None, ctx: Context | None = None) -> int:
+def run_doctor(
+    config: str | None = None,
+    docker_host: str | None = None,
+    as_json: bool = False,
+    smoke: bool = False,
+    stream: TextIO | None = None,
+    ctx: Context | None = None,
+) -> int:
     """Diagnose, render to `stream` (stdout), and return the exit code: 0 when nothing
     failed, 1 otherwise."""
     results = diagnose(config, docker_host, smoke, ctx)

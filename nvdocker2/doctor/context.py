@@ -152,8 +152,12 @@ class Context:
         if self._pool is not None:
             self._pool.shutdown(wait=True)
 
-    def run(self, argv: list[str], timeout: float = COMMAND_TIMEOUT,
-            env: Mapping[str, str] | None = None) -> CommandResult:
+    def run(
+        self,
+        argv: list[str],
+        timeout: float = COMMAND_TIMEOUT,
+        env: Mapping[str, str] | None = None,
+    ) -> CommandResult:
         """Run a command through the injected runner, memoised by its argv."""
         return self.fact("cmd:" + "\0".join(argv), lambda: self.runner(argv, timeout, env))
 
@@ -162,8 +166,11 @@ class Context:
     def config_location(self) -> ConfigLocation:
         def compute() -> ConfigLocation:
             if self.config_override is not None:
-                return ConfigLocation(PurePosixPath(self.config_override), "given with --config",
-                                      _kind_of(self, PurePosixPath(self.config_override)))
+                return ConfigLocation(
+                    PurePosixPath(self.config_override),
+                    "given with --config",
+                    _kind_of(self, PurePosixPath(self.config_override)),
+                )
             locate = self.locate_config or default_location
             return locate(self)
 
@@ -231,7 +238,9 @@ class Context:
             section = (self.toolkit_config().data or {}).get("nvidia-container-runtime-hook")
             path = section.get("path") if isinstance(section, dict) else None
             if isinstance(path, str) and path:
-                return self.root.which(path, None), "config.toml [nvidia-container-runtime-hook] path"
+                return self.root.which(
+                    path, None
+                ), "config.toml [nvidia-container-runtime-hook] path"
             runtime, _ = self.runtime_path()
             if runtime is not None and (runtime.parent / HOOK_EXE).exists():
                 found = self.root.which(self.root.show(runtime.parent / HOOK_EXE), None)
@@ -275,15 +284,17 @@ class Context:
         path = self.root.which("nvidia-smi", SYSTEM_PATH)
         if path is None:
             return None
-        return self.run([str(path), "--query-gpu=index,name,driver_version,uuid",
-                         "--format=csv,noheader"])
+        return self.run(
+            [str(path), "--query-gpu=index,name,driver_version,uuid", "--format=csv,noheader"]
+        )
 
     def low_level_runtime(self) -> tuple[Path | None, str, CommandResult | None]:
         """The low-level runtime the shim would exec (first of config.toml's list found)."""
 
         def compute() -> tuple[Path | None, str, CommandResult | None]:
-            names = _toolkit_value(self, "nvidia-container-runtime", "runtimes",
-                                   ["docker-runc", "runc", "crun"])
+            names = _toolkit_value(
+                self, "nvidia-container-runtime", "runtimes", ["docker-runc", "runc", "crun"]
+            )
             search, where = self.search_path()
             for name in names if isinstance(names, list) else []:
                 if not isinstance(name, str):
@@ -342,9 +353,14 @@ def _read_daemon_file(ctx: Context) -> DaemonFile:
     except NvDockerError as exc:
         message = exc.message.replace(str(real), str(path))
         return DaemonFile(path, True, None, message, hint=exc.hint)
-    return DaemonFile(path, doc.existed, doc.data, None,
-                      tuple(w.replace(str(real), str(path)) for w in doc.warnings),
-                      needs_repair=doc.existed and (doc.had_bom or not doc.raw.strip()))
+    return DaemonFile(
+        path,
+        doc.existed,
+        doc.data,
+        None,
+        tuple(w.replace(str(real), str(path)) for w in doc.warnings),
+        needs_repair=doc.existed and (doc.had_bom or not doc.raw.strip()),
+    )
 
 
 def _docker_config_dir(ctx: Context) -> str:
@@ -396,16 +412,17 @@ def _norm_socket(url: str) -> str | None:
     if url.startswith("fd://"):
         path = "/run/docker.sock"
     elif url.startswith("unix://"):
-        path = url[len("unix://"):]
+        path = url[len("unix://") :]
     else:
         return None
     if path.startswith("/var/run/"):
-        path = path[len("/var"):]
+        path = path[len("/var") :]
     return path
 
 
-def dockerd_option_values(argv: tuple[str, ...] | list[str], long: str,
-                          short: str | None = None) -> list[str]:
+def dockerd_option_values(
+    argv: tuple[str, ...] | list[str], long: str, short: str | None = None
+) -> list[str]:
     """The values given to one dockerd option in `argv` (`--x v`, `--x=v`, `-x v`, `-x=v`)."""
     values = []
     names = {f"--{long}"} | ({f"-{short}"} if short else set())
@@ -496,8 +513,9 @@ def _start_time(ctx: Context, pid: int) -> float | None:
         return None
     try:
         ticks = int(stat_text.rsplit(")", 1)[1].split()[19])
-        btime = next(int(line.split()[1]) for line in boot_text.splitlines()
-                     if line.startswith("btime "))
+        btime = next(
+            int(line.split()[1]) for line in boot_text.splitlines() if line.startswith("btime ")
+        )
     except (IndexError, ValueError, StopIteration):
         return None
     return btime + ticks / os.sysconf("SC_CLK_TCK")
