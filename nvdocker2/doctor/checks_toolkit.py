@@ -8,7 +8,7 @@ from pathlib import Path
 
 import nvdocker2
 from nvdocker2.doctor.checks_driver import PERSISTENCE_HINT
-from nvdocker2.doctor.context import CLI_EXE, HOOK_EXE, RUNTIME_EXE, Context, _toolkit_value
+from nvdocker2.doctor.context import CLI_EXE, HOOK_EXE, RUNTIME_EXE, Context
 from nvdocker2.doctor.registry import Outcome, check, fail, ok, skip, warn
 
 REINSTALL_HINT = "reinstall the nvdocker2 package so every executable comes from one version"
@@ -61,82 +61,34 @@ def hook_installed(ctx: Context) -> Outcome:
     )
 
 
-# config.toml keys and their types (SPEC §3): section → key → type.
-_TOOLKIT_TYPES: dict[str, dict[str, type | tuple[type, ...]]] = {
-    "": {
-        "disable-require": bool,
-        "supported-driver-capabilities": str,
-        "accept-nvidia-visible-devices-envvar-when-unprivileged": bool,
-        "accept-nvidia-visible-devices-as-volume-mounts": bool,
-        "swarm-resource": str,
-    },
-    "nvidia-container-runtime": {
-        "runtimes": list,
-        "debug": str,
-        "log-level": str,
-        "mode": str,
-        "driver-root": str,
-    },
-    "nvidia-container-runtime-hook": {"path": str},
-    "nvidia-container-cli": {
-        "path": str,
-        "root": str,
-        "ldconfig": str,
-        "load-kmods": bool,
-        "no-cgroups": bool,
-        "user": str,
-        "debug": str,
-        "environment": list,
-    },
-}
-
-
-def _toolkit_errors(data: dict) -> list[str]:
-    errors = []
-    for section, types in _TOOLKIT_TYPES.items():
-        table = data.get(section, {}) if section else data
-        if not isinstance(table, dict):
-            errors.append(f"[{section}] is not a table")
-            continue
-        for key, want in types.items():
-            if key in table and not isinstance(table[key], want):
-                name = f"[{section}] {key}" if section else key
-                errors.append(
-                    f"{name} should be a {getattr(want, '__name__', want)}, not {table[key]!r}"
-                )
-    return errors
-
-
 @check("toolkit.config", "config.toml parses, values valid")
 def toolkit_config(ctx: Context) -> Outcome:
     cfg = ctx.toolkit_config()
     via = " (from NVIDIA_CONTAINER_RUNTIME_CONFIG)" if cfg.from_env else ""
     if not cfg.exists:
         return ok(f"{cfg.path}{via} absent: the runtime and hook use the defaults")
-    if cfg.data is None:
+    if cfg.error is not None:
         return fail(
-            f"{cfg.path}{via}: {cfg.error}; every GPU container start fails",
-            f"fix the TOML in {cfg.path}",
+            f"{cfg.error}{via}: the runtime and the hook refuse it, so every GPU container "
+            "fails to start",
+            f"correct that key in {cfg.path}, or remove the file to use the defaults",
         )
-    errors = _toolkit_errors(cfg.data)
-    if errors:
-        return fail(f"{cfg.path}: " + "; ".join(errors), f"correct these keys in {cfg.path}")
     return ok(f"{cfg.path}{via}: valid")
 
 
 @check("toolkit.rootless", "no-cgroups matches rootless/rootful Docker", needs=("toolkit.config",))
 def toolkit_rootless(ctx: Context) -> Outcome:
-    no_cgroups = _toolkit_value(ctx, "nvidia-container-cli", "no-cgroups", False)
+    no_cgroups = ctx.toolkit_config().config.cli.no_cgroups
     path = ctx.toolkit_config().path
     if ctx.rootless():
-        if no_cgroups is not True:
+        if not no_cgroups:
             return fail(
                 "rootless Docker, but [nvidia-container-cli] no-cgroups is not true: "
                 "the hook cannot write device cgroups and GPU containers fail",
                 f"set no-cgroups = true under [nvidia-container-cli] in {path}",
             )
         return ok("rootless Docker with no-cgroups = true")
-    if no_cgroups is True:
+    if no_cgroups:
         return warn(
             "rootful Docker with no-cgroups = true: GPUs are not added to the "
             "containers' device cgroup, so CUDA sees no device",
@@ -147,11 +99,15 @@ def toolkit_rootless(ctx: Context) -> Outcome:
 
 @check("toolkit.debug-logs", "debug log files writable", needs=("toolkit.config",))
 def toolkit_debug_logs(ctx: Context) -> Outcome:
+    cfg = ctx.toolkit_config().config
     logs = [
-        (f"[{s}] debug", _toolkit_value(ctx, s, "debug", None))
-        for s in ("nvidia-container-runtime", "nvidia-container-cli")
+        (key, value)
+        for key, value in (
+            ("[nvidia-container-runtime] debug", cfg.runtime.debug),
+            ("[nvidia-container-cli] debug", cfg.cli.debug),
+        )
+        if value
     ]
-    logs = [(k, v) for k, v in logs if isinstance(v, str) and v]
     if not logs:
         return ok("no debug log configured")
     bad = []
@@ -171,7 +127,7 @@ def toolkit_debug_logs(ctx: Context) -> Outcome:
 
 
 def _direct_mode(ctx: Context) -> bool:
-    return _toolkit_value(ctx, "nvidia-container-runtime", "mode", "legacy") == "direct"
+    return ctx.toolkit_config().config.runtime.mode == "direct"
 
 
 @check("cli.installed", f"{CLI_EXE} (libnvidia-container) present")
@@ -233,9 +189,7 @@ def cli_info(ctx: Context) -> Outcome:
 @check("runtime.low-level", "low-level runtime (runc/crun)")
 def runtime_low_level(ctx: Context) -> Outcome:
     path, where, res = ctx.low_level_runtime()
-    names = _toolkit_value(
-        ctx, "nvidia-container-runtime", "runtimes", ["docker-runc", "runc", "crun"]
-    )
+    names = ", ".join(ctx.toolkit_config().config.runtime.runtimes)
     if path is None:
         return fail(
             f"none of {names} found on {where}: the runtime shim has nothing to exec",

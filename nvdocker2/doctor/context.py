@@ -23,6 +23,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any, Callable
 
 from nvdocker2.doctor.host import SYSTEM_PATH, CommandResult, HostRoot, Runner, run_command
+from nvdocker2 import toolkit_config
 from nvdocker2.locations import ROOTFUL_CONFIG
 
 RUNTIME_NAME = "nvidia"
@@ -31,7 +32,6 @@ HOOK_EXE = "nvidia-container-runtime-hook"
 CLI_EXE = "nvidia-container-cli"
 DEFAULT_SOCKET = "/var/run/docker.sock"
 DEFAULT_PIDFILE = "/var/run/docker.pid"
-TOOLKIT_CONFIG = "/etc/nvidia-container-runtime/config.toml"
 
 # Each external command gets this long; the Engine API call a little more.
 COMMAND_TIMEOUT = 1.5
@@ -87,10 +87,13 @@ class DockerdProcess:
 
 
 @dataclass(frozen=True)
-class ToolkitConfig:
+class ToolkitFile:
+    """config.toml as the runtime and hook read it: `config` holds the defaults when the file
+    is missing or refused (`error`, one line naming the file and the key)."""
+
     path: PurePosixPath
     exists: bool
-    data: dict | None
+    config: toolkit_config.ToolkitConfig
     error: str | None = None
     from_env: bool = False
 
@@ -197,7 +200,7 @@ class Context:
         """The local dockerd serving `docker_host()`, or None and why it was not found."""
         return self.fact("dockerd_process", lambda: _find_dockerd(self))
 
-    def toolkit_config(self) -> ToolkitConfig:
+    def toolkit_config(self) -> ToolkitFile:
         return self.fact("toolkit_config", lambda: _read_toolkit_config(self))
 
     def rootless(self) -> bool:
@@ -235,9 +238,8 @@ class Context:
 
     def hook_path(self) -> tuple[Path | None, str]:
         def compute() -> tuple[Path | None, str]:
-            section = (self.toolkit_config().data or {}).get("nvidia-container-runtime-hook")
-            path = section.get("path") if isinstance(section, dict) else None
-            if isinstance(path, str) and path:
+            path = self.toolkit_config().config.hook.path
+            if path:
                 return self.root.which(
                     path, None
                 ), "config.toml [nvidia-container-runtime-hook] path"
@@ -251,9 +253,8 @@ class Context:
 
     def cli_path(self) -> tuple[Path | None, str]:
         def compute() -> tuple[Path | None, str]:
-            section = (self.toolkit_config().data or {}).get("nvidia-container-cli")
-            path = section.get("path") if isinstance(section, dict) else None
-            if isinstance(path, str) and path:
+            path = self.toolkit_config().config.cli.path
+            if path:
                 return self.root.which(path, None), "config.toml [nvidia-container-cli] path"
             return self.root.which(CLI_EXE, SYSTEM_PATH), "the standard system PATH"
 
@@ -292,13 +293,8 @@ class Context:
         """The low-level runtime the shim would exec (first of config.toml's list found)."""
 
         def compute() -> tuple[Path | None, str, CommandResult | None]:
-            names = _toolkit_value(
-                self, "nvidia-container-runtime", "runtimes", ["docker-runc", "runc", "crun"]
-            )
             search, where = self.search_path()
-            for name in names if isinstance(names, list) else []:
-                if not isinstance(name, str):
-                    continue
+            for name in self.toolkit_config().config.runtime.runtimes:
                 found = self.root.which(name, search)
                 if found is not None:
                     return found, where, self.run([str(found), "--version"])
@@ -521,30 +517,24 @@ def _start_time(ctx: Context, pid: int) -> float | None:
     return btime + ticks / os.sysconf("SC_CLK_TCK")
 
 
-def _read_toolkit_config(ctx: Context) -> ToolkitConfig:
-    env_path = ctx.env.get("NVIDIA_CONTAINER_RUNTIME_CONFIG")
-    path = PurePosixPath(env_path or TOOLKIT_CONFIG)
+def _read_toolkit_config(ctx: Context) -> ToolkitFile:
+    """config.toml through the runtime's own reader, so doctor refuses what the runtime would."""
+    env_path = ctx.env.get(toolkit_config.CONFIG_ENV)
+    path = PurePosixPath(env_path or toolkit_config.DEFAULT_CONFIG_PATH)
+    real = ctx.root.path(path)
+    defaults = toolkit_config.ToolkitConfig(path=str(path), from_env=bool(env_path))
     try:
-        raw = ctx.root.path(path).read_bytes()
+        raw = real.read_bytes()
     except FileNotFoundError:
-        return ToolkitConfig(path, False, {}, None, bool(env_path))
+        return ToolkitFile(path, False, defaults, None, bool(env_path))
     except OSError as exc:
-        return ToolkitConfig(path, True, None, f"cannot read it: {exc.strerror}", bool(env_path))
+        return ToolkitFile(path, True, defaults, f"{path}: cannot read: {exc.strerror}",
+                           bool(env_path))
     try:
-        if sys.version_info >= (3, 11):
-            import tomllib
-        else:  # pragma: no cover - Python < 3.11
-            import tomli as tomllib
-        data = tomllib.loads(raw.decode("utf-8"))
-    except (ValueError, UnicodeDecodeError) as exc:
-        return ToolkitConfig(path, True, None, str(exc), bool(env_path))
-    return ToolkitConfig(path, True, data, None, bool(env_path))
-
-
-def _toolkit_value(ctx: Context, section: str, key: str, default: Any) -> Any:
-    data = ctx.toolkit_config().data or {}
-    table = data.get(section)
-    return table.get(key, default) if isinstance(table, dict) else default
+        cfg = toolkit_config.parse(raw, str(path), bool(env_path))
+    except toolkit_config.ConfigError as exc:
+        return ToolkitFile(path, True, defaults, str(exc), bool(env_path))
+    return ToolkitFile(path, True, cfg, None, bool(env_path))
 
 
 _SYS_PATH_LINE = re.compile(r"sys\.path\[len\(sys\.path\):\] = (\[[^\]]*\])")

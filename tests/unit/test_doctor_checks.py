@@ -543,7 +543,11 @@ def test_toolkit_config_bad_toml_and_bad_types_fail(host):
     host.file(
         "/etc/nvidia-container-runtime/config.toml", '[nvidia-container-cli]\nno-cgroups = "yes"\n'
     )
-    assert_status(host.run(), "toolkit.config", FAIL, "[nvidia-container-cli] no-cgroups", "'yes'")
+    assert_status(host.run(), "toolkit.config", FAIL, "'nvidia-container-cli.no-cgroups'", "'yes'")
+    host.file("/etc/nvidia-container-runtime/config.toml",
+              '[nvidia-container-runtime]\nmode = "fast"\n')
+    assert_status(host.run(), "toolkit.config", FAIL, "'nvidia-container-runtime.mode'",
+                  "'fast'", "correct that key")
 
 
 def test_toolkit_config_from_env_is_used(host):
@@ -551,7 +555,7 @@ def test_toolkit_config_from_env_is_used(host):
     host.env["NVIDIA_CONTAINER_RUNTIME_CONFIG"] = "/srv/tk.toml"
     results = host.run()
     assert_status(results, "toolkit.config", OK, "/srv/tk.toml", "NVIDIA_CONTAINER_RUNTIME_CONFIG")
-    assert_status(results, "runtime.low-level", FAIL, "['crun']", "install runc")
+    assert_status(results, "runtime.low-level", FAIL, "none of crun", "install runc")
 
 
 def test_rootless_needs_no_cgroups(host):
