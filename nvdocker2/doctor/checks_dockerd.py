@@ -7,6 +7,7 @@ import os
 import shlex
 from pathlib import PurePosixPath
 
+from nvdocker2.dockerd.process import MERGED_KEYS, file_keys, flags_to_keys
 from nvdocker2.doctor.checks_config import BUILTIN_RUNTIMES
 from nvdocker2.doctor.context import (
     HOOK_EXE,
@@ -38,7 +39,8 @@ def dockerd_reachable(ctx: Context) -> Outcome:
     if res.info is None:
         return fail(
             f"no answer from dockerd at {host.url} ({host.source}): {res.error}",
-            "start it (systemctl start docker), or name the right daemon with "
+            res.hint
+            or "start it (systemctl start docker), or name the right daemon with "
             "--docker-host / DOCKER_HOST",
         )
     info = res.info
@@ -127,90 +129,6 @@ def dockerd_sync(ctx: Context) -> Outcome:
     return ok(f"dockerd runs with the runtimes and default-runtime of {f.path}")
 
 
-# Short dockerd flags and flags whose daemon.json key is another name (DOCKERD-FACTS).
-SHORT_FLAGS = {
-    "-H": "hosts",
-    "-D": "debug",
-    "-l": "log-level",
-    "-G": "group",
-    "-g": "graph",
-    "-p": "pidfile",
-    "-b": "bridge",
-    "-s": "storage-driver",
-}
-PLURAL_KEYS = {
-    "host": "hosts",
-    "label": "labels",
-    "registry-mirror": "registry-mirrors",
-    "insecure-registry": "insecure-registries",
-    "storage-opt": "storage-opts",
-    "exec-opt": "exec-opts",
-    "dns-opt": "dns-opts",
-    "log-opt": "log-opts",
-    "default-ulimit": "default-ulimits",
-    "authorization-plugin": "authorization-plugins",
-    "node-generic-resource": "node-generic-resources",
-    "add-runtime": "runtimes",
-    "default-address-pool": "default-address-pools",
-    "cdi-spec-dir": "cdi-spec-dirs",
-}
-BOOL_FLAGS = {
-    "debug",
-    "experimental",
-    "icc",
-    "init",
-    "ip-forward",
-    "ip-masq",
-    "iptables",
-    "ip6tables",
-    "ipv6",
-    "live-restore",
-    "no-new-privileges",
-    "raw-logs",
-    "rootless",
-    "selinux-enabled",
-    "tls",
-    "tlsverify",
-    "userland-proxy",
-    "cri-containerd",
-    "validate",
-    "version",
-    "help",
-    "-D",
-    "-v",
-    "-h",
-}
-# Flags that are not daemon.json directives, or that dockerd merges with the file.
-NOT_CONFLICTING = {"config-file", "runtimes", "validate", "version", "help"}
-
-
-def flag_keys(argv: list[str] | tuple[str, ...]) -> dict[str, str]:
-    """daemon.json keys set by the dockerd flags in `argv` → the flag as written."""
-    keys: dict[str, str] = {}
-    args = list(argv[1:])
-    i = 0
-    while i < len(args):
-        arg = args[i]
-        i += 1
-        if not arg.startswith("-") or arg == "-":
-            continue
-        name, eq, _ = arg.partition("=")
-        if name.startswith("--"):
-            flag = name[2:]
-            key = PLURAL_KEYS.get(flag, flag)
-            takes_value = flag not in BOOL_FLAGS
-        elif name in SHORT_FLAGS:
-            key = SHORT_FLAGS[name]
-            takes_value = name not in BOOL_FLAGS
-        else:
-            continue
-        if takes_value and not eq and i < len(args):
-            i += 1
-        if key not in NOT_CONFLICTING:
-            keys.setdefault(key, name)
-    return keys
-
-
 def _unit_argv(ctx: Context) -> tuple[list[str] | None, str]:
     """dockerd's argv from the systemd unit (the last ExecStart after drop-ins) and its file."""
     units = [
@@ -273,19 +191,21 @@ def dockerd_flags(ctx: Context) -> Outcome:
     if proc is not None:
         files = dockerd_option_values(proc.argv, "config-file")
         if (files[-1] if files else ROOTFUL_CONFIG) == str(f.path):
-            sources.append((f"the running dockerd (pid {proc.pid})", flag_keys(proc.argv)))
+            sources.append((f"the running dockerd (pid {proc.pid})", flags_to_keys(proc.argv[1:])))
     unit_argv, unit_file = _unit_argv(ctx)
     if unit_argv is not None:
         files = dockerd_option_values(unit_argv, "config-file")
         if (files[-1] if files else ROOTFUL_CONFIG) == str(f.path):
-            sources.append((f"ExecStart in {unit_file}", flag_keys(unit_argv)))
+            sources.append((f"ExecStart in {unit_file}", flags_to_keys(unit_argv[1:])))
     if not sources:
         return skip(f"no dockerd command line found that reads {f.path} ({why or 'no unit'})")
-    conflicts = []
-    for where, keys in sources:
-        for key, flag in keys.items():
-            if key in doc:
-                conflicts.append((key, flag, where))
+    in_file = file_keys(doc)
+    conflicts = [
+        (key, flag, where)
+        for where, keys in sources
+        for key, flag in sorted(keys.items())
+        if key in in_file and key not in MERGED_KEYS
+    ]
     if conflicts:
         detail = "; ".join(
             f"{key!r} is set both in {f.path} and as {flag} in {where}"

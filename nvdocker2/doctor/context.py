@@ -41,7 +41,12 @@ EngineInfo = Callable[[str, float], "dict[str, Any]"]
 
 
 class EngineUnreachable(Exception):
-    """The Engine API did not answer `GET /info`; the message says what happened."""
+    """The Engine API did not answer `GET /info`; the message says what happened, `hint`
+    (when set) what to do instead of starting dockerd."""
+
+    def __init__(self, message: str, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.hint = hint
 
 
 @dataclass(frozen=True)
@@ -75,6 +80,7 @@ class DockerHost:
 class InfoResult:
     info: dict | None
     error: str | None = None
+    hint: str | None = None
 
 
 @dataclass(frozen=True)
@@ -192,7 +198,7 @@ class Context:
             try:
                 return InfoResult(self.engine_info(self.docker_host().url, ENGINE_TIMEOUT))
             except EngineUnreachable as exc:
-                return InfoResult(None, str(exc))
+                return InfoResult(None, str(exc), exc.hint)
 
         return self.fact("info", compute)
 
@@ -416,24 +422,11 @@ def _norm_socket(url: str) -> str | None:
     return path
 
 
-def dockerd_option_values(
-    argv: tuple[str, ...] | list[str], long: str, short: str | None = None
-) -> list[str]:
-    """The values given to one dockerd option in `argv` (`--x v`, `--x=v`, `-x v`, `-x=v`)."""
-    values = []
-    names = {f"--{long}"} | ({f"-{short}"} if short else set())
-    i = 0
-    while i < len(argv):
-        arg = argv[i]
-        name, eq, value = arg.partition("=")
-        if name in names:
-            if eq:
-                values.append(value)
-            elif i + 1 < len(argv):
-                values.append(argv[i + 1])
-                i += 1
-        i += 1
-    return values
+def dockerd_option_values(argv: tuple[str, ...] | list[str], long: str) -> list[str]:
+    """The values given to one dockerd option (`--host`, `-H` …) in `argv`, in order."""
+    from nvdocker2.dockerd.process import parse_flags
+
+    return [v for name, v in parse_flags(tuple(argv[1:])) if name == long and v is not None]
 
 
 def _proc_argv(ctx: Context, pid: int) -> tuple[str, ...] | None:
@@ -475,7 +468,7 @@ def _find_dockerd(ctx: Context) -> tuple[DockerdProcess | None, str]:
 def _dockerd_hosts(ctx: Context, argv: tuple[str, ...]) -> list[str]:
     """Where a dockerd listens: its -H flags, else `hosts` in its daemon.json, else the
     default socket."""
-    hosts = dockerd_option_values(argv, "host", "H")
+    hosts = dockerd_option_values(argv, "host")
     if hosts:
         return hosts
     files = dockerd_option_values(argv, "config-file")

@@ -433,6 +433,7 @@ def test_flag_and_file_conflict_from_systemd_drop_in_fails(host):
     )
     host.file("/etc/default/docker", 'DOCKER_OPTS="--debug"\n')
     host.daemon_json({"debug": True, "hosts": ["unix:///var/run/docker.sock"]})
+    host.dockerd(["dockerd"], {"PATH": "/usr/bin"}, start=time.time() + 60)
     results = host.run()
     assert_status(results, "dockerd.flags", FAIL, "'debug'", "/lib/systemd/system/docker.service")
     host.file(
@@ -444,10 +445,16 @@ def test_flag_and_file_conflict_from_systemd_drop_in_fails(host):
         "dockerd.flags",
         FAIL,
         "'hosts'",
-        "-H",
-        "/etc/systemd/system/docker.service.d/override.conf",
+        "as --host in ExecStart in /etc/systemd/system/docker.service.d/override.conf",
     )
     assert "'debug'" not in r.detail
+
+
+def test_flag_conflict_inside_a_nested_object_is_found(host):
+    host.dockerd(["dockerd", "--http-proxy=http://p:3128"], {"PATH": "/usr/bin"},
+                 start=time.time() + 60)
+    host.daemon_json({"proxies": {"http-proxy": "http://q:3128"}})
+    assert_status(host.run(), "dockerd.flags", FAIL, "'http-proxy'", "--http-proxy")
 
 
 def test_flags_ok_when_no_key_repeated(host):
