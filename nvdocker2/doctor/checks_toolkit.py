@@ -8,7 +8,7 @@ from pathlib import Path
 
 import nvdocker2
 from nvdocker2.doctor.checks_driver import PERSISTENCE_HINT
-from nvdocker2.doctor.context import CLI_EXE, HOOK_EXE, RUNTIME_EXE, Context
+from nvdocker2.doctor.context import BROKEN, CLI_EXE, HOOK_EXE, RUNTIME_EXE, Context
 from nvdocker2.doctor.registry import Outcome, check, fail, ok, skip, warn
 
 REINSTALL_HINT = "reinstall the nvdocker2 package so every executable comes from one version"
@@ -26,6 +26,11 @@ def _version_outcome(
         return fail(f"{exe} not found ({where})", missing_hint)
     shown = ctx.root.show(path)
     ver, how = version
+    if how.startswith(BROKEN):
+        return fail(
+            f"{shown} cannot start: {how[len(BROKEN) :]}",
+            REINSTALL_HINT,
+        )
     if ver is None:
         return warn(
             f"{shown} ({where}) is not nvdocker2's: {how}",

@@ -521,8 +521,9 @@ def _read_toolkit_config(ctx: Context) -> ToolkitFile:
     except FileNotFoundError:
         return ToolkitFile(path, False, defaults, None, bool(env_path))
     except OSError as exc:
-        return ToolkitFile(path, True, defaults, f"{path}: cannot read: {exc.strerror}",
-                           bool(env_path))
+        return ToolkitFile(
+            path, True, defaults, f"{path}: cannot read: {exc.strerror}", bool(env_path)
+        )
     try:
         cfg = toolkit_config.parse(raw, str(path), bool(env_path))
     except toolkit_config.ConfigError as exc:
@@ -530,8 +531,46 @@ def _read_toolkit_config(ctx: Context) -> ToolkitFile:
     return ToolkitFile(path, True, cfg, None, bool(env_path))
 
 
-_SYS_PATH_LINE = re.compile(r"sys\.path\[len\(sys\.path\):\] = (\[[^\]]*\])")
+# How nvdocker2's launchers put the package on sys.path: the package's launchers
+# (nvdocker2.runtime.launcher) append a list, the rpm's insert one directory.
+_SYS_PATH_LINE = re.compile(
+    r"sys\.path\[len\(sys\.path\):\] = (\[[^\]]*\])|sys\.path\.insert\(\s*0\s*,\s*(['\"][^'\"]+['\"])\s*\)"
+)
+# Prefix of a `_program_version` answer for an nvdocker2 launcher that cannot start.
+BROKEN = "broken: "
 _VERSION_LINE = re.compile(r"""^__version__ = ["']([^"']+)["']""", re.MULTILINE)
+
+
+def _launcher_sys_path(text: str) -> list[str]:
+    """The directories a launcher puts on sys.path (the first well-formed list found)."""
+    for m in _SYS_PATH_LINE.finditer(text):
+        try:
+            dirs = ast.literal_eval(m.group(1) or f"[{m.group(2)}]")
+        except (ValueError, SyntaxError):
+            continue
+        if (
+            isinstance(dirs, list)
+            and dirs
+            and all(isinstance(d, str) and d.startswith("/") for d in dirs)
+        ):
+            return dirs
+    return []
+
+
+def _sh_assignments(text: str) -> dict[str, str]:
+    """`NAME=value` lines of a sh launcher, unquoted (the sh runtime launcher keeps the Python
+    code it runs in a quoted `code=` variable)."""
+    values = {}
+    for line in text.splitlines():
+        m = re.match(r"([A-Za-z_]\w*)=(\S.*)$", line)
+        if m:
+            try:
+                words = shlex.split(m.group(2))
+            except ValueError:
+                continue
+            if len(words) == 1:
+                values[m.group(1)] = words[0]
+    return values
 
 
 def _program_version(ctx: Context, path: Path | None) -> tuple[str | None, str]:
@@ -550,18 +589,14 @@ def _program_version(ctx: Context, path: Path | None) -> tuple[str | None, str]:
     except OSError as exc:
         return None, f"cannot read it: {exc.strerror}"
     if head.startswith("#!") and "nvdocker2" in head:
-        m = _SYS_PATH_LINE.search(head)
-        if m:
-            try:
-                dirs = ast.literal_eval(m.group(1))
-            except (ValueError, SyntaxError):
-                dirs = []
-            for d in dirs if isinstance(dirs, list) else []:
-                text = ctx.root.read_text(f"{d}/nvdocker2/__init__.py")
-                found = _VERSION_LINE.search(text or "")
+        text = "\n".join(_sh_assignments(head).values()) + "\n" + head
+        dirs = _launcher_sys_path(text)
+        if dirs:
+            for d in dirs:
+                found = _VERSION_LINE.search(ctx.root.read_text(f"{d}/nvdocker2/__init__.py") or "")
                 if found:
                     return found.group(1), f"nvdocker2 {found.group(1)} in {d}"
-            return None, f"none of {dirs} holds nvdocker2"
+            return None, f"{BROKEN}none of {', '.join(dirs)} holds the nvdocker2 package"
         words = shlex.split(head[2:].split("\n", 1)[0])
         if words and os.path.basename(words[0]) == "env":
             words = words[1:]
@@ -569,7 +604,7 @@ def _program_version(ctx: Context, path: Path | None) -> tuple[str | None, str]:
         res = ctx.run(interp + ["-c", "import nvdocker2; print(nvdocker2.__version__)"])
         if res.ok and res.stdout.strip():
             return res.stdout.strip(), f"nvdocker2 {res.stdout.strip()} (read from the script)"
-        return None, f"its Python cannot import nvdocker2: {res.first_line()}"
+        return None, f"{BROKEN}its Python cannot import nvdocker2: {res.first_line()}"
     res = ctx.run([str(path), "--version"])
     if not res.ok:
         return None, f"`{path.name} --version` failed: {res.first_line()}"

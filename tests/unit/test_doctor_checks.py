@@ -451,8 +451,9 @@ def test_flag_and_file_conflict_from_systemd_drop_in_fails(host):
 
 
 def test_flag_conflict_inside_a_nested_object_is_found(host):
-    host.dockerd(["dockerd", "--http-proxy=http://p:3128"], {"PATH": "/usr/bin"},
-                 start=time.time() + 60)
+    host.dockerd(
+        ["dockerd", "--http-proxy=http://p:3128"], {"PATH": "/usr/bin"}, start=time.time() + 60
+    )
     host.daemon_json({"proxies": {"http-proxy": "http://q:3128"}})
     assert_status(host.run(), "dockerd.flags", FAIL, "'http-proxy'", "--http-proxy")
 
@@ -551,10 +552,17 @@ def test_toolkit_config_bad_toml_and_bad_types_fail(host):
         "/etc/nvidia-container-runtime/config.toml", '[nvidia-container-cli]\nno-cgroups = "yes"\n'
     )
     assert_status(host.run(), "toolkit.config", FAIL, "'nvidia-container-cli.no-cgroups'", "'yes'")
-    host.file("/etc/nvidia-container-runtime/config.toml",
-              '[nvidia-container-runtime]\nmode = "fast"\n')
-    assert_status(host.run(), "toolkit.config", FAIL, "'nvidia-container-runtime.mode'",
-                  "'fast'", "correct that key")
+    host.file(
+        "/etc/nvidia-container-runtime/config.toml", '[nvidia-container-runtime]\nmode = "fast"\n'
+    )
+    assert_status(
+        host.run(),
+        "toolkit.config",
+        FAIL,
+        "'nvidia-container-runtime.mode'",
+        "'fast'",
+        "correct that key",
+    )
 
 
 def test_toolkit_config_from_env_is_used(host):
@@ -730,3 +738,41 @@ def test_wsl2_skips_native_driver_checks(host):
     assert_status(results, "wsl", OK, "/dev/dxg")
     for i in ("driver.kernel", "driver.modules", "driver.devices", "driver.libraries"):
         assert_status(results, i, SKIP, "WSL2")
+
+
+def _package_dir(host: FakeHost, d: str, version: str) -> None:
+    host.file(f"{d}/nvdocker2/__init__.py", f'"""nvdocker2."""\n\n__version__ = "{version}"\n')
+
+
+def test_version_of_the_package_launchers_is_read_from_their_package_dir(host):
+    from nvdocker2.runtime import launcher
+
+    _package_dir(host, "/usr/lib/python3/dist-packages", nvdocker2.__version__)
+    for name, text in launcher.render(
+        "/usr/bin/python3", ["/usr/lib/python3/dist-packages"]
+    ).items():
+        host.exe(f"/usr/bin/{name}", text)
+    results = host.run()
+    assert_status(results, "runtime.installed", OK, f"nvdocker2 {nvdocker2.__version__}")
+    assert_status(results, "hook.installed", OK, f"nvdocker2 {nvdocker2.__version__}")
+    _package_dir(host, "/usr/lib/python3/dist-packages", "0.0.7")
+    assert_status(host.run(), "hook.installed", WARN, "nvdocker2 0.0.7", "reinstall")
+    host.remove("/usr/lib/python3/dist-packages/nvdocker2/__init__.py")
+    assert_status(
+        host.run(),
+        "runtime.installed",
+        FAIL,
+        "cannot start",
+        "/usr/lib/python3/dist-packages holds",
+        "reinstall",
+    )
+
+
+def test_version_of_the_rpm_launcher_is_read_from_its_package_dir(host):
+    _package_dir(host, "/usr/lib/nvdocker2", "9.9.9")
+    host.exe(
+        "/usr/bin/nvidia-container-runtime",
+        '#!/usr/bin/python3 -s\nimport sys\nsys.path.insert(0, "/usr/lib/nvdocker2")\n'
+        "from nvdocker2.runtime import main\nsys.exit(main())\n",
+    )
+    assert_status(host.run(), "runtime.installed", WARN, "nvdocker2 9.9.9", nvdocker2.__version__)
