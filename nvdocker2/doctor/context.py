@@ -14,7 +14,6 @@ import json
 import os
 import re
 import shlex
-import sys
 import threading
 from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -22,8 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any, Callable
 
-from nvdocker2.doctor.host import SYSTEM_PATH, CommandResult, HostRoot, Runner, run_command
 from nvdocker2 import toolkit_config
+from nvdocker2.doctor.host import SYSTEM_PATH, CommandResult, HostRoot, Runner, run_command
 from nvdocker2.locations import ROOTFUL_CONFIG
 
 RUNTIME_NAME = "nvidia"
