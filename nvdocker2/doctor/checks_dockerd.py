@@ -18,6 +18,8 @@ from nvdocker2.doctor.context import (
 )
 from nvdocker2.doctor.registry import Outcome, check, fail, ok, skip, warn
 
+# Seconds of doubt between the hook's change time and dockerd's start time.
+START_SLACK = 0.5
 RESTART_HINT = "restart dockerd: systemctl restart docker (containers without live-restore stop)"
 
 
@@ -243,7 +245,7 @@ def dockerd_gpus(ctx: Context) -> Outcome:
             installed = max(os.lstat(hook).st_ctime, os.stat(hook).st_ctime)
         except OSError:
             installed = 0.0
-        if installed > proc.start_time:
+        if installed > proc.start_time + START_SLACK:
             return warn(
                 f"{shown} was installed or replaced after dockerd (pid {proc.pid}) "
                 "started: if it was not there before, dockerd has not registered it "

@@ -15,6 +15,7 @@ import os
 import re
 import shlex
 import threading
+import time
 from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -494,19 +495,27 @@ def _process(ctx: Context, pid: int, argv: tuple[str, ...], how: str) -> Dockerd
 
 
 def _start_time(ctx: Context, pid: int) -> float | None:
-    """When the process started (epoch seconds), from /proc/PID/stat and /proc/stat btime."""
+    """When the process started (epoch seconds), from /proc/PID/stat's start tick and
+    /proc/uptime (to 10 ms), else /proc/stat's btime (whole seconds)."""
     stat_text = ctx.root.read_text(f"/proc/{pid}/stat")
-    boot_text = ctx.root.read_text("/proc/stat")
-    if not stat_text or not boot_text:
+    if not stat_text:
         return None
     try:
-        ticks = int(stat_text.rsplit(")", 1)[1].split()[19])
-        btime = next(
-            int(line.split()[1]) for line in boot_text.splitlines() if line.startswith("btime ")
-        )
-    except (IndexError, ValueError, StopIteration):
+        since_boot = int(stat_text.rsplit(")", 1)[1].split()[19]) / os.sysconf("SC_CLK_TCK")
+    except (IndexError, ValueError):
         return None
-    return btime + ticks / os.sysconf("SC_CLK_TCK")
+    uptime = ctx.root.read_text("/proc/uptime")
+    try:
+        return time.time() - float(uptime.split()[0]) + since_boot  # type: ignore[union-attr]
+    except (AttributeError, IndexError, ValueError):
+        pass
+    for line in (ctx.root.read_text("/proc/stat") or "").splitlines():
+        if line.startswith("btime "):
+            try:
+                return int(line.split()[1]) + since_boot
+            except (IndexError, ValueError):
+                return None
+    return None
 
 
 def _read_toolkit_config(ctx: Context) -> ToolkitFile:

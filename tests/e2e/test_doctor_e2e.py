@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -189,3 +190,25 @@ def test_smoke_with_an_image_not_present_says_to_pull_it(dockerd):
     # no nvidia runtime loaded in this daemon: the runtime smoke test is skipped, saying why
     assert r["smoke.runtime"]["status"] == "skip"
     assert "dockerd.runtimes" in r["smoke.runtime"]["detail"]
+
+
+def test_gpus_support_follows_the_hook_on_dockerds_own_path(make_dockerd, tmp_path):
+    hook = Path(sys.executable).parent / "nvidia-container-runtime-hook"
+    early = tmp_path / "early"
+    early.mkdir()
+    shutil.copy2(hook, early / hook.name)
+    daemon = make_dockerd(path_prepend=[early])
+    _, r = doctor_json(daemon)
+    assert r["dockerd.gpus"]["status"] == "ok", r["dockerd.gpus"]
+    assert str(early / hook.name) in r["dockerd.gpus"]["detail"]
+
+    late = tmp_path / "late"
+    late.mkdir()
+    other = make_dockerd(path_prepend=[late])
+    time.sleep(0.6)
+    shutil.copy2(hook, late / hook.name)  # installed while dockerd runs
+    _, r = doctor_json(other)
+    gpus = r["dockerd.gpus"]
+    assert gpus["status"] == "warn"
+    assert f"after dockerd (pid {other.pid}) started" in gpus["detail"]
+    assert "restart" in gpus["hint"]
