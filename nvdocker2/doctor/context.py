@@ -33,6 +33,9 @@ CLI_EXE = "nvidia-container-cli"
 DEFAULT_SOCKET = "/var/run/docker.sock"
 DEFAULT_PIDFILE = "/var/run/docker.pid"
 
+# dockerd flags that make it print something and exit instead of serving.
+ONE_SHOT_FLAGS = frozenset({"version", "validate", "help"})
+
 # Each external command gets this long; the Engine API call a little more.
 COMMAND_TIMEOUT = 1.5
 ENGINE_TIMEOUT = 1.5
@@ -437,7 +440,12 @@ def _proc_argv(ctx: Context, pid: int) -> tuple[str, ...] | None:
 
 
 def _is_dockerd(argv: tuple[str, ...] | None) -> bool:
-    return bool(argv) and os.path.basename(argv[0]) == "dockerd"
+    """A dockerd daemon (not a `dockerd --version` or `--validate` run)."""
+    if not argv or os.path.basename(argv[0]) != "dockerd":
+        return False
+    from nvdocker2.dockerd.process import parse_flags
+
+    return not any(name in ONE_SHOT_FLAGS for name, _ in parse_flags(tuple(argv[1:])))
 
 
 def _find_dockerd(ctx: Context) -> tuple[DockerdProcess | None, str]:

@@ -506,6 +506,17 @@ def test_dockerd_found_by_the_hosts_key_of_its_config_file(host):
     assert host.context().dockerd_process()[0] is None  # not on the default socket
 
 
+def test_a_dockerd_version_run_is_not_taken_for_the_daemon(host):
+    host.dockerd(["dockerd", "--version"], {"PATH": "/usr/bin"}, start=time.time())
+    assert host.context().dockerd_process()[0] is None
+    host.dockerd(
+        ["dockerd", "--validate", "--config-file", "/etc/docker/daemon.json"],
+        {"PATH": "/usr/bin"},
+        start=time.time(),
+    )
+    assert host.context().dockerd_process()[0] is None
+
+
 def test_gpus_skipped_when_no_local_dockerd(host):
     host.remove(f"/proc/{DOCKERD_PID}/cmdline")
     assert_status(host.run(), "dockerd.gpus", SKIP, "no dockerd process")
