@@ -191,6 +191,34 @@ def cli_info(ctx: Context) -> Outcome:
     return ok(f"driver {nvrm}, {gpus} GPU(s)")
 
 
+@check("direct.driver", "direct mode finds the driver under driver-root", needs=("toolkit.config",))
+def direct_driver(ctx: Context) -> Outcome:
+    """In direct mode the runtime itself reads GPUs, device nodes and driver files from
+    driver-root on every `create` (SPEC §7): the same discovery, run once here."""
+    from nvdocker2.direct.discover import discover
+    from nvdocker2.direct.errors import DirectError
+
+    if not _direct_mode(ctx):
+        return skip('mode is "legacy": the hook and nvidia-container-cli set up GPUs')
+    driver_root = ctx.toolkit_config().config.runtime.driver_root
+    try:
+        found = discover(str(ctx.root.path(driver_root)))
+    except DirectError as exc:
+        return fail(ctx.root.unroot(exc.message), exc.hint or "install and load the NVIDIA driver")
+    detail = (
+        f"driver-root {driver_root}: driver {found.driver_version or '?'}, "
+        f"{len(found.gpus)} GPU(s), {len(found.files)} driver files"
+    )
+    if found.problems:
+        return warn(
+            detail + "; " + "; ".join(f"{p}: {why}" for p, why in found.problems),
+            "create the device nodes: nvidia-modprobe -u -c=0",
+        )
+    if not found.gpus:
+        return warn(detail, "check that the GPUs are visible to the driver (nvidia-smi)")
+    return ok(detail)
+
+
 @check("runtime.low-level", "low-level runtime (runc/crun)")
 def runtime_low_level(ctx: Context) -> Outcome:
     path, where, res = ctx.low_level_runtime()

@@ -787,3 +787,22 @@ def test_version_of_the_rpm_launcher_is_read_from_its_package_dir(host):
         "from nvdocker2.runtime import main\nsys.exit(main())\n",
     )
     assert_status(host.run(), "runtime.installed", WARN, "nvdocker2 9.9.9", nvdocker2.__version__)
+
+
+def test_direct_mode_finds_the_driver_under_driver_root(host):
+    from fixtures.fake_driver import build_fake_driver
+
+    assert_status(host.run(), "direct.driver", SKIP, "legacy")
+    host.file(
+        "/etc/nvidia-container-runtime/config.toml",
+        '[nvidia-container-runtime]\nmode = "direct"\ndriver-root = "/drv"\n',
+    )
+    r = assert_status(
+        host.run(), "direct.driver", FAIL, "/drv/proc/driver/nvidia/gpus", "driver-root"
+    )
+    assert str(host.root) not in r.detail
+    build_fake_driver(host.path("/drv"))
+    results = host.run()
+    assert_status(results, "direct.driver", OK, "driver-root /drv", f"driver {DRIVER}", "2 GPU(s)")
+    host.remove("/usr/bin/nvidia-container-cli")
+    assert_status(host.run(), "cli.installed", SKIP, "direct")
