@@ -212,3 +212,14 @@ def test_gpus_support_follows_the_hook_on_dockerds_own_path(make_dockerd, tmp_pa
     assert gpus["status"] == "warn"
     assert f"after dockerd (pid {other.pid}) started" in gpus["detail"]
     assert "restart" in gpus["hint"]
+
+
+def test_checking_a_daemon_without_its_file_warns_which_file_it_reads(dockerd):
+    code, out, _, _ = doctor("--docker-host", dockerd.host, "--json")
+    r = {x["id"]: x for x in json.loads(out)}
+    target = r["config.target"]
+    assert target["status"] == "warn"
+    assert f"reads {dockerd.config_file}, not /etc/docker/daemon.json" in target["detail"]
+    assert f"--config {dockerd.config_file}" in target["hint"]
+    assert r["dockerd.sync"]["status"] == "skip"
+    assert str(dockerd.config_file) in r["dockerd.sync"]["detail"]
