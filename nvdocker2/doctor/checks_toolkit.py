@@ -40,7 +40,7 @@ def _version_outcome(
         return warn(
             f"{shown} is nvdocker2 {ver}, this nvdocker2 is {nvdocker2.__version__}", REINSTALL_HINT
         )
-    return ok(f"{shown} ({where}), nvdocker2 {ver}")
+    return ok(f"{shown} ({where}): {how}")
 
 
 @check("runtime.installed", f"{RUNTIME_EXE} installed, same version")

@@ -84,16 +84,13 @@ class FakeHost:
             ),
         )
         self.exe("/usr/sbin/runc", sh('echo "runc version 1.1.5"'))
-        # nvdocker2's own executables, shaped like pip's console scripts.
-        for exe, module in (
-            ("nvidia-container-runtime", "runtime"),
-            ("nvidia-container-runtime-hook", "hook"),
-        ):
-            self.exe(
-                f"/usr/bin/{exe}",
-                f"#!{sys.executable}\nimport sys\n"
-                f"from nvdocker2.{module} import main\nsys.exit(main())\n",
-            )
+        # nvdocker2's own executables: the package's launchers, its package directory.
+        from nvdocker2.runtime import launcher
+
+        site = "/usr/lib/python3/dist-packages"
+        self.file(f"{site}/nvdocker2/__init__.py", f'__version__ = "{nvdocker2.__version__}"\n')
+        for name, text in launcher.render("/usr/bin/python3", [site]).items():
+            self.exe(f"/usr/bin/{name}", text)
         # dockerd, started after everything above was installed, with the hook on its PATH.
         self.dockerd(
             ["dockerd", "-H", "unix:///var/run/docker.sock"],
@@ -523,6 +520,27 @@ def test_gpus_skipped_when_no_local_dockerd(host):
 
 
 # -- runtime, hook, config.toml, libnvidia-container, runc ---------------------------------
+
+
+def test_console_scripts_report_their_interpreters_nvdocker2_version(host):
+    for exe, module in (
+        ("nvidia-container-runtime", "runtime"),
+        ("nvidia-container-runtime-hook", "hook"),
+    ):
+        host.exe(
+            f"/usr/bin/{exe}",
+            f"#!{sys.executable}\nimport sys\n"
+            f"from nvdocker2.{module} import main\nsys.exit(main())\n",
+        )
+    results = host.run()
+    assert_status(
+        results,
+        "runtime.installed",
+        OK,
+        f"nvdocker2 {nvdocker2.__version__}",
+        "read from the script",
+    )
+    assert_status(results, "hook.installed", OK, "read from the script")
 
 
 def test_runtime_and_hook_report_the_nvdocker2_version(host):
