@@ -824,3 +824,14 @@ def test_direct_mode_finds_the_driver_under_driver_root(host):
     assert_status(results, "direct.driver", OK, "driver-root /drv", f"driver {DRIVER}", "2 GPU(s)")
     host.remove("/usr/bin/nvidia-container-cli")
     assert_status(host.run(), "cli.installed", SKIP, "direct")
+
+
+def test_open_kernel_module_version_line_is_read(host):
+    host.file(
+        "/proc/driver/nvidia/version",
+        "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  550.54.15  Release Build  "
+        "(dvs-builder@U16-I3-B13-4-3)  Tue Mar  5 22:15:33 UTC 2024\n",
+    )
+    results = host.run()
+    assert_status(results, "driver.kernel", OK, "kernel module 550.54.15")
+    assert_status(results, "driver.libraries", FAIL, "kernel module 550.54.15", DRIVER)
