@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from fixtures.fake_driver import DRIVER_VERSION, LIB64_DIR, build_fake_driver
-from privatedockerd import PrivateDockerd, missing_prerequisites
+from privatedockerd import PrivateDockerd
 
 from nvdocker2.runtime.launcher import write_launchers
 
@@ -41,13 +41,7 @@ class DirectSetup:
 
 
 @pytest.fixture(scope="module")
-def direct(tmp_path_factory):
-    missing = missing_prerequisites()
-    if missing:
-        message = "private dockerd needs: " + ", ".join(missing)
-        if os.environ.get("CI") == "true":
-            pytest.fail(message, pytrace=False)
-        pytest.skip(message)
+def direct(tmp_path_factory, e2e_prerequisites):
     setup = DirectSetup(tmp_path_factory.mktemp("direct"))
     config = {"runtimes": {
         "nvidia": {"path": str(setup.bin / "nvidia-container-runtime")},
