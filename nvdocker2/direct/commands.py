@@ -19,12 +19,11 @@ from nvdocker2.direct.errors import DirectError
 from nvdocker2.direct.spec import host_ldconfig
 from nvdocker2.errors import BadInput, EnvironmentProblem
 
-CONFIG_ENV = "NVIDIA_CONTAINER_RUNTIME_CONFIG"
-
-
 def config_toml_path() -> Path:
     """The runtime's config.toml: $NVIDIA_CONTAINER_RUNTIME_CONFIG, else the default path."""
-    return Path(os.environ.get(CONFIG_ENV) or toml_edit.DEFAULT_CONFIG_TOML)
+    from nvdocker2 import toolkit_config
+
+    return Path(toolkit_config.config_path()[0])
 
 
 def _read(path: Path) -> str:
