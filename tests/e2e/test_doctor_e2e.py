@@ -30,9 +30,16 @@ def doctor(*args: str, env: dict | None = None) -> tuple[int, str, str, float]:
     return proc.returncode, proc.stdout, proc.stderr, time.monotonic() - start
 
 
-def doctor_json(daemon, *extra: str) -> tuple[int, dict]:
+def doctor_json(daemon, *extra: str, env: dict | None = None) -> tuple[int, dict]:
+    """`doctor --json` for `daemon` and its file: exit code, results by id."""
     code, out, _, _ = doctor(
-        "--config", str(daemon.config_file), "--docker-host", daemon.host, "--json", *extra
+        "--config",
+        str(daemon.config_file),
+        "--docker-host",
+        daemon.host,
+        "--json",
+        *extra,
+        env=env,
     )
     results = json.loads(out)
     return code, {r["id"]: r for r in results}
@@ -150,16 +157,7 @@ def test_smoke_runs_a_gpu_container_and_reports_what_happened(dockerd):
     _, r = doctor_json(dockerd)
     assert not any(i.startswith("smoke.") for i in r), "smoke runs only with --smoke"
     env = dict(os.environ, NVDOCKER2_SMOKE_IMAGE=dockerd.image)
-    code, out, _, _ = doctor(
-        "--config",
-        str(dockerd.config_file),
-        "--docker-host",
-        dockerd.host,
-        "--json",
-        "--smoke",
-        env=env,
-    )
-    r = {x["id"]: x for x in json.loads(out)}
+    code, r = doctor_json(dockerd, "--smoke", env=env)
     assert code == 1
     smoke = r["smoke.runtime"]
     assert smoke["status"] == "fail"
@@ -174,16 +172,7 @@ def test_smoke_runs_a_gpu_container_and_reports_what_happened(dockerd):
 
 def test_smoke_with_an_image_not_present_says_to_pull_it(dockerd):
     env = dict(os.environ, NVDOCKER2_SMOKE_IMAGE="nvd2-absent:1")
-    _, out, _, _ = doctor(
-        "--config",
-        str(dockerd.config_file),
-        "--docker-host",
-        dockerd.host,
-        "--json",
-        "--smoke",
-        env=env,
-    )
-    r = {x["id"]: x for x in json.loads(out)}
+    _, r = doctor_json(dockerd, "--smoke", env=env)
     assert r["smoke.gpus"]["status"] == "fail"
     assert "nvd2-absent:1 is not present locally" in r["smoke.gpus"]["detail"]
     assert "docker pull nvd2-absent:1" in r["smoke.gpus"]["hint"]
