@@ -195,6 +195,7 @@ def test_dockerd_unreachable_fails_with_hint_and_dependents_say_why(host):
     assert_status(results, "dockerd.reachable", FAIL, "connection refused", "systemctl start")
     for dep in ("dockerd.runtimes", "dockerd.cgroup", "dockerd.sync", "driver.dev-char"):
         assert_status(results, dep, SKIP, "dockerd.reachable", "failed")
+    assert all(r.hint for r in results.values() if r.status in (WARN, FAIL))
     # everything that does not need dockerd still ran
     assert_status(results, "driver.kernel", OK, DRIVER)
     assert_status(results, "runtime.installed", OK)
