@@ -318,3 +318,23 @@ def test_expectation_checks_only_what_changed():
     assert transaction.expectation(after, before) == Expectation({"nvidia": "/b"}, (), "nvidia")
     assert transaction.expectation(before, after) == Expectation({"nvidia": "/a"}, (), "runc")
     assert transaction.expectation({}, before).absent == ("kata", "nvidia")
+
+
+def test_exit_4_quotes_what_dockerd_logged(cfg, state, tmp_path):
+    write(cfg, ORIGINAL)
+    log = tmp_path / "dockerd.log"
+    log.write_text('time="t0" level=error msg="an old error, before this change"\n')
+
+    class LoggingDockerd(SimulatedDockerd):
+        def reload(self):
+            with open(log, "a") as f:
+                f.write('time="t1" level=info msg="Got signal to reload configuration"\n')
+                if len(self.reloads) == 0:
+                    f.write('time="t1" level=error msg="invalid runtime path: no such file"\n')
+            super().reload()
+
+    d = LoggingDockerd(cfg, refuse_path=RT)
+    with pytest.raises(DockerdRejected) as ei:
+        transaction.install(cfg, runtime_path=RT, daemon=d, state=state, dockerd_log=log)
+    assert ei.value.hint == 'dockerd logged: time="t1" level=error msg="invalid runtime path: no such file"'
+    assert cfg.read_bytes() == ORIGINAL
