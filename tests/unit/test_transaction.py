@@ -338,3 +338,15 @@ def test_exit_4_quotes_what_dockerd_logged(cfg, state, tmp_path):
         transaction.install(cfg, runtime_path=RT, daemon=d, state=state, dockerd_log=log)
     assert ei.value.hint == 'dockerd logged: time="t1" level=error msg="invalid runtime path: no such file"'
     assert cfg.read_bytes() == ORIGINAL
+
+
+def test_missing_config_directory_is_created_one_level_only(tmp_path, state):
+    cfg = tmp_path / "etc" / "docker" / "daemon.json"
+    (tmp_path / "etc").mkdir()
+    res = transaction.install(cfg, runtime_path=RT, state=state)
+    assert res.changed and f"created the directory {cfg.parent}" in res.notes
+    assert oct(cfg.parent.stat().st_mode & 0o777) == "0o755"
+    deep = tmp_path / "nope" / "docker" / "daemon.json"
+    with pytest.raises(BadInput, match="does not exist"):
+        transaction.install(deep, runtime_path=RT, state=state)
+    assert not (tmp_path / "nope").exists()
