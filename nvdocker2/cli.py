@@ -48,12 +48,16 @@ RELOAD_HELP = (
 )
 
 
+def _no_default(*names: str, **kw: Any) -> Any:
+    """An option whose absence means "work it out" (the help says how), not a value."""
+    return typer.Option(None, *names, show_default=False, **kw)
+
+
 # --- options shared by several commands (a fresh OptionInfo per use) -----------------------
 
 
 def _opt_config() -> Any:
-    return typer.Option(
-        None,
+    return _no_default(
         "--config",
         metavar="PATH",
         help="daemon.json to change [default: chosen for this host's Docker: rootful "
@@ -79,7 +83,12 @@ def _opt_timeout() -> Any:
 
 def _opt_reload() -> Any:
     return typer.Option(
-        ReloadMode.auto, "--reload", metavar="MODE", help=RELOAD_HELP, case_sensitive=False
+        ReloadMode.auto,
+        "--reload",
+        show_default="auto",
+        metavar="MODE",
+        help=RELOAD_HELP,
+        case_sensitive=False,
     )
 
 
@@ -99,8 +108,7 @@ def _opt_no_verify() -> Any:
 
 
 def _opt_docker_host() -> Any:
-    return typer.Option(
-        None,
+    return _no_default(
         "--docker-host",
         metavar="URL",
         help="Engine API to verify through [default: $DOCKER_HOST, else "
@@ -109,8 +117,7 @@ def _opt_docker_host() -> Any:
 
 
 def _opt_pidfile() -> Any:
-    return typer.Option(
-        None,
+    return _no_default(
         "--pidfile",
         metavar="PATH",
         help="dockerd's pid file for --reload signal [default: /var/run/docker.pid].",
@@ -118,8 +125,7 @@ def _opt_pidfile() -> Any:
 
 
 def _opt_dockerd_log() -> Any:
-    return typer.Option(
-        None,
+    return _no_default(
         "--dockerd-log",
         metavar="PATH",
         help="dockerd's log file: its error lines are quoted when dockerd rejects a change.",
@@ -323,15 +329,14 @@ def _main(
 def install(
     config: Optional[Path] = _opt_config(),
     runtime_name: str = _opt_runtime_name(),
-    runtime_path: Optional[str] = typer.Option(
-        None,
+    runtime_path: Optional[str] = _no_default(
         "--runtime-path",
         metavar="PATH",
         help="Absolute path of nvidia-container-runtime [default: the one installed beside "
         "this nvdocker2].",
     ),
-    runtime_arg: Optional[List[str]] = typer.Option(
-        None, "--runtime-arg", metavar="ARG", help="Add to the entry's runtimeArgs (repeatable)."
+    runtime_arg: Optional[List[str]] = _no_default(
+        "--runtime-arg", metavar="ARG", help="Add to the entry's runtimeArgs (repeatable)."
     ),
     set_default: bool = typer.Option(
         False, "--set-default", help="Also make it dockerd's default-runtime."
@@ -426,7 +431,10 @@ def uninstall(
 @app.command()
 def rollback(
     backup_id: Optional[str] = typer.Argument(
-        None, metavar="[BACKUP_ID]", help="Backup to restore [default: the newest]."
+        None,
+        show_default=False,
+        metavar="[BACKUP_ID]",
+        help="Backup to restore [default: the newest].",
     ),
     config: Optional[Path] = _opt_config(),
     dry_run: bool = _opt_dry_run(),
@@ -628,12 +636,12 @@ def main(argv: Optional[List[str]] = None) -> None:
         e.show()
         sys.exit(e.exit_code)
     except click.exceptions.Abort:
-        _stderr("error: interrupted; a change in progress was undone")
+        _stderr("error: interrupted; daemon.json is unchanged or was restored")
         sys.exit(EXIT_INTERNAL)
     except NvDockerError as e:
         sys.exit(_fail(e))
     except KeyboardInterrupt:
-        _stderr("error: interrupted; a change in progress was undone")
+        _stderr("error: interrupted; daemon.json is unchanged or was restored")
         sys.exit(EXIT_INTERNAL)
     except Exception as e:  # an unexpected internal error: one line, traceback only in debug
         if _debug():

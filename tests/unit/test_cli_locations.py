@@ -48,5 +48,7 @@ def test_snap_when_only_the_snap_is_installed(tmp_path):
 def test_reload_hints_name_the_right_command():
     assert "systemctl reload docker" in locations.reload_hint(Path("/etc/docker/daemon.json"))
     assert locations.reload_hint(Path(locations.SNAP_CONFIG)) == "sudo snap restart docker"
-    hint = locations.reload_hint(Path("/home/u/.config/docker/daemon.json"), env={"HOME": "/home/u"})
+    hint = locations.reload_hint(
+        Path("/home/u/.config/docker/daemon.json"), env={"HOME": "/home/u"}
+    )
     assert hint == "systemctl --user reload docker"

@@ -336,7 +336,10 @@ def test_exit_4_quotes_what_dockerd_logged(cfg, state, tmp_path):
     d = LoggingDockerd(cfg, refuse_path=RT)
     with pytest.raises(DockerdRejected) as ei:
         transaction.install(cfg, runtime_path=RT, daemon=d, state=state, dockerd_log=log)
-    assert ei.value.hint == 'dockerd logged: time="t1" level=error msg="invalid runtime path: no such file"'
+    assert (
+        ei.value.hint
+        == 'dockerd logged: time="t1" level=error msg="invalid runtime path: no such file"'
+    )
     assert cfg.read_bytes() == ORIGINAL
 
 
