@@ -8,6 +8,9 @@
 from __future__ import annotations
 
 import os
+import re
+import shutil
+import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -119,11 +122,28 @@ def _stderr_log(pid: int | None, proc: Path) -> LogSource:
     return FileLog(Path(target)) if target.startswith("/") and Path(target).is_file() else NoLog()
 
 
+def _dockerd_major(process: DockerdProcess | None, server_version: str | None) -> int | None:
+    """dockerd's major version: from /info, else from `dockerd --version` of its binary."""
+    text = server_version
+    if not text:
+        exe = (process.exe if process is not None else None) or shutil.which("dockerd")
+        if exe is None:
+            return None
+        try:
+            text = subprocess.run([exe, "--version"], capture_output=True, text=True,
+                                  timeout=15, stdin=subprocess.DEVNULL).stdout
+        except (OSError, subprocess.SubprocessError):
+            return None
+    found = re.search(r"(\d+)\.\d+", text or "")
+    return int(found.group(1)) if found else None
+
+
 def check_candidate_against(
     process: DockerdProcess | None,
     config_path: Path,
     candidate: dict,
     candidate_file: Path,
+    server_version: str | None = None,
 ) -> None:
     """Refuse (BadInput) a candidate the running dockerd would refuse, before it is written.
 
@@ -151,6 +171,8 @@ def check_candidate_against(
     runtimes = candidate.get("runtimes")
     defined = set(runtimes) if isinstance(runtimes, dict) else set()
     if isinstance(default, str) and default and default != "runc" and default not in defined:
+        if "." in default and (_dockerd_major(process, server_version) or 0) >= 23:
+            return  # from 23.0 a containerd shim name (io.containerd.runc.v2) is a valid default
         raise BadInput(
             f'{config_path}: "default-runtime" is "{default}", which "runtimes" does not define; '
             "dockerd refuses to start with it",
@@ -192,9 +214,10 @@ class Dockerd:
     # -- before anything is written -------------------------------------------------------
 
     def check_candidate(self, config_path: Path, candidate: dict, candidate_file: Path) -> None:
+        version = None
         if self.verifies:
             try:
-                self.client.info()
+                version = self.client.info().get("ServerVersion")
             except (EngineUnavailable, EngineError) as exc:
                 raise EnvironmentProblem(
                     f"dockerd does not answer on {self.client.host.describe()} ({exc}); "
@@ -203,8 +226,13 @@ class Dockerd:
                     "or pass --no-verify to only write the file",
                 ) from exc
         pid = self.manager.main_pid()
+        if pid is None and isinstance(self.manager, SignalManager):
+            raise EnvironmentProblem(
+                f"{self.manager.pidfile} names no running dockerd, so there is nothing to signal",
+                "start dockerd, give its pidfile with --pidfile, or use --reload systemd",
+            )
         process = read_process(pid, self.proc) if pid is not None else None
-        check_candidate_against(process, config_path, candidate, candidate_file)
+        check_candidate_against(process, config_path, candidate, candidate_file, version)
 
     # -- acting ---------------------------------------------------------------------------
 
@@ -357,16 +385,13 @@ class NoReload:
         return None
 
 
-Daemon = Union[Dockerd, NoReload]
-
-
 def make_daemon(
     options: DaemonOptions,
     reporter: Reporter | None = None,
     *,
     proc: Path = Path("/proc"),
     environ: Mapping[str, str] | None = None,
-) -> Daemon:
+) -> Union[Dockerd, NoReload]:
     """Pick how to reload dockerd (SPEC §2 `--reload`) and say why in `.reason`.
 
     Raises BadInput for flags that cannot work together (before anything is written).

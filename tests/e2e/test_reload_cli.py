@@ -36,6 +36,8 @@ def test_sysv_reloads_through_service(dockerd, stand_ins, tmp_path):
 
 def test_restart_gives_a_new_dockerd_and_verification_waits_for_it(make_dockerd, stand_ins, tmp_path):
     daemon = make_dockerd()
+    # `sleep` as PID 1 ignores SIGTERM: let dockerd kill it after 1 s instead of 10.
+    daemon.docker("run", "-d", "--network=none", "--stop-timeout=1", daemon.image, "sleep", "1000")
     old_pid = daemon.pid
     # systemctl returns at once and dockerd only starts 2 s later.
     env = systemd_env(stand_ins, daemon, NVD2_FAKE_NO_WAIT="1", NVD2_FAKE_START_DELAY="2")
@@ -47,6 +49,8 @@ def test_restart_gives_a_new_dockerd_and_verification_waits_for_it(make_dockerd,
     info = daemon.info()
     assert info["Runtimes"]["nvidia"] == {"path": RUNTIME} and info["DefaultRuntime"] == "nvidia"
     assert "waiting for dockerd" in out.stderr and "not answering" in out.stderr
+    assert "warning: live-restore is off: restarting dockerd stops the 1 running container(s)" \
+        in out.stderr
     assert reloads(daemon) == 0
 
 

@@ -86,7 +86,15 @@ def test_a_default_runtime_the_file_does_not_define_is_refused(tmp_path, default
     # dockerd 20.10 refuses "nvidia" here, and crashes on a reload to io.containerd.runc.v2.
     config = tmp_path / "daemon.json"
     with pytest.raises(BadInput, match=f'"default-runtime" is "{default}"'):
-        check_candidate_against(None, config, {"runtimes": {}, "default-runtime": default}, config)
+        check_candidate_against(None, config, {"runtimes": {}, "default-runtime": default}, config,
+                                "20.10.24+dfsg1")
+
+
+def test_a_containerd_shim_name_is_a_valid_default_from_docker_23(tmp_path):
+    config = tmp_path / "daemon.json"
+    check_candidate_against(None, config, {"default-runtime": "io.containerd.runc.v2"}, config, "24.0.7")
+    with pytest.raises(BadInput):
+        check_candidate_against(None, config, {"default-runtime": "nvidia"}, config, "24.0.7")
 
 
 def test_runc_and_defined_runtimes_are_fine_as_default(tmp_path):

@@ -160,3 +160,12 @@ def test_a_user_unit_is_driven_with_systemctl_user(stand_in_path, tmp_path, monk
     assert calls.read_text().splitlines() == [
         "systemctl --user is-active --quiet docker", "systemctl --user reload docker"]
     assert manager.describe() == "systemctl --user is-active docker"
+
+
+def test_signal_with_a_pidfile_naming_no_dockerd_is_refused_before_writing(no_systemd, tmp_path):
+    pidfile = tmp_path / "docker.pid"
+    pidfile.write_text("1\n")  # not a dockerd
+    daemon = make_daemon(DaemonOptions(mode="signal", pidfile=pidfile, verify=False))
+    with pytest.raises(EnvironmentProblem) as err:
+        daemon.check_candidate(tmp_path / "daemon.json", {}, tmp_path / "daemon.json")
+    assert err.value.message == f"{pidfile} names no running dockerd, so there is nothing to signal"
