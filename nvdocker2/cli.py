@@ -40,11 +40,15 @@ class ReloadMode(str, Enum):
     none = "none"
 
 
+class RuntimeMode(str, Enum):
+    legacy = "legacy"
+    direct = "direct"
+
+
 RELOAD_HELP = (
-    "How dockerd is told about the change: auto (systemd, else SIGHUP to --pidfile, else none "
-    "with the command to run), systemd, sysv, signal, none. In this build `none` is "
-    "implemented; `auto` behaves like none and prints the command to run; the others are "
-    "refused until dockerd reloading is wired in."
+    "How dockerd is told about the change: auto (systemctl reload docker when systemd runs "
+    "the docker unit, else SIGHUP to the dockerd in --pidfile, else none with the command to "
+    "run; says what it picked and why), systemd, sysv (service docker reload), signal, none."
 )
 
 
@@ -80,7 +84,7 @@ def _opt_reload() -> Any:
 def _opt_restart() -> Any:
     return typer.Option(False, "--restart",
                         help="Restart dockerd instead of reloading it (containers without "
-                        "live-restore stop). Not implemented in this build.")
+                        "live-restore stop); needs --reload systemd, sysv, or auto on systemd.")
 
 
 def _opt_no_verify() -> Any:
@@ -96,7 +100,9 @@ def _opt_docker_host() -> Any:
 
 def _opt_pidfile() -> Any:
     return typer.Option(None, "--pidfile", metavar="PATH",
-                        help="dockerd's pid file for --reload signal [default: /var/run/docker.pid].")
+                        help="dockerd's pid file, checked to be a dockerd before it is signalled "
+                        "[default: /var/run/docker.pid; rootless $XDG_RUNTIME_DIR/docker.pid; "
+                        "snap /run/snap.docker/docker.pid].")
 
 
 def _opt_dockerd_log() -> Any:
@@ -190,17 +196,15 @@ def _make_daemon(
     pidfile: Optional[Path], dockerd_log: Optional[Path], config: Path,
 ) -> tuple[transaction.Daemon, list[str]]:
     """The Daemon for the reload flags. The one place dockerd reloading gets wired in."""
-    if restart:
-        raise BadInput("--restart is not implemented in this build",
-                       "use --reload none and restart dockerd yourself")
-    if mode == ReloadMode.none:
-        return transaction.NoDaemon(), []
-    if mode == ReloadMode.auto:
-        return transaction.NoDaemon(), [
-            "automatic reload is not available in this build: dockerd was not reloaded"
-        ]
-    raise BadInput(f"--reload {mode.value} is not implemented in this build",
-                   "use --reload none and reload dockerd yourself")
+    from nvdocker2.dockerd import DaemonOptions, make_daemon, reporter_for
+
+    options = DaemonOptions(
+        mode=mode.value, restart=restart, verify=not no_verify, docker_host=docker_host,
+        pidfile=pidfile, dockerd_log=dockerd_log, config=config,
+    )
+    daemon = make_daemon(options, reporter_for(sys.stderr))
+    notes = [f"reload mode {daemon.strategy}: {daemon.reason}"] if mode == ReloadMode.auto else []
+    return daemon, notes
 
 
 def _render(res: transaction.Result, extra_notes: list[str], extra_warnings: list[str]) -> None:
@@ -221,6 +225,7 @@ def _render(res: transaction.Result, extra_notes: list[str], extra_warnings: lis
             sys.stdout.write(f"dry run: {res.config} was not changed\n")
         else:
             sys.stdout.write("\n".join(out) + f"\nunchanged: {res.config} already says that (dry run)\n")
+        sys.stdout.write("".join(f"note: {n}\n" for n in notes))
         return
     if not res.changed:
         out.append(f"unchanged: {res.config} already says that; nothing written, dockerd not reloaded")
@@ -292,6 +297,12 @@ def install(
     pidfile: Optional[Path] = _opt_pidfile(),
     timeout: float = _opt_timeout(),
     dockerd_log: Optional[Path] = _opt_dockerd_log(),
+    mode: Optional[RuntimeMode] = typer.Option(
+        None, "--mode", metavar="direct|legacy", case_sensitive=False,
+        help="Also set [nvidia-container-runtime] mode in the runtime's config.toml "
+        "($NVIDIA_CONTAINER_RUNTIME_CONFIG, else /etc/nvidia-container-runtime/config.toml): "
+        "direct = the runtime gives GPUs itself, without libnvidia-container.",
+    ),
     json_: bool = _opt_json(),
 ) -> None:
     """Add the nvidia runtime to daemon.json (merge, back up, write atomically, reload, verify)."""
@@ -316,7 +327,12 @@ def install(
             reporter=CliReporter(json_), timeout=timeout, config_reason=why,
             dockerd_log=dockerd_log,
         )
-        _render(res, notes if res.changed and not res.dry_run else [], warnings)
+        notes = notes if res.changed and not res.dry_run else []
+        if mode is not None:
+            from nvdocker2.direct.commands import set_runtime_mode
+
+            notes.append(set_runtime_mode(mode.value, dry_run=dry_run).note())
+        _render(res, notes, warnings)
         return 0
 
     _run(json_, go)
@@ -500,7 +516,69 @@ def status(
     _run(json_, go)
 
 
-# `doctor` (SPEC §5) is added here as another @app.command().
+@app.command()
+def doctor(
+    config: Optional[Path] = typer.Option(
+        None, "--config", metavar="PATH",
+        help="daemon.json to check [default: the one install would change, printed with why]."),
+    docker_host: Optional[str] = typer.Option(
+        None, "--docker-host", metavar="URL",
+        help="Engine API of the dockerd to check [default: $DOCKER_HOST, else the current "
+        "docker context, else the socket of this host's Docker]."),
+    json_: bool = typer.Option(False, "--json", help="Print the results as a JSON list."),
+    smoke: bool = typer.Option(False, "--smoke", help="Also start a tiny GPU container "
+                               "(image: $NVDOCKER2_SMOKE_IMAGE, default ubuntu; never pulled)."),
+) -> None:
+    """Check this host's GPU container setup and say how to fix what is wrong (exit 1 if
+    any check failed)."""
+    from nvdocker2.doctor import run_doctor
+
+    cfg = str(_resolve_config(config)[0]) if config is not None else None
+    _run(json_, lambda: run_doctor(cfg, docker_host, json_, smoke))
+
+
+cdi_app = typer.Typer(help="Container Device Interface specs for this host's GPUs.",
+                      no_args_is_help=True)
+app.add_typer(cdi_app, name="cdi")
+
+
+@cdi_app.command("generate")
+def cdi_generate(
+    output: Optional[str] = typer.Option(
+        None, "--output", metavar="PATH",
+        help="Where to write the spec [default: /etc/cdi/nvidia.yaml]; a name ending in .json "
+        "gets JSON, anything else YAML.",
+    ),
+    driver_root: Optional[str] = typer.Option(
+        None, "--driver-root", metavar="DIR",
+        help="Where the driver lives [default: driver-root in config.toml, else /].",
+    ),
+    runtime_path: Optional[str] = typer.Option(
+        None, "--runtime-path", metavar="PATH",
+        help="nvidia-container-runtime for the ld-cache hook [default: the one beside nvdocker2].",
+    ),
+    ldconfig: Optional[str] = typer.Option(
+        None, "--ldconfig", metavar="PATH",
+        help="The host's ldconfig [default: [nvidia-container-cli] ldconfig, else /sbin/ldconfig].",
+    ),
+    json_: bool = _opt_json(),
+) -> None:
+    """Write a CDI spec (nvidia.com/gpu=INDEX|UUID|all) from what direct mode discovers."""
+
+    def go() -> int:
+        from nvdocker2.direct.commands import generate_cdi
+
+        path = runtime_path or locations.default_runtime_path()[0]
+        res = generate_cdi(output, driver_root=driver_root, runtime_path=path, ldconfig=ldconfig)
+        if _Out.json:
+            _emit_json({"output": res.output, "gpus": res.gpus, "mounts": res.mounts,
+                        "driver_root": res.driver_root})
+        else:
+            sys.stdout.write(f"wrote {res.output}: {res.gpus} GPU(s), {res.mounts} driver "
+                             f"files, driver root {res.driver_root}\n")
+        return 0
+
+    _run(json_, go)
 
 
 def _on_signal(signum: int, frame: Any) -> None:

@@ -42,15 +42,24 @@ def default_config(
     euid = os.geteuid() if euid is None else euid
     sock = rootless_socket(env, euid)
     if sock is not None:
-        base = env.get("XDG_CONFIG_HOME") or os.path.join(env.get("HOME") or os.path.expanduser("~"), ".config")
+        base = env.get("XDG_CONFIG_HOME") or os.path.join(
+            env.get("HOME") or os.path.expanduser("~"), ".config"
+        )
         return (
             Path(base) / "docker" / "daemon.json",
             f"rootless Docker: you are not root and {sock} exists",
         )
     snap_dir = _root(root, "/var/snap/docker/current/config")
-    native = any(_root(root, p).exists() for p in ("/usr/bin/dockerd", "/usr/sbin/dockerd", "/usr/local/bin/dockerd"))
+    native = any(
+        _root(root, p).exists()
+        for p in ("/usr/bin/dockerd", "/usr/sbin/dockerd", "/usr/local/bin/dockerd")
+    )
     if snap_dir.is_dir() and not native:
-        return Path(SNAP_CONFIG), "Docker from the snap package: /var/snap/docker/current exists and there is no /usr/bin/dockerd"
+        return (
+            Path(SNAP_CONFIG),
+            "Docker from the snap package: /var/snap/docker/current exists and there is "
+            "no /usr/bin/dockerd",
+        )
     if snap_dir.is_dir():
         return (
             Path(ROOTFUL_CONFIG),

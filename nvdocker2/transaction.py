@@ -24,7 +24,6 @@ from nvdocker2.errors import (
     EXIT_REJECTED,
     BadInput,
     DockerdRejected,
-    EnvironmentProblem,
     NvDockerError,
     RollbackFailed,
 )
@@ -163,8 +162,12 @@ def unified_diff(config: Path, old: bytes, new: bytes | None) -> str:
     a = old.decode("utf-8", "replace").splitlines(keepends=True)
     b = [] if new is None else new.decode("utf-8", "replace").splitlines(keepends=True)
     lines = []
-    for line in difflib.unified_diff(a, b, f"a{config}" if str(config).startswith("/") else f"a/{config}",
-                                     f"b{config}" if str(config).startswith("/") else f"b/{config}"):
+    for line in difflib.unified_diff(
+        a,
+        b,
+        f"a{config}" if str(config).startswith("/") else f"a/{config}",
+        f"b{config}" if str(config).startswith("/") else f"b/{config}",
+    ):
         if not line.endswith("\n"):
             line += "\n\\ No newline at end of file\n"
         lines.append(line.replace("\r\n", "\n") if line.endswith("\r\n") else line)
@@ -205,7 +208,9 @@ def transitional(target: dict, current: dict) -> dict | None:
     """
     need_rt = edit.RUNTIMES not in target and bool(_runtimes(current))
     cur_d = current.get(edit.DEFAULT_RUNTIME)
-    need_d = edit.DEFAULT_RUNTIME not in target and isinstance(cur_d, str) and cur_d not in ("", "runc")
+    need_d = (
+        edit.DEFAULT_RUNTIME not in target and isinstance(cur_d, str) and cur_d not in ("", "runc")
+    )
     if not (need_rt or need_d):
         return None
     out = dict(target)
@@ -239,8 +244,11 @@ def _log_excerpt(log: Path | None, offset: int, lines: int = 3) -> str:
             text = f.read(1 << 20).decode("utf-8", "replace")
     except OSError:
         return ""
-    picked = [ln.strip() for ln in text.splitlines()
-              if "level=error" in ln or "level=fatal" in ln or "level=warn" in ln]
+    picked = [
+        ln.strip()
+        for ln in text.splitlines()
+        if "level=error" in ln or "level=fatal" in ln or "level=warn" in ln
+    ]
     return " | ".join(picked[-lines:])
 
 
@@ -253,15 +261,17 @@ def _schema_check(ctx: _Ctx, new: dict) -> None:
         more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
         raise BadInput(
             f"{ctx.config}: the result would not be a valid daemon.json: {errors[0]}{more}",
-            "fix that key in the file (dockerd would refuse it), then run again; nothing was changed",
+            "fix that key in the file (dockerd would refuse it), then run again; "
+            "nothing was changed",
         )
 
 
 def _dockerd_check(ctx: _Ctx, staged: store.StagedFile) -> None:
     check = validate.dockerd_validate(staged.path)
     if check.available and not check.ok:
+        why = check.output.splitlines()[-1] if check.output else "no reason given"
         raise BadInput(
-            f"{ctx.config}: dockerd --validate refuses the result: {check.output.splitlines()[-1] if check.output else 'no reason given'}",
+            f"{ctx.config}: dockerd --validate refuses the result: {why}",
             "nothing was changed; fix the file or the flags dockerd runs with",
         )
 
@@ -443,8 +453,16 @@ def _session(ctx: _Ctx) -> Iterator[None]:
         yield
 
 
-def _result(ctx: _Ctx, action: str, changed: bool, doc: document.Document, changes: Sequence[Change],
-            backup: store.Backup | None = None, verified: bool = False, diff: str | None = None) -> Result:
+def _result(
+    ctx: _Ctx,
+    action: str,
+    changed: bool,
+    doc: document.Document,
+    changes: Sequence[Change],
+    backup: store.Backup | None = None,
+    verified: bool = False,
+    diff: str | None = None,
+) -> Result:
     return Result(
         action=action,
         changed=changed,
@@ -463,28 +481,55 @@ def _result(ctx: _Ctx, action: str, changed: bool, doc: document.Document, chang
     )
 
 
-def _finish(ctx: _Ctx, action: str, doc: document.Document, new_data: dict, new_bytes: bytes | None,
-            changes: list[Change], reason: str, expect: Expectation,
-            journal_record: dict | None = None, journal_before_write: bool = True) -> Result:
+def _finish(
+    ctx: _Ctx,
+    action: str,
+    doc: document.Document,
+    new_data: dict,
+    new_bytes: bytes | None,
+    changes: list[Change],
+    reason: str,
+    expect: Expectation,
+    journal_record: dict | None = None,
+    journal_before_write: bool = True,
+) -> Result:
     """Shared tail: unchanged → say so; dry run → diff; else apply."""
     unchanged = (new_bytes == doc.raw and doc.existed) or (new_bytes is None and not doc.existed)
     if unchanged:
         return _result(ctx, action, False, doc, changes)
     if ctx.dry_run:
-        return _result(ctx, action, True, doc, changes, diff=unified_diff(ctx.config, doc.raw, new_bytes))
+        return _result(
+            ctx, action, True, doc, changes, diff=unified_diff(ctx.config, doc.raw, new_bytes)
+        )
     plan = _Plan(doc, new_data, new_bytes, reason, expect, journal_record, journal_before_write)
     backup, verified = _apply(ctx, plan)
     if ctx.daemon.strategy == "none":
-        ctx.notes.append(f"dockerd was not reloaded; to apply the change run: {locations.reload_hint(ctx.config)}")
+        ctx.notes.append(
+            "dockerd was not reloaded; to apply the change run: "
+            + locations.reload_hint(ctx.config)
+        )
     return _result(ctx, action, True, doc, changes, backup, verified)
 
 
-def _ctx(config: Path, config_reason: str, daemon: Daemon | None, reporter: Reporter | None,
-         timeout: float, dry_run: bool, state: Path | None, dockerd_log: Path | None) -> _Ctx:
+def _ctx(
+    config: Path,
+    config_reason: str,
+    daemon: Daemon | None,
+    reporter: Reporter | None,
+    timeout: float,
+    dry_run: bool,
+    state: Path | None,
+    dockerd_log: Path | None,
+) -> _Ctx:
+    validate.preload()  # the slow import happens before the lock is taken
     return _Ctx(
-        config=Path(config), config_reason=config_reason, daemon=daemon or NoDaemon(),
-        reporter=reporter or Reporter(), timeout=timeout,
-        state=state if state is not None else store.state_dir(), dry_run=dry_run,
+        config=Path(config),
+        config_reason=config_reason,
+        daemon=daemon or NoDaemon(),
+        reporter=reporter or Reporter(),
+        timeout=timeout,
+        state=state if state is not None else store.state_dir(),
+        dry_run=dry_run,
         dockerd_log=dockerd_log,
     )
 
@@ -519,8 +564,12 @@ def install(
     entry = edit.runtime_entry(runtime_path, list(runtime_args) or None)
     with _session(ctx):
         doc = _load(ctx)
-        new, ch = _wrap_shape(ctx.config, lambda: edit.add_runtime(doc.data, runtime_name, runtime_path,
-                                                                    list(runtime_args) or None))
+        new, ch = _wrap_shape(
+            ctx.config,
+            lambda: edit.add_runtime(
+                doc.data, runtime_name, runtime_path, list(runtime_args) or None
+            ),
+        )
         changes = [ch]
         if set_default:
             new, ch2 = _wrap_shape(ctx.config, lambda: edit.set_default(new, runtime_name))
@@ -539,31 +588,41 @@ def install(
         journal = store.Journal(ctx.state, ctx.config)
         record = None
         if not dry_run and data_changed:
-            rec = journal.load() or {"config": str(ctx.config),
-                                     "runtimes_key": {"present": edit.RUNTIMES in doc.data},
-                                     "runtimes": {}}
-            rec = dict(rec)
+            rec = dict(journal.load() or {"config": str(ctx.config), "runtimes": {}})
             rts = dict(rec.get("runtimes") or {})
             if not rts:
+                rec["file"] = {"existed": doc.existed}
                 rec["runtimes_key"] = {"present": edit.RUNTIMES in doc.data}
             prev = rts.get(runtime_name)
             before = _runtimes(doc.data).get(runtime_name, ABSENT)
             rts[runtime_name] = {
-                "previous": prev["previous"] if isinstance(prev, dict) and "previous" in prev else store.slot(before),
+                "previous": prev["previous"]
+                if isinstance(prev, dict) and "previous" in prev
+                else store.slot(before),
                 "installed": entry,
             }
             rec["runtimes"] = rts
             if set_default and changes[-1].changed:
                 prevd = rec.get("default_runtime")
                 rec["default_runtime"] = {
-                    "previous": prevd["previous"] if isinstance(prevd, dict) and "previous" in prevd
+                    "previous": prevd["previous"]
+                    if isinstance(prevd, dict) and "previous" in prevd
                     else store.slot(doc.data.get(edit.DEFAULT_RUNTIME, ABSENT)),
                     "installed": runtime_name,
                 }
             record = rec
         expect = expectation(new, doc.data, must_have={runtime_name: runtime_path})
-        return _finish(ctx, "install", doc, new, new_bytes, changes,
-                       f"install runtime {runtime_name}", expect, record)
+        return _finish(
+            ctx,
+            "install",
+            doc,
+            new,
+            new_bytes,
+            changes,
+            f"install runtime {runtime_name}",
+            expect,
+            record,
+        )
 
 
 def uninstall(
@@ -611,7 +670,9 @@ def uninstall(
             rec = dict(rec, runtimes=rts_rec)
         elif current is not ABSENT:
             path = current.get("path") if isinstance(current, dict) else None
-            if isinstance(path, str) and any(locations.same_file(path, p) for p in own_runtime_paths):
+            if isinstance(path, str) and any(
+                locations.same_file(path, p) for p in own_runtime_paths
+            ):
                 new, ch = edit.remove_runtime(new, runtime_name)
                 changes.append(ch)
             else:
@@ -626,10 +687,15 @@ def uninstall(
         if edit.dangling_default(new) == runtime_name:
             new, ch = edit.unset_default(new)
             changes.append(ch)
-            ctx.notes.append(f'removed "default-runtime": "{runtime_name}" (it named the removed runtime; dockerd now uses runc)')
+            ctx.notes.append(
+                f'removed "default-runtime": "{runtime_name}" (it named the removed runtime; '
+                "dockerd now uses runc)"
+            )
         data_changed = any(c.changed for c in changes)
-        new_bytes = doc.serialize(new) if data_changed else doc.raw
-        if not doc.existed:
+        new_bytes: bytes | None = doc.serialize(new) if data_changed else doc.raw
+        file_rec = (rec or {}).get("file")
+        created_by_install = isinstance(file_rec, dict) and file_rec.get("existed") is False
+        if not doc.existed or (created_by_install and not rts_rec and new == {}):
             new_bytes = None
         if data_changed:
             _schema_check(ctx, new)
@@ -638,8 +704,18 @@ def uninstall(
             # Nothing to change in the file, but the journal entry is now stale.
             journal.write(record)
         expect = expectation(new, doc.data)
-        return _finish(ctx, "uninstall", doc, new, new_bytes, changes,
-                       f"uninstall runtime {runtime_name}", expect, record, journal_before_write=False)
+        return _finish(
+            ctx,
+            "uninstall",
+            doc,
+            new,
+            new_bytes,
+            changes,
+            f"uninstall runtime {runtime_name}",
+            expect,
+            record,
+            journal_before_write=False,
+        )
 
 
 def rollback(
@@ -671,8 +747,10 @@ def rollback(
         assert config is not None
         found = backups.all(config)
         if not found:
-            raise BadInput(f"no backups of {config} in {backups.dir}",
-                           "nothing to roll back to; list backups with: nvdocker2 backups")
+            raise BadInput(
+                f"no backups of {config} in {backups.dir}",
+                "nothing to roll back to; list backups with: nvdocker2 backups",
+            )
         b = found[0]
     ctx = _ctx(config, config_reason, daemon, reporter, timeout, dry_run, st, dockerd_log)
     with _session(ctx):
@@ -685,7 +763,8 @@ def rollback(
                 target = document.parse(data, f"backup {b.file}")
             except BadInput as e:
                 raise BadInput(
-                    f"{e.message} (the backup cannot be read as JSON, so it is not restored automatically)",
+                    f"{e.message} (the backup cannot be read as JSON, so it is not restored "
+                    "automatically)",
                     f"if you really want it back: cp {b.file} {ctx.config}",
                 ) from None
             if target.had_bom or not data.strip():
@@ -695,8 +774,9 @@ def rollback(
                 )
         change = Change(str(ctx.config), "restored", ABSENT, b.id)
         expect = expectation(target.data, doc.data)
-        res = _finish(ctx, "rollback", doc, target.data, data, [change],
-                      f"rollback to {b.id}", expect)
+        res = _finish(
+            ctx, "rollback", doc, target.data, data, [change], f"rollback to {b.id}", expect
+        )
         if not res.changed:
             return Result(**{**res.__dict__, "changes": ()})
         return res

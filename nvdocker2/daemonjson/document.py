@@ -9,6 +9,7 @@ and column for every syntax error. Strings are decoded by the standard library's
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import stat
@@ -151,18 +152,29 @@ class Document:
 
 
 def same(a: Any, b: Any) -> bool:
-    """Deep equality that also requires equal types and key order (1 ≠ 1.0 ≠ true)."""
-    if type(a) is not type(b):
-        return False
-    if isinstance(a, dict):
-        if list(a.keys()) != list(b.keys()):
+    """Deep equality that also requires equal types and key order (1 ≠ 1.0 ≠ true).
+
+    Iterative: values may be nested 1000 deep.
+    """
+    stack = [(a, b)]
+    while stack:
+        x, y = stack.pop()
+        if type(x) is not type(y):
             return False
-        return all(same(a[k], b[k]) for k in a)
-    if isinstance(a, list):
-        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
-    if isinstance(a, JsonFloat):
-        return a.text == b.text
-    return a == b
+        if isinstance(x, dict):
+            if list(x.keys()) != list(y.keys()):
+                return False
+            stack.extend((x[k], y[k]) for k in x)
+        elif isinstance(x, list):
+            if len(x) != len(y):
+                return False
+            stack.extend(zip(x, y))
+        elif isinstance(x, JsonFloat):
+            if x.text != y.text:
+                return False
+        elif x != y:
+            return False
+    return True
 
 
 def _line_col(text: str, pos: int) -> tuple[int, int]:
@@ -233,7 +245,7 @@ class _Parser:
             return self.fail(
                 pos,
                 f"unexpected word {m.group(0)!r}, expected {expected}",
-                "JSON values are objects, arrays, \"strings\", numbers, true, false or null",
+                'JSON values are objects, arrays, "strings", numbers, true, false or null',
             )
         return self.fail(pos, f"unexpected {_describe(t, pos)}, expected {expected}")
 
@@ -341,7 +353,7 @@ class _Parser:
                 value, node = None, _Node(pos, pos + 4, None)
                 pos += 4
             else:
-                if stack and c in "}]":
+                if stack and c and c in "}]":
                     raise self.fail(pos, f"unexpected {c!r}, expected a value")
                 raise self.unexpected(pos, "a value")
 
@@ -386,7 +398,8 @@ class _Parser:
                         raise self.fail(
                             comma,
                             "trailing comma",
-                            "remove the comma before the closing " + ("brace" if t[pos] == "}" else "bracket"),
+                            "remove the comma before the closing "
+                            + ("brace" if t[pos] == "}" else "bracket"),
                         )
                     if is_obj:
                         frame[4], frame[5], pos = self.key(pos)
@@ -397,8 +410,10 @@ class _Parser:
                     value = frame[2]
                     node = _Node(frame[1], pos, value, frame[3])
                     continue
-                if c in "}]":
-                    raise self.fail(pos, f"{c!r} does not match the {'{' if is_obj else '['} it closes")
+                if c and c in "}]":
+                    raise self.fail(
+                        pos, f"{c!r} does not match the {'{' if is_obj else '['} it closes"
+                    )
                 if c == '"' or (c and (c.isalnum() or c in "{[-")):
                     raise self.fail(
                         pos,
@@ -417,17 +432,13 @@ def _detect_style(text: str, root: _Node, data: Any) -> Style:
     indent: str | None = "    "
     children = root.children if isinstance(root.children, dict) else {}
     if children:
-        first_key = next(iter(children))
-        first = children[first_key]
-        between = text[root.start + 1 : first.start]
-        # between = ws "key" ws : ws
-        m = re.match(r'([ \t\r\n]*)"(?:[^"\\]|\\.)*"([ \t]*:[ \t]*)$', between, re.S)
+        # ws "key" ws : ws — the first member as written (its key may repeat later).
+        m = re.compile(r'([ \t\r\n]*)"(?:[^"\\]|\\.)*"([ \t]*:[ \t]*)').match(text, root.start + 1)
         if m:
             lead, sep = m.group(1), m.group(2)
             key_sep = sep if sep in (": ", ":", " : ", " :") else ": "
             if "\n" in lead:
-                ws_line = lead.rsplit("\n", 1)[1]
-                indent = ws_line if ws_line else "    "
+                indent = lead.rsplit("\n", 1)[1]
             else:
                 indent = None
         if indent is None:
@@ -436,7 +447,9 @@ def _detect_style(text: str, root: _Node, data: Any) -> Style:
             if item_sep not in (",", ", "):
                 item_sep = ", "
     raw_non_ascii = any(ord(ch) > 127 for ch in text)
-    has_escape = re.search(r"\\u(?:00[89a-fA-F][0-9a-fA-F]|0[1-9a-fA-F][0-9a-fA-F]{2}|[1-9a-fA-F][0-9a-fA-F]{3})", text)
+    has_escape = re.search(
+        r"\\u(?:00[89a-fA-F][0-9a-fA-F]|0[1-9a-fA-F][0-9a-fA-F]{2}|[1-9a-fA-F][0-9a-fA-F]{3})", text
+    )
     ensure_ascii = bool(has_escape) and not raw_non_ascii
     return Style(
         indent=indent,
@@ -511,7 +524,9 @@ class _Writer:
                     inner = nl + style.indent * (d + 1)
                     parts.append(("s", "{"))
                     for i, (k, cv) in enumerate(v.items()):
-                        parts.append(("s", ("," if i else "") + inner + self.scalar(k) + style.key_sep))
+                        parts.append(
+                            ("s", ("," if i else "") + inner + self.scalar(k) + style.key_sep)
+                        )
                         parts.append(("v", cv, kids.get(k), d + 1))
                     parts.append(("s", nl + style.indent * d + "}"))
                 work.extend(reversed(parts))
@@ -570,7 +585,9 @@ def parse(data: bytes, source: str = "<bytes>") -> Document:
         col = off - (raw.rfind(b"\n", 0, off) + 1) + 1
         hint = "save the file as UTF-8"
         if raw.startswith((b"\xff\xfe", b"\xfe\xff")):
-            hint = "the file looks UTF-16 encoded; save it as UTF-8 (dockerd 20.10 reads UTF-8 only)"
+            hint = (
+                "the file looks UTF-16 encoded; save it as UTF-8 (dockerd 20.10 reads UTF-8 only)"
+            )
         raise DocumentError(
             source, f"invalid UTF-8 at byte offset {off}", hint, line, col
         ) from None
@@ -586,8 +603,15 @@ def parse(data: bytes, source: str = "<bytes>") -> Document:
         if "\r\n" in text:
             style = Style(newline="\r\n", suffix="\r\n")
         return Document(
-            data={}, style=style, raw=raw, source=source, existed=True, had_bom=had_bom,
-            warnings=tuple(warnings), _text="", _root=None,
+            data={},
+            style=style,
+            raw=raw,
+            source=source,
+            existed=True,
+            had_bom=had_bom,
+            warnings=tuple(warnings),
+            _text="",
+            _root=None,
         )
     p = _Parser(text, source)
     value, root = p.parse()
@@ -615,8 +639,16 @@ def parse(data: bytes, source: str = "<bytes>") -> Document:
         )
     style = _detect_style(text, root, value)
     return Document(
-        data=value, style=style, raw=raw, source=source, existed=True, had_bom=had_bom,
-        duplicates=tuple(dups), warnings=tuple(warnings), _text=text, _root=root,
+        data=value,
+        style=style,
+        raw=raw,
+        source=source,
+        existed=True,
+        had_bom=had_bom,
+        duplicates=tuple(dups),
+        warnings=tuple(warnings),
+        _text=text,
+        _root=root,
     )
 
 
@@ -646,11 +678,13 @@ def load(path: str | os.PathLike) -> Document:
         return empty(src)
     except NotADirectoryError:
         raise DocumentError(src, "a component of the path is not a directory") from None
-    except PermissionError as e:
-        raise EnvironmentProblem(
-            f"{src}: permission denied ({e.strerror})", "run as root (sudo nvdocker2 ...)"
-        ) from None
     except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise DocumentError(src, "is a symlink loop", f"point {src} at a real file") from None
+        if isinstance(e, PermissionError):
+            raise EnvironmentProblem(
+                f"{src}: permission denied ({e.strerror})", "run as root (sudo nvdocker2 ...)"
+            ) from None
         raise EnvironmentProblem(f"{src}: cannot read: {e.strerror}") from None
     if stat.S_ISDIR(st.st_mode):
         raise DocumentError(

@@ -92,8 +92,11 @@ def check_shape(doc: Any) -> None:
     """Refuse (exit 2) what the edits cannot work on: a top level that is not an object,
     `runtimes` not an object, a runtime entry not an object, `default-runtime` not a string."""
     if not isinstance(doc, dict):
-        raise ShapeError("", f"the top level is {_type_name(doc)}, not an object",
-                         "daemon.json must be a JSON object: { ... }")
+        raise ShapeError(
+            "",
+            f"the top level is {_type_name(doc)}, not an object",
+            "daemon.json must be a JSON object: { ... }",
+        )
     rts = doc.get(RUNTIMES, ABSENT)
     if rts is not ABSENT:
         if not isinstance(rts, dict):
@@ -121,8 +124,10 @@ def check_shape(doc: Any) -> None:
 def check_name(name: str, *, adding: bool) -> None:
     """A runtime name we may write: not empty, no whitespace, not one of dockerd's own."""
     if not name or any(ch.isspace() or ord(ch) < 32 for ch in name):
-        raise BadInput(f"runtime name {name!r} is empty or contains whitespace",
-                       "pass --runtime-name NAME, e.g. --runtime-name nvidia")
+        raise BadInput(
+            f"runtime name {name!r} is empty or contains whitespace",
+            "pass --runtime-name NAME, e.g. --runtime-name nvidia",
+        )
     if adding and name in RESERVED_RUNTIMES:
         raise BadInput(
             f'runtime name "{name}" is reserved by dockerd',

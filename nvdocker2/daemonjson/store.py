@@ -51,7 +51,9 @@ def os_error(e: OSError, what: str) -> NvDockerError:
             "remount it read-write, or pass --config for a writable daemon.json",
         )
     if code in (errno.ENOSPC, errno.EDQUOT):
-        return EnvironmentProblem(f"{what}: no space left on device", "free some space and run again")
+        return EnvironmentProblem(
+            f"{what}: no space left on device", "free some space and run again"
+        )
     if code == errno.ENOTDIR:
         return BadInput(f"{what}: a component of the path is not a directory")
     return EnvironmentProblem(f"{what}: {reason}")
@@ -208,8 +210,10 @@ def clean_stale_temps(target: str | os.PathLike) -> list[Path]:
     name protects a writer that uses another state dir.
     """
     removed: list[Path] = []
-    for d, name in {(Path(target).parent, Path(target).name),
-                    (resolve_target(Path(target)).parent, resolve_target(Path(target)).name)}:
+    for d, name in {
+        (Path(target).parent, Path(target).name),
+        (resolve_target(Path(target)).parent, resolve_target(Path(target)).name),
+    }:
         try:
             entries = os.listdir(d)
         except OSError:
@@ -236,8 +240,9 @@ def ensure_state_dir(state: Path) -> Path:
     except OSError as e:
         raise os_error(e, f"state directory {state}") from None
     if not state.is_dir():
-        raise EnvironmentProblem(f"state directory {state} is not a directory",
-                                 "set NVDOCKER2_STATE_DIR to a directory")
+        raise EnvironmentProblem(
+            f"state directory {state} is not a directory", "set NVDOCKER2_STATE_DIR to a directory"
+        )
     return state
 
 
@@ -325,15 +330,23 @@ class Backups:
             "existed": data is not None,
             "size": len(data) if data is not None else 0,
         }
-        atomic_write(self.dir / f"{bid}.meta.json",
-                     (json.dumps(meta, indent=2, ensure_ascii=False) + "\n").encode(), 0o600)
+        atomic_write(
+            self.dir / f"{bid}.meta.json",
+            (json.dumps(meta, indent=2, ensure_ascii=False) + "\n").encode(),
+            0o600,
+        )
         return self._from_meta(meta)
 
     def _from_meta(self, meta: dict) -> Backup:
         return Backup(
-            id=meta["id"], time=meta["time"], reason=meta.get("reason", ""),
-            sha256=meta.get("sha256"), config=meta["config"], existed=bool(meta.get("existed")),
-            size=int(meta.get("size", 0)), file=self.dir / f"{meta['id']}.json",
+            id=meta["id"],
+            time=meta["time"],
+            reason=meta.get("reason", ""),
+            sha256=meta.get("sha256"),
+            config=meta["config"],
+            existed=bool(meta.get("existed")),
+            size=int(meta.get("size", 0)),
+            file=self.dir / f"{meta['id']}.json",
         )
 
     def all(self, config: Path | None = None) -> list[Backup]:
@@ -363,8 +376,9 @@ class Backups:
         for b in self.all():
             if b.id == bid:
                 return b
-        raise BadInput(f"no backup with id {bid!r} in {self.dir}",
-                       "list them with: nvdocker2 backups")
+        raise BadInput(
+            f"no backup with id {bid!r} in {self.dir}", "list them with: nvdocker2 backups"
+        )
 
     def read(self, b: Backup) -> bytes | None:
         """The saved bytes (None: the file did not exist); checked against the sha256."""

@@ -46,6 +46,27 @@ def schema() -> dict:
     return json.loads(text)
 
 
+@functools.lru_cache(maxsize=1)
+def _validator_class() -> Any:
+    """Draft 7, except that "integer" means a JSON number written without fraction or
+    exponent: dockerd (Go) refuses `1.0` or `1e3` for an int field."""
+    import jsonschema
+
+    base = jsonschema.Draft7Validator
+
+    def is_integer(checker: Any, instance: Any) -> bool:
+        return isinstance(instance, int) and not isinstance(instance, bool)
+
+    checker = base.TYPE_CHECKER.redefine("integer", is_integer)
+    return jsonschema.validators.extend(base, type_checker=checker)
+
+
+def preload() -> None:
+    """Import jsonschema and build the validator now, so it is not done while the lock is held."""
+    _validator_class()
+    schema()
+
+
 def known_keys() -> frozenset[str]:
     return frozenset(schema()["properties"])
 
@@ -78,14 +99,18 @@ def _message(err: Any) -> str:
         inst = err.instance if isinstance(err.instance, dict) else {}
         keys = set(inst)
         if "path" in keys and "runtimeType" in keys:
-            return f"{where}: has both \"path\" and \"runtimeType\" (use one)"
+            return f'{where}: has both "path" and "runtimeType" (use one)'
         if "path" in keys and "options" in keys:
-            return f"{where}: \"options\" only works with \"runtimeType\", not with \"path\""
+            return f'{where}: "options" only works with "runtimeType", not with "path"'
         if "runtimeType" in keys and "runtimeArgs" in keys:
-            return f"{where}: \"runtimeArgs\" only works with \"path\", not with \"runtimeType\""
+            return f'{where}: "runtimeArgs" only works with "path", not with "runtimeType"'
         if not keys & {"path", "runtimeType"}:
-            return f"{where}: needs \"path\" (or, Docker 24+, \"runtimeType\")"
-        sub = min(err.context, key=lambda e: len(list(e.absolute_path)), default=None) if err.context else None
+            return f'{where}: needs "path" (or, Docker 24+, "runtimeType")'
+        sub = (
+            min(err.context, key=lambda e: len(list(e.absolute_path)), default=None)
+            if err.context
+            else None
+        )
         if sub is not None and sub.validator == "type":
             return _message(sub)
         return f"{where}: not a valid runtime entry"
@@ -103,10 +128,7 @@ def _message(err: Any) -> str:
 
 def validate(doc: dict) -> tuple[list[str], list[str]]:
     """(errors, warnings) for a whole daemon.json object. Errors mean dockerd would refuse it."""
-    import jsonschema
-
-    cls = jsonschema.validators.validator_for(schema())
-    validator = cls(schema())
+    validator = _validator_class()(schema())
     errors: list[str] = []
     seen: set[str] = set()
     for err in sorted(validator.iter_errors(doc), key=lambda e: list(map(str, e.absolute_path))):
@@ -148,6 +170,9 @@ class DockerdCheck:
     dockerd: str | None = None
 
 
+_NO_VALIDATE_FLAG: set[tuple[str, int]] = set()
+
+
 def find_dockerd() -> str | None:
     found = shutil.which("dockerd")
     if found:
@@ -158,20 +183,32 @@ def find_dockerd() -> str | None:
     return None
 
 
-def dockerd_validate(candidate: Path, dockerd: str | None = None, timeout: float = 20.0) -> DockerdCheck:
+def dockerd_validate(
+    candidate: Path, dockerd: str | None = None, timeout: float = 20.0
+) -> DockerdCheck:
     """Run `dockerd --validate --config-file CANDIDATE`; "unknown flag" means not available."""
     exe = dockerd or os.environ.get("NVDOCKER2_DOCKERD") or find_dockerd()
     if not exe:
         return DockerdCheck(False, True, "dockerd not found", None)
     try:
+        key = (exe, os.stat(exe).st_mtime_ns)
+    except OSError:
+        return DockerdCheck(False, True, f"{exe} not found", None)
+    if key in _NO_VALIDATE_FLAG:
+        return DockerdCheck(False, True, "dockerd has no --validate", exe)
+    try:
         proc = subprocess.run(
             [exe, "--validate", "--config-file", str(candidate)],
-            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            timeout=timeout, check=False,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            timeout=timeout,
+            check=False,
         )
     except (OSError, subprocess.TimeoutExpired) as e:
         return DockerdCheck(False, True, f"could not run {exe}: {e}", exe)
     out = proc.stdout.decode("utf-8", "replace").strip()
     if "unknown flag" in out and "validate" in out:
+        _NO_VALIDATE_FLAG.add(key)
         return DockerdCheck(False, True, out, exe)
     return DockerdCheck(True, proc.returncode == 0, out, exe)

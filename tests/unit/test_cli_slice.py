@@ -18,8 +18,17 @@ def test_install_then_uninstall_gives_back_the_same_bytes(tmp_path):
     cfg = tmp_path / "daemon.json"
     original = b'{\n  "debug": true,\n  "mtu": 12345678901234567890\n}\n'
     cfg.write_bytes(original)
-    r = run("install", "--config", str(cfg), "--runtime-path", "/usr/bin/nvidia-container-runtime",
-            "--reload", "none", "--no-verify", "--json")
+    r = run(
+        "install",
+        "--config",
+        str(cfg),
+        "--runtime-path",
+        "/usr/bin/nvidia-container-runtime",
+        "--reload",
+        "none",
+        "--no-verify",
+        "--json",
+    )
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
     assert out["changed"] is True and out["reload"] == "none" and out["backup"]

@@ -1,0 +1,244 @@
+"""install / uninstall / rollback / backups / status through the CLI, with byte-exact files."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from nvdocker2 import __version__
+from nvdocker2.cli import app
+
+NVDOCKER2 = Path(sys.executable).parent / "nvdocker2"
+RT = "/usr/bin/nvidia-container-runtime"
+NONE = ["--reload", "none", "--no-verify"]
+
+
+def cli(*args: str) -> tuple[int, str, str]:
+    r = CliRunner(mix_stderr=False).invoke(app, list(args))
+    if r.exception and not isinstance(r.exception, SystemExit):
+        raise r.exception
+    return r.exit_code, r.stdout, r.stderr
+
+
+@pytest.fixture
+def cfg(tmp_path):
+    d = tmp_path / "etc"
+    d.mkdir()
+    return d / "daemon.json"
+
+
+TWO_SPACE = (
+    '{\n  "storage-driver": "overlay2",\n  "labels": ["zone=Zürich", "owner=山田"],\n'
+    '  "max-concurrent-downloads": 12345678901234567890,\n  "default-shm-size": "64M",\n'
+    '  "features": {"buildkit": true},\n  "shutdown-timeout": 15\n}\n'
+).encode()
+TWO_SPACE_INSTALLED = (
+    '{\n  "storage-driver": "overlay2",\n  "labels": ["zone=Zürich", "owner=山田"],\n'
+    '  "max-concurrent-downloads": 12345678901234567890,\n  "default-shm-size": "64M",\n'
+    '  "features": {"buildkit": true},\n  "shutdown-timeout": 15,\n  "runtimes": {\n'
+    '    "nvidia": {\n      "path": "/usr/bin/nvidia-container-runtime"\n    }\n  }\n}\n'
+).encode()
+
+
+def test_install_and_uninstall_byte_exact_two_space_file(cfg):
+    cfg.write_bytes(TWO_SPACE)
+    code, out, err = cli("install", "--config", str(cfg), "--runtime-path", RT, *NONE)
+    assert code == 0, err
+    assert cfg.read_bytes() == TWO_SPACE_INSTALLED
+    assert f"config: {cfg} (given with --config)" in out
+    assert 'added runtimes.nvidia: {"path": "/usr/bin/nvidia-container-runtime"}' in out
+    code, out, err = cli("uninstall", "--config", str(cfg), *NONE)
+    assert code == 0, err
+    assert cfg.read_bytes() == TWO_SPACE
+    assert "removed runtimes.nvidia" in out
+
+
+def test_tab_crlf_no_final_newline_with_args_and_default(cfg):
+    original = (
+        b'{\r\n\t"debug": true,\r\n\t"big": 1.0e400,\r\n\t"runtimes": {\r\n\t\t"crun": {\r\n'
+        b'\t\t\t"path": "/usr/bin/crun"\r\n\t\t}\r\n\t}\r\n}'
+    )
+    cfg.write_bytes(original)
+    code, _, err = cli(
+        "install",
+        "--config",
+        str(cfg),
+        "--runtime-path",
+        RT,
+        "--runtime-arg",
+        "--debug",
+        "--runtime-arg",
+        "--log=/var/log/nv.log",
+        "--set-default",
+        *NONE,
+    )
+    assert code == 0, err
+    assert cfg.read_bytes() == (
+        b'{\r\n\t"debug": true,\r\n\t"big": 1.0e400,\r\n\t"runtimes": {\r\n\t\t"crun": {\r\n'
+        b'\t\t\t"path": "/usr/bin/crun"\r\n\t\t},\r\n\t\t"nvidia": {\r\n'
+        b'\t\t\t"path": "/usr/bin/nvidia-container-runtime",\r\n\t\t\t"runtimeArgs": [\r\n'
+        b'\t\t\t\t"--debug",\r\n\t\t\t\t"--log=/var/log/nv.log"\r\n\t\t\t]\r\n\t\t}\r\n\t},\r\n'
+        b'\t"default-runtime": "nvidia"\r\n}'
+    )
+    code, _, err = cli("uninstall", "--config", str(cfg), *NONE)
+    assert code == 0, err
+    assert cfg.read_bytes() == original
+
+
+def test_second_install_says_unchanged_and_writes_nothing(cfg, tmp_path):
+    cfg.write_bytes(b"{}\n")
+    assert cli("install", "--config", str(cfg), "--runtime-path", RT, *NONE)[0] == 0
+    stat1 = cfg.stat()
+    code, out, _ = cli("install", "--config", str(cfg), "--runtime-path", RT, *NONE)
+    assert code == 0 and "unchanged:" in out
+    assert cfg.stat().st_mtime_ns == stat1.st_mtime_ns and cfg.stat().st_ino == stat1.st_ino
+    code, out, _ = cli("backups", "--config", str(cfg), "--json")
+    assert len(json.loads(out)["backups"]) == 1
+
+
+def test_dry_run_prints_a_diff_and_touches_nothing(cfg, tmp_path):
+    cfg.write_bytes(b'{\n    "debug": true\n}\n')
+    code, out, _ = cli("install", "--config", str(cfg), "--runtime-path", RT, "--dry-run")
+    assert code == 0
+    assert f"--- a{cfg}\n+++ b{cfg}\n" in out
+    assert '-    "debug": true\n+    "debug": true,\n+    "runtimes": {\n' in out
+    assert "dry run:" in out
+    assert cfg.read_bytes() == b'{\n    "debug": true\n}\n'
+    assert not (tmp_path / "state").exists()
+    code, out, _ = cli("install", "--config", str(cfg), "--runtime-path", RT, "--dry-run", "--json")
+    obj = json.loads(out)
+    assert obj["dry_run"] is True and obj["changed"] is True and '+    "runtimes"' in obj["diff"]
+
+
+def test_json_result_has_the_fields_scripts_rely_on(cfg):
+    code, out, _ = cli("install", "--config", str(cfg), "--runtime-path", RT, "--json", *NONE)
+    assert code == 0
+    obj = json.loads(out)
+    assert obj["changed"] is True and obj["config"] == str(cfg) and obj["reload"] == "none"
+    assert obj["verified"] is False and isinstance(obj["warnings"], list)
+    assert obj["backup"] and obj["backup_file"] is None  # the file did not exist before
+    assert obj["changes"] == [{"key": "runtimes.nvidia", "action": "added", "after": {"path": RT}}]
+    code, out, _ = cli("install", "--config", str(cfg), "--runtime-path", RT, "--json", *NONE)
+    obj = json.loads(out)
+    assert obj["changed"] is False and obj["backup"] is None
+
+
+def test_reload_auto_says_what_to_run(cfg):
+    code, out, _ = cli("install", "--config", str(cfg), "--runtime-path", RT)
+    assert code == 0
+    assert "note: automatic reload is not available in this build" in out
+    assert "note: dockerd was not reloaded; to apply the change run:" in out
+
+
+def test_backups_rollback_cycle(cfg):
+    cfg.write_bytes(b'{"debug": true}')
+    cli("install", "--config", str(cfg), "--runtime-path", RT, *NONE)
+    cli("install", "--config", str(cfg), "--runtime-path", RT, "--set-default", *NONE)
+    with_default = cfg.read_bytes()
+    code, out, _ = cli("backups", "--config", str(cfg), "--json")
+    listed = json.loads(out)["backups"]
+    assert [b["reason"] for b in listed] == ["install runtime nvidia"] * 2
+    first_id = listed[-1]["id"]
+    assert listed[-1]["sha256"] == __import__("hashlib").sha256(b'{"debug": true}').hexdigest()
+    code, out, _ = cli("backups", "--config", str(cfg))
+    assert first_id in out and "install runtime nvidia" in out
+    # Newest backup: the state before --set-default.
+    code, out, err = cli("rollback", "--config", str(cfg), *NONE)
+    assert code == 0, err
+    assert json.loads(cfg.read_bytes()) == {"debug": True, "runtimes": {"nvidia": {"path": RT}}}
+    # By id: the very first state; works without --config.
+    code, out, err = cli("rollback", first_id, *NONE)
+    assert code == 0, err
+    assert cfg.read_bytes() == b'{"debug": true}'
+    assert f"restored {cfg} from backup {first_id}" in out
+    # The rollback itself was backed up, so it can be undone.
+    code, out, _ = cli("backups", "--config", str(cfg), "--json")
+    assert json.loads(out)["backups"][0]["reason"] == f"rollback to {first_id}"
+    cli("rollback", "--config", str(cfg), *NONE)
+    assert json.loads(cfg.read_bytes()) == {"debug": True, "runtimes": {"nvidia": {"path": RT}}}
+    assert cfg.read_bytes() != with_default
+
+
+def test_rollback_with_nothing_to_restore(cfg):
+    code, _, err = cli("rollback", "--config", str(cfg), *NONE)
+    assert code == 2 and "no backups of" in err
+
+
+def test_status_text_and_json(cfg):
+    cfg.write_bytes(b'{"runtimes": {"crun": {"path": "/usr/bin/crun"}}}')
+    cli("install", "--config", str(cfg), "--runtime-path", RT, "--set-default", *NONE)
+    code, out, _ = cli("status", "--config", str(cfg))
+    assert code == 0
+    assert 'runtime: nvidia -> {"path": "/usr/bin/nvidia-container-runtime"}' in out
+    assert "default-runtime: nvidia" in out and "installed by nvdocker2: nvidia" in out
+    code, out, _ = cli("status", "--config", str(cfg), "--json")
+    obj = json.loads(out)
+    assert obj["runtimes"]["nvidia"] == {"path": RT} and obj["default_runtime"] == "nvidia"
+    assert obj["installed"] is True and obj["backups"] == 1 and obj["errors"] == []
+
+
+def test_version_and_help():
+    code, out, _ = cli("--version")
+    assert code == 0 and out.strip() == f"nvdocker2 {__version__}"
+    code, out, _ = cli("install", "--help")
+    for flag in (
+        "--config",
+        "--runtime-name",
+        "--runtime-path",
+        "--runtime-arg",
+        "--set-default",
+        "--dry-run",
+        "--reload",
+        "--restart",
+        "--no-verify",
+        "--docker-host",
+        "--pidfile",
+        "--timeout",
+        "--json",
+        "--dockerd-log",
+    ):
+        assert flag in out
+    assert "`none` is implemented" in " ".join(out.split())
+
+
+def test_default_runtime_path_is_the_one_beside_nvdocker2(cfg):
+    r = subprocess.run(
+        [str(NVDOCKER2), "install", "--config", str(cfg), *NONE, "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert r.returncode == 0, r.stderr
+    entry = json.loads(cfg.read_bytes())["runtimes"]["nvidia"]
+    assert entry == {"path": str(NVDOCKER2.parent / "nvidia-container-runtime")}
+    assert os.path.isabs(entry["path"])
+
+
+def test_missing_default_runtime_gives_a_warning(cfg, tmp_path, monkeypatch):
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    monkeypatch.setattr(sys, "argv", [str(bindir / "nvdocker2")])
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "py" / "python3"))
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    code, out, err = cli("install", "--config", str(cfg), *NONE)
+    assert code == 0
+    assert json.loads(cfg.read_bytes())["runtimes"]["nvidia"] == {"path": RT}
+    if not os.path.exists(RT):
+        assert (
+            "warning: no nvidia-container-runtime beside nvdocker2 or on PATH; "
+            f"the entry points at {RT}" in err
+        )
+    # Once installed beside nvdocker2, that one is used.
+    (bindir / "nvidia-container-runtime").write_text("#!/bin/sh\n")
+    (bindir / "nvidia-container-runtime").chmod(0o755)
+    code, out, err = cli("install", "--config", str(cfg), *NONE)
+    assert code == 0 and "warning" not in err
+    assert json.loads(cfg.read_bytes())["runtimes"]["nvidia"] == {
+        "path": str(bindir / "nvidia-container-runtime")
+    }

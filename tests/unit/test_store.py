@@ -1,0 +1,140 @@
+"""The one atomic-write helper, the lock, backups and the journal."""
+
+from __future__ import annotations
+
+import os
+import re
+
+import pytest
+from filelock import FileLock
+
+from nvdocker2.daemonjson import store
+from nvdocker2.daemonjson.edit import ABSENT
+from nvdocker2.errors import BadInput, EnvironmentProblem
+
+
+def test_atomic_write_leaves_exactly_the_file_with_its_mode_and_owner(tmp_path):
+    p = tmp_path / "daemon.json"
+    p.write_bytes(b"old")
+    os.chmod(p, 0o640)
+    os.chown(p, 1234, 4321)
+    store.atomic_write(p, b"new")
+    assert p.read_bytes() == b"new"
+    st = p.stat()
+    assert (st.st_mode & 0o777, st.st_uid, st.st_gid) == (0o640, 1234, 4321)
+    assert os.listdir(tmp_path) == ["daemon.json"]
+
+
+def test_new_file_gets_0644(tmp_path):
+    p = tmp_path / "daemon.json"
+    store.atomic_write(p, b"{}")
+    assert p.stat().st_mode & 0o777 == 0o644
+
+
+def test_symlink_is_written_through_and_stays_a_symlink(tmp_path):
+    real_dir = tmp_path / "real"
+    real_dir.mkdir()
+    (real_dir / "conf.json").write_bytes(b"old")
+    link = tmp_path / "daemon.json"
+    link.symlink_to(real_dir / "conf.json")
+    store.atomic_write(link, b"new")
+    assert link.is_symlink() and os.readlink(link) == str(real_dir / "conf.json")
+    assert (real_dir / "conf.json").read_bytes() == b"new"
+    assert os.listdir(real_dir) == ["conf.json"]
+
+
+def test_staged_file_is_complete_before_commit_and_gone_after_discard(tmp_path):
+    p = tmp_path / "daemon.json"
+    p.write_bytes(b"old")
+    with store.stage(p, b"candidate") as s:
+        assert re.fullmatch(r"\.daemon\.json\.nvdocker2-tmp-\d+-[0-9a-f]{8}", s.path.name)
+        assert s.path.read_bytes() == b"candidate" and p.read_bytes() == b"old"
+    assert os.listdir(tmp_path) == ["daemon.json"]
+
+
+def test_failed_rename_keeps_the_old_file_and_removes_the_temp(tmp_path, monkeypatch):
+    p = tmp_path / "daemon.json"
+    p.write_bytes(b"old")
+
+    def broken(src, dst):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "replace", broken)
+    with pytest.raises(EnvironmentProblem, match="no space left"):
+        store.atomic_write(p, b"new")
+    assert p.read_bytes() == b"old" and os.listdir(tmp_path) == ["daemon.json"]
+
+
+def test_stale_temps_of_dead_writers_are_removed_live_ones_kept(tmp_path):
+    p = tmp_path / "daemon.json"
+    p.write_bytes(b"{}")
+    dead = tmp_path / f".daemon.json{store.TMP_MARK}999999999-deadbeef"
+    live = tmp_path / f".daemon.json{store.TMP_MARK}1-cafecafe"  # pid 1 is alive
+    other = tmp_path / ".daemon.json.swp"
+    for f in (dead, live, other):
+        f.write_bytes(b"x")
+    assert store.clean_stale_temps(p) == [dead]
+    assert sorted(os.listdir(tmp_path)) == sorted(["daemon.json", live.name, other.name])
+
+
+def test_lock_held_elsewhere_times_out_with_exit_3(tmp_path):
+    state = tmp_path / "state"
+    state.mkdir()
+    holder = FileLock(str(state / "lock"))
+    holder.acquire()
+    try:
+        with pytest.raises(EnvironmentProblem) as ei:
+            with store.locked(state, 0.2):
+                pass
+        assert ei.value.exit_code == 3 and "gave up after 0.2 s" in ei.value.message
+    finally:
+        holder.release()
+    with store.locked(state, 0.2) as path:
+        assert path == state / "lock"
+
+
+def test_backup_ids_sort_by_time_and_carry_sha256(tmp_path):
+    b = store.Backups(tmp_path)
+    first = b.create(tmp_path / "daemon.json", b"one", "install runtime nvidia")
+    second = b.create(tmp_path / "daemon.json", None, "install runtime x")
+    assert re.fullmatch(r"\d{8}T\d{6}Z-[0-9a-f]{6}", first.id)
+    assert first.sha256 == store.sha256(b"one") and first.file.read_bytes() == b"one"
+    assert [x.id for x in b.all(tmp_path / "daemon.json")] == [second.id, first.id]
+    assert b.read(second) is None and not second.existed
+    assert b.all(tmp_path / "other.json") == []
+    oct_mode = first.file.stat().st_mode & 0o777
+    assert oct_mode == 0o600
+
+
+def test_damaged_backup_is_refused(tmp_path):
+    b = store.Backups(tmp_path)
+    x = b.create(tmp_path / "daemon.json", b"one", "r")
+    x.file.write_bytes(b"two")
+    with pytest.raises(EnvironmentProblem, match="damaged"):
+        b.read(x)
+    with pytest.raises(BadInput, match="no backup"):
+        b.get("nope")
+
+
+def test_journal_round_trip_keeps_absent_and_exact_values(tmp_path):
+    from nvdocker2.daemonjson.document import parse
+
+    j = store.Journal(tmp_path, tmp_path / "daemon.json")
+    assert j.load() == {} and j.read_bytes() is None
+    prev = parse(b'{"path": "x", "n": 1.50}').data
+    rec = {
+        "config": str(tmp_path / "daemon.json"),
+        "runtimes": {"nvidia": {"previous": store.slot(prev), "installed": {"path": "/y"}}},
+        "default_runtime": {"previous": store.slot(ABSENT), "installed": "nvidia"},
+    }
+    j.write(rec)
+    back = j.load()
+    assert store.unslot(back["default_runtime"]["previous"]) is ABSENT
+    assert back["runtimes"]["nvidia"]["previous"]["value"]["n"].text == "1.50"
+    saved = j.read_bytes()
+    j.write(None)
+    assert not j.path.exists()
+    j.restore(saved)
+    assert j.read_bytes() == saved
+    # Another config path has its own journal.
+    assert store.Journal(tmp_path, tmp_path / "other.json").load() == {}
