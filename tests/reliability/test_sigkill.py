@@ -152,7 +152,9 @@ def test_sigkill_at_random_instants_leaves_old_or_new_file(config: Path, install
 
     print(f"SIGKILL loop: {killed} killed ({changed_by_killed} of them after the rename), "
           f"{finished} finished before their kill instant")
-    assert killed >= 0.75 * KILLS
+    # Most processes are killed (about 5 in 6 when run times stay as measured; a loaded machine
+    # shifts that, so only a clear majority is required).
+    assert killed >= KILLS // 2
     # The kill instants must cover the whole run: some before the file changed, some after.
     assert 0 < changed_by_killed < killed
 
