@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -229,6 +230,7 @@ class Dockerd:
         self._acted = False
         self._reloads = 0
         self._restart_error: str | None = None
+        self._before: str | None = None  # runtimes/default before a reload
 
     # -- before anything is written -------------------------------------------------------
 
@@ -260,6 +262,7 @@ class Dockerd:
         self.log.mark()
         self._reloads += 1
         self._restart_error = None
+        self._before = None
         if self.restart:
             self._old_pid = self.manager.main_pid()
             self._warn_before_restart()
@@ -274,8 +277,18 @@ class Dockerd:
                     raise
                 self._restart_error = exc.message
         else:
+            self._before = self._runtime_state()
             self.manager.reload()
             self._acted = True
+
+    def _runtime_state(self, info: Mapping | None = None) -> str | None:
+        """Runtimes and default as /info reports them, to tell a processed reload by."""
+        if info is None:
+            try:
+                info = self.client.info(timeout=2)
+            except (EngineUnavailable, EngineError):
+                return None
+        return json.dumps([info.get("Runtimes"), info.get("DefaultRuntime")], sort_keys=True)
 
     def _answers(self) -> bool:
         try:
@@ -339,6 +352,7 @@ class Dockerd:
                     or refusal is not None
                     or isinstance(self.log, NoLog)
                     or has_marker(lines, markers)
+                    or (self._before is not None and self._runtime_state(info) != self._before)
                     or now - matched_at >= LOG_GRACE
                 )
                 if confirmed:

@@ -305,3 +305,20 @@ def test_a_restart_command_that_fails_while_dockerd_still_answers_is_an_environm
         err.value.message
         == "systemctl restart docker exited 1: Failed to restart docker.service: Access denied"
     )
+
+
+def test_a_change_in_info_after_the_reload_confirms_it_without_the_log_line(
+    engine, named_dockerd, tmp_path, monkeypatch
+):
+    # dockerd at --log-level=warn never logs "Reloaded configuration"; /info changing is proof.
+    monkeypatch.setattr(daemon_module, "LOG_GRACE", 5.0)
+    state = {"info": _info({"runc": {"path": "runc"}})}
+    engine.responder = lambda path, n: (200, state["info"])
+    log = tmp_path / "dockerd.log"
+    log.write_text("")
+    d, _ = _daemon(engine, named_dockerd, log=FileLog(log))
+    d.reload()
+    state["info"] = _info({"nvidia": {"path": "/usr/bin/nvidia-container-runtime"}}, "nvidia")
+    started = time.monotonic()
+    d.verify(NVIDIA, timeout=10)
+    assert time.monotonic() - started < 1
