@@ -277,7 +277,7 @@ class Dockerd:
                     raise
                 self._restart_error = exc.message
         else:
-            self._before = self._runtime_state()
+            self._before = self._runtime_state() if self.verifies else None
             self.manager.reload()
             self._acted = True
 
