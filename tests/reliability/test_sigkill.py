@@ -152,7 +152,9 @@ def test_sigkill_at_random_instants_leaves_old_or_new_file(config: Path, install
 
     print(f"SIGKILL loop: {killed} killed ({changed_by_killed} of them after the rename), "
           f"{finished} finished before their kill instant")
-    assert killed >= 0.75 * KILLS
+    # Most processes are killed (about 5 in 6 when run times stay as measured; a loaded machine
+    # shifts that, so only a clear majority is required).
+    assert killed >= KILLS // 2
     # The kill instants must cover the whole run: some before the file changed, some after.
     assert 0 < changed_by_killed < killed
 
@@ -186,6 +188,30 @@ def test_sigkill_leaves_no_temp_files_in_the_state_dir(config: Path, installed: 
     r = _run(config, "install")
     assert r.returncode == 0, r.stderr
     assert _temps_in_state(state) == []
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "store.py Backups: a backup whose .meta.json was never written (killed between the two "
+    "writes) is ignored by all() and so never pruned: each such kill leaks one file for good"))
+def test_a_backup_left_without_its_metadata_is_removed_by_a_later_run(
+    config: Path, installed: bytes
+) -> None:
+    state = Path(os.environ["NVDOCKER2_STATE_DIR"])
+    proc = subprocess.Popen(_cli(config, "install"), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE,
+                            env={**os.environ, store.PAUSE_HOOK: "0.25"})
+    seen: list[str] = []
+    _wait_for_pause(proc, lambda path: bool(seen.append(path)) or len(seen) == 2)
+    assert ".meta.json" + store.TMP_MARK in Path(seen[1]).name, seen
+    proc.kill()
+    proc.wait()
+    for _ in range(2):
+        r = _run(config, _action_for(config.read_bytes(), ORIGINAL))
+        assert r.returncode == 0, r.stderr
+    listed = {b.file.name for b in store.Backups(state).all()} | {
+        f"{b.id}.meta.json" for b in store.Backups(state).all()}
+    on_disk = {n for n in os.listdir(state / "backups") if store.TMP_MARK not in n}
+    assert on_disk <= listed, sorted(on_disk - listed)
 
 
 # --- killed exactly between the complete temp file and the rename ----------------------------
