@@ -34,7 +34,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests" / "e2e"))
 sys.path.insert(0, str(REPO))
 
-from privatedockerd import PrivateDockerd  # noqa: E402
+from privatedockerd import PrivateDockerd, remove_rootfs_tar  # noqa: E402
 
 from nvdocker2.runtime.launcher import write_launchers  # noqa: E402
 
@@ -135,6 +135,7 @@ def main() -> int:
         print(f"  (the no-op nvidia-container-cli ran {calls} times)")
     finally:
         daemon.cleanup()
+        remove_rootfs_tar()
 
     # Per invocation.
     state_root = work / "runc-root"
