@@ -52,12 +52,18 @@ RELOAD_HELP = (
 )
 
 
+def _no_default(*names: str, **kw: Any) -> Any:
+    """An option whose absence means "work it out" (the help says how), not a value."""
+    return typer.Option(None, *names, show_default=False, **kw)
+
+
 # --- options shared by several commands (a fresh OptionInfo per use) -----------------------
 
 
 def _opt_config() -> Any:
-    return typer.Option(
-        None, "--config", metavar="PATH",
+    return _no_default(
+        "--config",
+        metavar="PATH",
         help="daemon.json to change [default: chosen for this host's Docker: rootful "
         "/etc/docker/daemon.json, rootless ~/.config/docker/daemon.json, snap "
         "/var/snap/docker/current/config/daemon.json; printed with why]",
@@ -77,8 +83,14 @@ def _opt_timeout() -> Any:
 
 
 def _opt_reload() -> Any:
-    return typer.Option(ReloadMode.auto, "--reload", metavar="MODE", help=RELOAD_HELP,
-                        case_sensitive=False)
+    return typer.Option(
+        ReloadMode.auto,
+        "--reload",
+        show_default="auto",
+        metavar="MODE",
+        help=RELOAD_HELP,
+        case_sensitive=False,
+    )
 
 
 def _opt_restart() -> Any:
@@ -93,22 +105,30 @@ def _opt_no_verify() -> Any:
 
 
 def _opt_docker_host() -> Any:
-    return typer.Option(None, "--docker-host", metavar="URL",
-                        help="Engine API to verify through [default: $DOCKER_HOST, else "
-                        "unix:///var/run/docker.sock].")
+    return _no_default(
+        "--docker-host",
+        metavar="URL",
+        help="Engine API to verify through [default: $DOCKER_HOST, else "
+        "unix:///var/run/docker.sock].",
+    )
 
 
 def _opt_pidfile() -> Any:
-    return typer.Option(None, "--pidfile", metavar="PATH",
-                        help="dockerd's pid file, checked to be a dockerd before it is signalled "
-                        "[default: /var/run/docker.pid; rootless $XDG_RUNTIME_DIR/docker.pid; "
-                        "snap /run/snap.docker/docker.pid].")
+    return _no_default(
+        "--pidfile",
+        metavar="PATH",
+        help="dockerd's pid file, checked to be a dockerd before it is signalled "
+        "[default: /var/run/docker.pid; rootless $XDG_RUNTIME_DIR/docker.pid; "
+        "snap /run/snap.docker/docker.pid].",
+    )
 
 
 def _opt_dockerd_log() -> Any:
-    return typer.Option(None, "--dockerd-log", metavar="PATH",
-                        help="dockerd's log file: its error lines are quoted when dockerd "
-                        "rejects a change.")
+    return _no_default(
+        "--dockerd-log",
+        metavar="PATH",
+        help="dockerd's log file: its error lines are quoted when dockerd rejects a change.",
+    )
 
 
 def _opt_dry_run() -> Any:
@@ -279,13 +299,14 @@ def _main(
 def install(
     config: Optional[Path] = _opt_config(),
     runtime_name: str = _opt_runtime_name(),
-    runtime_path: Optional[str] = typer.Option(
-        None, "--runtime-path", metavar="PATH",
+    runtime_path: Optional[str] = _no_default(
+        "--runtime-path",
+        metavar="PATH",
         help="Absolute path of nvidia-container-runtime [default: the one installed beside "
         "this nvdocker2].",
     ),
-    runtime_arg: Optional[List[str]] = typer.Option(
-        None, "--runtime-arg", metavar="ARG", help="Add to the entry's runtimeArgs (repeatable)."
+    runtime_arg: Optional[List[str]] = _no_default(
+        "--runtime-arg", metavar="ARG", help="Add to the entry's runtimeArgs (repeatable)."
     ),
     set_default: bool = typer.Option(False, "--set-default",
                                      help="Also make it dockerd's default-runtime."),
@@ -371,8 +392,12 @@ def uninstall(
 
 @app.command()
 def rollback(
-    backup_id: Optional[str] = typer.Argument(None, metavar="[BACKUP_ID]",
-                                              help="Backup to restore [default: the newest]."),
+    backup_id: Optional[str] = typer.Argument(
+        None,
+        show_default=False,
+        metavar="[BACKUP_ID]",
+        help="Backup to restore [default: the newest].",
+    ),
     config: Optional[Path] = _opt_config(),
     dry_run: bool = _opt_dry_run(),
     reload: ReloadMode = _opt_reload(),
@@ -598,12 +623,12 @@ def main(argv: Optional[List[str]] = None) -> None:
         e.show()
         sys.exit(e.exit_code)
     except click.exceptions.Abort:
-        _stderr("error: interrupted; a change in progress was undone")
+        _stderr("error: interrupted; daemon.json is unchanged or was restored")
         sys.exit(EXIT_INTERNAL)
     except NvDockerError as e:
         sys.exit(_fail(e))
     except KeyboardInterrupt:
-        _stderr("error: interrupted; a change in progress was undone")
+        _stderr("error: interrupted; daemon.json is unchanged or was restored")
         sys.exit(EXIT_INTERNAL)
     except Exception as e:  # an unexpected internal error: one line, traceback only in debug
         if _debug():

@@ -289,6 +289,26 @@ class _Plan:
     journal_before_write: bool = True
 
 
+def _ensure_directory(ctx: _Ctx) -> None:
+    """Create the file's directory (0755) when only that last level is missing, e.g.
+    /etc/docker before Docker is installed; a deeper missing path is a wrong --config."""
+    d = store.resolve_target(ctx.config).parent
+    if d.is_dir():
+        return
+    if not d.parent.is_dir():
+        raise BadInput(
+            f"{ctx.config}: directory {d.parent} does not exist",
+            "check --config (nvdocker2 creates at most the file's own directory)",
+        )
+    try:
+        d.mkdir(mode=0o755)
+    except FileExistsError:
+        raise BadInput(f"{ctx.config}: {d} is not a directory") from None
+    except OSError as e:
+        raise store.os_error(e, str(d)) from None
+    ctx.notes.append(f"created the directory {d}")
+
+
 def _apply(ctx: _Ctx, plan: _Plan) -> tuple[store.Backup, bool]:
     """Write `plan` and make dockerd run it, or put everything back. Returns (backup, verified).
 
@@ -299,6 +319,7 @@ def _apply(ctx: _Ctx, plan: _Plan) -> tuple[store.Backup, bool]:
     """
     old = plan.old_doc
     daemon = ctx.daemon
+    _ensure_directory(ctx)
     trans = transitional(plan.new_data, old.data) if _needs_transition(daemon) else None
     trans_bytes = old.serialize(trans) if trans is not None else None
 

@@ -468,13 +468,12 @@ class Journal:
     def restore(self, data: bytes | None) -> None:
         """Put back bytes from `read_bytes()` (None: no journal)."""
         if data is None:
-            with contextlib.suppress(FileNotFoundError):
-                try:
-                    os.unlink(self.path)
-                except FileNotFoundError:
-                    raise
-                except OSError as e:
-                    raise os_error(e, f"journal {self.path}") from None
+            try:
+                os.unlink(self.path)
+            except FileNotFoundError:
+                pass
+            except OSError as e:
+                raise os_error(e, f"journal {self.path}") from None
             return
         self.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         atomic_write(self.path, data, 0o600)

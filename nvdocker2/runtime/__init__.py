@@ -33,6 +33,10 @@ def main(args: list[str] | None = None, self_path: str | None = None) -> int:
         args = sys.argv[1:]
     if self_path is None:
         self_path = sys.argv[0]
+    if args[:1] == ["direct-hook"]:  # direct mode's createContainer hook (SPEC §7)
+        from nvdocker2.direct.hook import main as direct_hook
+
+        return direct_hook(args[1:])
     from nvdocker2.runtime.args import parse_args
 
     log_path = None
@@ -58,7 +62,39 @@ def main(args: list[str] | None = None, self_path: str | None = None) -> int:
     except RuntimeFailure as e:
         print(f"{PROG}: error: {e}", file=sys.stderr)
         _log(log_path, f"error: {e}")
+        _report_to_runtime_log(args, f"{PROG}: {e}")
         return 1
+
+
+def _report_to_runtime_log(args: list[str], message: str) -> None:
+    """Write the error where containerd looks for a runtime's error: runc's `--log FILE` in
+    `--log-format json`. Without it, docker shows "unable to retrieve OCI runtime error"."""
+    from nvdocker2.runtime.args import subcommand
+
+    _, end = subcommand([PROG, *args])
+    globals_ = args[: end - 1] if end > 0 else args
+    values: dict[str, str] = {}
+    i = 0
+    while i < len(globals_):
+        name, sep, value = globals_[i].lstrip("-").partition("=")
+        if name in ("log", "log-format"):
+            if not sep and i + 1 < len(globals_):
+                value = globals_[i + 1]
+                i += 1
+            values[name] = value
+        i += 1
+    if not values.get("log") or values.get("log-format") != "json":
+        return
+    import json
+    import time
+
+    line = json.dumps({"level": "error", "msg": message,
+                       "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+    try:
+        with open(values["log"], "a", encoding="utf-8") as f:
+            f.write(line + "\n")
+    except OSError:
+        pass
 
 
 def _prepare_bundle(config, bundle: str, self_path: str, log_path: str | None) -> None:
@@ -68,7 +104,7 @@ def _prepare_bundle(config, bundle: str, self_path: str, log_path: str | None) -
     try:
         spec = read_spec(spec_path)
         if config.runtime.mode == "direct":
-            changed = _direct_mode(spec, bundle, config)
+            changed = _direct_mode(spec, bundle, config, self_path)
         else:
             hook = hook_path(config, self_path)
             config_file = config.path if config.from_env else None
@@ -80,16 +116,21 @@ def _prepare_bundle(config, bundle: str, self_path: str, log_path: str | None) -
     _log(log_path, f"{spec_path}: {'updated' if changed else 'unchanged'}")
 
 
-def _direct_mode(spec: dict, bundle: str, config) -> bool:
-    """SPEC §7: the spec is edited here instead of by the hook (nvdocker2.direct)."""
+def _direct_mode(spec: dict, bundle: str, config, self_path: str) -> bool:
+    """SPEC §7: the spec is edited here instead of by the hook (nvdocker2.direct). The whole
+    edit is computed first; `spec` changes only when all of it resolved."""
+    from nvdocker2.direct.create import edit_for_create
+    from nvdocker2.direct.errors import DirectError
+
     try:
-        from nvdocker2 import direct
-    except ImportError:
-        raise RuntimeFailure(
-            f"{config.path}: mode = \"direct\" but this build has no direct mode;"
-            " set mode = \"legacy\""
-        ) from None
-    return bool(direct.edit_spec(spec, bundle, config))
+        new = edit_for_create(spec, bundle, config, self_path)
+    except DirectError as e:
+        raise RuntimeFailure(e.message) from None
+    if new is None:
+        return False
+    spec.clear()
+    spec.update(new)
+    return True
 
 
 def hook_path(config, self_path: str) -> str:

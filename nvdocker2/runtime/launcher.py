@@ -28,6 +28,7 @@ RUNTIME_TEMPLATE = r"""#!/bin/sh
 py=@PYTHON@
 code=@CODE@
 slow=
+case ${1-} in direct-hook) slow=1 ;; esac
 for arg do
     if [ "$arg" = create ]; then slow=1; break; fi
 done

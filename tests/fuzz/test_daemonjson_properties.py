@@ -117,3 +117,29 @@ def test_transitional_file_always_has_the_keys_a_reload_needs(obj, rts):
     assert trans is not None
     assert trans["runtimes"] == {} and trans["default-runtime"] == "runc"
     assert {k: v for k, v in trans.items() if k not in ("runtimes", "default-runtime")} == obj
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(objects, runtimes, st.booleans(), st.booleans(), *style_args)
+def test_real_install_then_uninstall_restores_the_file(
+    obj, rts, with_rts, set_default, indent, ascii_only, ending
+):
+    import tempfile
+    from pathlib import Path
+
+    from nvdocker2.daemonjson import validate
+
+    obj = {k: v for k, v in obj.items() if k not in validate.known_keys()}
+    if with_rts:
+        obj = dict(obj, runtimes=rts)
+    raw = (json.dumps(obj, indent=indent, ensure_ascii=ascii_only) + ending).encode()
+    with tempfile.TemporaryDirectory() as d:
+        cfg = Path(d) / "daemon.json"
+        cfg.write_bytes(raw)
+        state = Path(d) / "state"
+        res = transaction.install(cfg, runtime_path=RT, set_default=set_default, state=state)
+        assert res.changed
+        again = transaction.install(cfg, runtime_path=RT, set_default=set_default, state=state)
+        assert not again.changed
+        transaction.uninstall(cfg, state=state)
+        assert cfg.read_bytes() == raw

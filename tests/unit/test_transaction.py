@@ -318,3 +318,38 @@ def test_expectation_checks_only_what_changed():
     assert transaction.expectation(after, before) == Expectation({"nvidia": "/b"}, (), "nvidia")
     assert transaction.expectation(before, after) == Expectation({"nvidia": "/a"}, (), "runc")
     assert transaction.expectation({}, before).absent == ("kata", "nvidia")
+
+
+def test_exit_4_quotes_what_dockerd_logged(cfg, state, tmp_path):
+    write(cfg, ORIGINAL)
+    log = tmp_path / "dockerd.log"
+    log.write_text('time="t0" level=error msg="an old error, before this change"\n')
+
+    class LoggingDockerd(SimulatedDockerd):
+        def reload(self):
+            with open(log, "a") as f:
+                f.write('time="t1" level=info msg="Got signal to reload configuration"\n')
+                if len(self.reloads) == 0:
+                    f.write('time="t1" level=error msg="invalid runtime path: no such file"\n')
+            super().reload()
+
+    d = LoggingDockerd(cfg, refuse_path=RT)
+    with pytest.raises(DockerdRejected) as ei:
+        transaction.install(cfg, runtime_path=RT, daemon=d, state=state, dockerd_log=log)
+    assert (
+        ei.value.hint
+        == 'dockerd logged: time="t1" level=error msg="invalid runtime path: no such file"'
+    )
+    assert cfg.read_bytes() == ORIGINAL
+
+
+def test_missing_config_directory_is_created_one_level_only(tmp_path, state):
+    cfg = tmp_path / "etc" / "docker" / "daemon.json"
+    (tmp_path / "etc").mkdir()
+    res = transaction.install(cfg, runtime_path=RT, state=state)
+    assert res.changed and f"created the directory {cfg.parent}" in res.notes
+    assert oct(cfg.parent.stat().st_mode & 0o777) == "0o755"
+    deep = tmp_path / "nope" / "docker" / "daemon.json"
+    with pytest.raises(BadInput, match="does not exist"):
+        transaction.install(deep, runtime_path=RT, state=state)
+    assert not (tmp_path / "nope").exists()
