@@ -280,7 +280,8 @@ def bench_dockerd(report: Report, runs: int, work: Path) -> None:
     d = pd.PrivateDockerd()
     try:
         d.start()
-        env = {**os.environ, "NVDOCKER2_STATE_DIR": str(work / "dockerd-state"), "DOCKER_HOST": d.host}
+        env = {**os.environ, "NVDOCKER2_STATE_DIR": str(work / "dockerd-state"),
+               "DOCKER_HOST": d.host}
         flags, fallback = _supports_reload(d, env, work)
         base = ["--config", str(d.config_file), *flags]
         runtime = shutil.which("runc") or "/usr/bin/runc"
@@ -294,7 +295,7 @@ def bench_dockerd(report: Report, runs: int, work: Path) -> None:
         if fallback:
             report.notes.append(fallback + "; install measured with --reload none")
             t, cpu = median_time(install, runs, uninstall)
-            report.add(Figure("dockerd", "install, --reload none (dockerd wiring not in this build)",
+            report.add(Figure("dockerd", "install, --reload none (no dockerd wiring in this build)",
                               t, "s", f"median of {runs} CLI runs", "≤ 1.5 s to verified", None,
                               "not the target figure: no reload, no verify"), cpu)
         else:
@@ -308,7 +309,8 @@ def bench_dockerd(report: Report, runs: int, work: Path) -> None:
                               "s", f"median of {runs} CLI runs", "≤ 0.3 s", t <= 0.3), cpu)
             t, cpu = median_time(uninstall, runs, install)
             report.add(Figure("dockerd", "uninstall to verified (transitional file, SIGHUP, "
-                              "/info no longer lists it)", t, "s", f"median of {runs} CLI runs"), cpu)
+                              "/info no longer lists it)", t, "s",
+                              f"median of {runs} CLI runs"), cpu)
         doctor = cli("doctor", "--help", env=env, check=False)
         if doctor.returncode == 0:
             args = ["doctor", "--config", str(d.config_file), "--docker-host", d.host]
@@ -331,7 +333,8 @@ def bench_docker_run(report: Report, runs: int) -> None:
     script = REPO / "bench" / "bench_runtime.py"
     if not script.exists():
         for name in names:
-            report.add(Figure("docker run", name, None, "x", "", "≤ 1.05" if "GPU" in name else "",
+            target = "≤ 1.05" if "GPU" in name else ""
+            report.add(Figure("docker run", name, None, "x", "", target,
                               None, "bench/bench_runtime.py is not in this build"))
         return
     print("docker run and per-call costs (bench/bench_runtime.py):", flush=True)

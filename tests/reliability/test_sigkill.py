@@ -2,8 +2,9 @@
 
 Real `nvdocker2 install/uninstall` processes run one after another against one daemon.json and
 are killed with SIGKILL at a random instant spread over their whole run time (the typical run
-time is measured first), until 100 of them were killed. After every kill the file must be byte-identical to one of the two
-allowed states: the original, or the original plus the runtime (and default). A temp file a
+time is measured first), until 100 of them were killed. After every kill the file must be
+byte-identical to one of the two allowed states: the original, or the original plus the runtime
+(and default). A temp file a
 killed run left beside daemon.json is allowed until the next run, which must remove it; after
 one clean run nothing of ours is left besides backups/, journal/ and the lock.
 

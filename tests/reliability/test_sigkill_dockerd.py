@@ -98,7 +98,8 @@ def test_sigkill_during_reload_and_verify_never_leaves_a_file_dockerd_refuses(
 
     seed = int(os.environ.get("NVDOCKER2_SIGKILL_SEED", str(random.randrange(1 << 32))))
     rng = random.Random(seed)
-    print(f"\nSIGKILL with reload: seed {seed}, typical run {typical:.3f} s, killing {KILLS} processes")
+    print(f"\nSIGKILL with reload: seed {seed}, typical run {typical:.3f} s, "
+          f"killing {KILLS} processes")
     killed = 0
     states: set[bytes] = set()
     i = 0
