@@ -2,6 +2,7 @@
 #   make deb    dist/nvdocker2_VERSION_all.deb   (dpkg-buildpackage, debian/)
 #   make rpm    dist/nvdocker2-VERSION-1.noarch.rpm (rpmbuild, rpm/nvdocker2.spec)
 #   make clean
+#   make bench  bench/RESULTS.md (bench/run.py; bench/Makefile.fragment)
 # Packages are built from a copy of the working tree (tracked and new files, not ignored ones)
 # in a temporary directory, so the checkout stays clean. On Debian 12 a missing build tool or
 # build dependency is installed first (as root). The version comes from nvdocker2/__init__.py;
@@ -109,3 +110,5 @@ rpm-build-deps:
 
 clean:
 	@rm -rf dist build *.egg-info
+
+include bench/Makefile.fragment

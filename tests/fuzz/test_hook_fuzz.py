@@ -73,8 +73,8 @@ def environments(draw) -> list[str]:
     if draw(st.integers(0, 4)) == 0:
         env.append("CUDA_VERSION=" + draw(st.sampled_from(["11.8", "12.2.0", "x", "-1"])))
     if draw(st.integers(0, 4)) == 0:
-        env.append(draw(st.sampled_from(["NVIDIA_MIG_CONFIG_DEVICES=", "NVIDIA_MIG_MONITOR_DEVICES="]))
-                   + draw(DEVICE_LISTS))
+        name = draw(st.sampled_from(["NVIDIA_MIG_CONFIG_DEVICES", "NVIDIA_MIG_MONITOR_DEVICES"]))
+        env.append(f"{name}={draw(DEVICE_LISTS)}")
     return draw(st.permutations(env))
 
 

@@ -54,7 +54,8 @@ def test_64_simultaneous_installs_lose_nothing_and_16_uninstalls_remove_exactly_
         assert data["runtimes"][n] == {"path": f"/opt/{n}/runc"}
     assert data["runtimes"]["custom"] == {"path": "/opt/c/runc"}
     assert (data["log-level"], data["storage-driver"]) == ("warn", "overlay2")
-    assert config.read_bytes().startswith(b'{\n\t"log-level": "warn",\n\t"runtimes": {\n\t\t"custom"')
+    head = b'{\n\t"log-level": "warn",\n\t"runtimes": {\n\t\t"custom"'
+    assert config.read_bytes().startswith(head)
     # One backup per write, the newest KEEP_BACKUPS kept, each a complete earlier state.
     state = Path(os.environ["NVDOCKER2_STATE_DIR"])
     backups = store.Backups(state).all(config)
