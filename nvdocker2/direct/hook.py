@@ -6,6 +6,12 @@ links of the mounted driver libraries inside the root file system (never followi
 of the image out of it), then refreshes the image's ld cache with the HOST's
 `ldconfig -r ROOTFS DIR...`: ldconfig chroots into the image itself, and no binary of the
 image is ever run.
+
+A chroot does not confine /proc magic links: at this point the container's /proc is mounted
+in the rootfs and its pid 1 (runc init) still has the host's root, so an image symlink to
+`/proc/1/root/...` (for ldconfig's aux cache, or a directory in its ld.so.conf) would let
+ldconfig write on the host. ldconfig therefore runs in a mount namespace of its own in which
+every procfs under the rootfs is detached (`_hide_proc`, between fork and exec).
 """
 
 from __future__ import annotations
@@ -66,6 +72,78 @@ def read_rootfs(stdin: IO[str]) -> str:
     return rootfs_of(spec, bundle)
 
 
+CLONE_NEWNS = 0x00020000
+MS_REC = 0x4000
+MS_PRIVATE = 1 << 18
+MNT_DETACH = 2
+ISOLATION_FAILED = 126
+_ISOLATION_PREFIX = "direct-hook: cannot hide /proc from ldconfig: "
+
+
+def _unescape_mountinfo(field: str) -> str:
+    r"""Mount points in mountinfo have space, tab, newline and backslash as \NNN octal."""
+    if "\\" not in field:
+        return field
+    out, i = [], 0
+    while i < len(field):
+        if field[i] == "\\" and field[i + 1 : i + 4].isdigit():
+            out.append(chr(int(field[i + 1 : i + 4], 8)))
+            i += 4
+        else:
+            out.append(field[i])
+            i += 1
+    return "".join(out)
+
+
+def proc_mounts_under(root: str, mountinfo: str) -> list[str]:
+    """Mount points of procfs at or below `root` in a /proc/self/mountinfo text, deepest first."""
+    found = []
+    for line in mountinfo.splitlines():
+        fields = line.split(" ")
+        if "-" not in fields[6:]:
+            continue
+        fstype = fields[fields.index("-", 6) + 1]
+        point = _unescape_mountinfo(fields[4])
+        if fstype == "proc" and (point == root or point.startswith(root.rstrip("/") + "/")):
+            found.append(point)
+    return sorted(found, key=len, reverse=True)
+
+
+def _hide_proc(rootfs: str) -> None:
+    """In the child, before exec'ing ldconfig: a private mount namespace in which no procfs is
+    mounted under `rootfs`. On failure, one line on stderr and exit ISOLATION_FAILED."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+
+        def check(result: int, what: str) -> None:
+            if result != 0:
+                raise OSError(ctypes.get_errno(), f"{what}: {os.strerror(ctypes.get_errno())}")
+
+        root = os.path.realpath(rootfs)
+        try:
+            check(libc.unshare(CLONE_NEWNS), "unshare(CLONE_NEWNS)")
+        except OSError:
+            if os.geteuid() != 0:
+                # Without privileges ldconfig cannot chroot either and resolves paths under
+                # ROOT itself, where magic links do not lead out.
+                return
+            raise
+        check(libc.mount(None, b"/", None, MS_REC | MS_PRIVATE, None), "making mounts private")
+        for _ in range(64):  # stacked mounts: detach until none is left
+            with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as f:
+                points = proc_mounts_under(root, f.read())
+            if not points:
+                return
+            for point in points:
+                check(libc.umount2(os.fsencode(point), MNT_DETACH), f"detaching {point}")
+        raise OSError(0, f"procfs keeps reappearing under {root}")
+    except Exception as err:  # noqa: BLE001 - reported by the parent as one line
+        os.write(2, f"{_ISOLATION_PREFIX}{err}\n".encode("utf-8", "replace"))
+        os._exit(ISOLATION_FAILED)
+
+
 def run(argv: list[str], stdin: IO[str]) -> None:
     """Do the hook's work or raise `DirectError`."""
     ldconfig, links, folders = parse_args(argv)
@@ -81,6 +159,7 @@ def run(argv: list[str], stdin: IO[str]) -> None:
         stderr=subprocess.STDOUT,
         text=True,
         check=False,
+        preexec_fn=lambda: _hide_proc(rootfs),  # noqa: PLW1509 - single-threaded hook
     )
     if proc.returncode != 0:
         last = (proc.stdout.strip().splitlines() or ["no output"])[-1]

@@ -1,0 +1,75 @@
+"""Direct mode's createContainer hook against hostile images (SPEC §7).
+
+runc runs the hook inside the container's mount namespace before pivot_root: the container's
+/proc is mounted in the rootfs and its pid 1 (runc init) still has the host's root. The host's
+`ldconfig -r ROOTFS` chroots into the image, and a chroot does not stop /proc magic links
+(`/proc/PID/root`), so the hook must hide /proc from ldconfig.
+These tests mount a real procfs into a TEST FIXTURE rootfs (root only).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+
+import pytest
+from fixtures.fake_driver import make_bundle
+
+from nvdocker2.direct.hook import main
+
+needs_root = pytest.mark.skipif(os.geteuid() != 0 and os.environ.get("CI") != "true",
+                                reason="mounts a procfs: root only")
+
+
+def _state(bundle):
+    return io.StringIO(json.dumps({"ociVersion": "1.0.2", "id": "c1", "status": "creating",
+                                   "pid": 1, "bundle": str(bundle)}))
+
+
+@pytest.fixture
+def proc_rootfs(tmp_path):
+    """A bundle whose rootfs has a real procfs at /proc, as runc leaves it for the hook."""
+    bundle, rootfs, _spec = make_bundle(tmp_path)
+    (rootfs / "proc").mkdir()
+    subprocess.run(["mount", "-t", "proc", "proc", str(rootfs / "proc")], check=True)
+    try:
+        yield bundle, rootfs
+    finally:
+        subprocess.run(["umount", "-l", str(rootfs / "proc")], check=False)
+
+
+@needs_root
+def test_ldconfig_does_not_follow_proc_pid_root_out_of_the_rootfs(proc_rootfs, tmp_path, capsys):
+    """/var/cache/ldconfig -> /proc/<a process with the host root>/root/<host dir>: ldconfig
+    would write its aux-cache file into that host directory as root."""
+    bundle, rootfs = proc_rootfs
+    target = tmp_path / "host-dir"
+    target.mkdir()
+    (rootfs / "var/cache").mkdir(parents=True)
+    os.symlink(f"/proc/{os.getpid()}/root{target}", rootfs / "var/cache/ldconfig")
+    (rootfs / "etc/ld.so.conf").write_text(f"/proc/{os.getpid()}/root{target}\n")
+
+    assert main(["update-ldcache", "--ldconfig", "/sbin/ldconfig"], _state(bundle)) == 0
+    assert capsys.readouterr().err == ""
+    assert os.listdir(target) == []
+    assert (rootfs / "etc/ld.so.cache").is_file()
+    # the container's own /proc is untouched: the hook hid it in a namespace of its own
+    assert os.path.ismount(rootfs / "proc")
+
+
+@needs_root
+def test_ldconfig_makes_no_links_in_host_directories_through_proc(proc_rootfs, tmp_path):
+    """An image's ld.so.conf naming /proc/<pid>/root/<host dir>: ldconfig would scan that host
+    directory, put its libraries in the image's cache and make soname links in it."""
+    bundle, rootfs = proc_rootfs
+    host_lib = tmp_path / "host-lib"
+    host_lib.mkdir()
+    with open("/lib/x86_64-linux-gnu/libdl.so.2", "rb") as src:  # soname libdl.so.2
+        (host_lib / "libhost.so.9").write_bytes(src.read())
+    (rootfs / "etc/ld.so.conf").write_text(f"/proc/{os.getpid()}/root{host_lib}\n")
+
+    assert main(["update-ldcache", "--ldconfig", "/sbin/ldconfig"], _state(bundle)) == 0
+    assert os.listdir(host_lib) == ["libhost.so.9"]
+    assert str(host_lib).encode() not in (rootfs / "etc/ld.so.cache").read_bytes()
