@@ -77,6 +77,9 @@ MS_REC = 0x4000
 MS_PRIVATE = 1 << 18
 MNT_DETACH = 2
 ISOLATION_FAILED = 126
+# ldconfig takes well under a second on real images; an image can make it block for ever
+# (a FIFO as ld.so.conf) and hang the container start with it.
+LDCONFIG_TIMEOUT = 60.0
 _ISOLATION_PREFIX = "direct-hook: cannot hide /proc from ldconfig: "
 
 
@@ -151,19 +154,28 @@ def run(argv: list[str], stdin: IO[str]) -> None:
     for link, target in links:
         link_in_root(rootfs, link, target)
     env = dict(e.split("=", 1) for e in HOOK_ENV)
-    proc = subprocess.run(
-        [ldconfig, "-r", rootfs, *folders],
-        env=env,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        check=False,
-        preexec_fn=lambda: _hide_proc(rootfs),  # noqa: PLW1509 - single-threaded hook
-    )
+    command = f"{ldconfig} -r {rootfs}"
+    try:
+        proc = subprocess.run(
+            [ldconfig, "-r", rootfs, *folders],
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            timeout=LDCONFIG_TIMEOUT,
+            check=False,
+            preexec_fn=lambda: _hide_proc(rootfs),  # noqa: PLW1509 - single-threaded hook
+        )
+    except subprocess.TimeoutExpired:
+        raise DirectError(
+            f"{command} did not finish within {LDCONFIG_TIMEOUT:g} seconds; stopped it",
+            "the image's /etc/ld.so.conf (or a file it includes) may be a FIFO or a device",
+        ) from None
     if proc.returncode != 0:
-        last = (proc.stdout.strip().splitlines() or ["no output"])[-1]
-        raise DirectError(f"{ldconfig} -r {rootfs} failed (exit {proc.returncode}): {last}")
+        # ldconfig names the image's files, whose names are bytes
+        output = proc.stdout.decode("utf-8", "backslashreplace")
+        last = (output.strip().splitlines() or ["no output"])[-1]
+        raise DirectError(f"{command} failed (exit {proc.returncode}): {last[:500]}")
 
 
 def main(argv: list[str], stdin: IO[str] | None = None) -> int:

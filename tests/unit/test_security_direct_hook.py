@@ -73,3 +73,33 @@ def test_ldconfig_makes_no_links_in_host_directories_through_proc(proc_rootfs, t
     assert main(["update-ldcache", "--ldconfig", "/sbin/ldconfig"], _state(bundle)) == 0
     assert os.listdir(host_lib) == ["libhost.so.9"]
     assert str(host_lib).encode() not in (rootfs / "etc/ld.so.cache").read_bytes()
+
+
+def test_ldconfig_output_that_is_not_utf8_is_reported_not_a_traceback(tmp_path, capsys):
+    """ldconfig names the image's files in its warnings, and file names are bytes."""
+    bundle, rootfs, _spec = make_bundle(tmp_path)
+    (rootfs / "usr/lib").joinpath(os.fsdecode(b"libbad\xff.so.1")).write_bytes(b"\x7fELF\x02\x01")
+    assert main(["update-ldcache", "--ldconfig", "/sbin/ldconfig"], _state(bundle)) == 0
+    assert capsys.readouterr().err == ""
+    script = tmp_path / "noisy-ldconfig"
+    script.write_text("#!/bin/sh\nprintf 'ldconfig: file /usr/lib/libbad\\377.so.1 is bad\\n'"
+                      "\nexit 1\n")
+    script.chmod(0o755)
+    assert main(["update-ldcache", "--ldconfig", str(script)], _state(bundle)) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert err.startswith(f"error: {script} -r {rootfs} failed (exit 1): ldconfig: file"
+                          " /usr/lib/libbad\\xff.so.1 is bad")
+
+
+def test_an_ld_so_conf_fifo_does_not_hang_the_container_start(tmp_path, capsys, monkeypatch):
+    """ldconfig blocks for ever reading a FIFO; the hook stops it and says so."""
+    import nvdocker2.direct.hook as hook
+
+    monkeypatch.setattr(hook, "LDCONFIG_TIMEOUT", 1.0)
+    bundle, rootfs, _spec = make_bundle(tmp_path)
+    os.mkfifo(rootfs / "etc/ld.so.conf")
+    assert main(["update-ldcache", "--ldconfig", "/sbin/ldconfig"], _state(bundle)) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: /sbin/ldconfig -r {rootfs} did not finish within 1 seconds")
+    assert err.count("\n") == 2  # error and hint
