@@ -190,4 +190,10 @@ def main(argv: list[str], stdin: IO[str] | None = None) -> int:
     except OSError as err:
         print(f"error: direct-hook: {err}", file=sys.stderr)
         return 1
+    except Exception as err:  # one line, never a traceback in runc's error (unless debugging)
+        if os.environ.get("NVDOCKER2_DEBUG") == "1":
+            raise
+        print(f"error: direct-hook: internal error: {type(err).__name__}: {str(err)[:300]}",
+              file=sys.stderr)
+        return 1
     return 0

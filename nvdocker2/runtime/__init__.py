@@ -72,6 +72,14 @@ def main(args: list[str] | None = None, self_path: str | None = None) -> int:
         _log(log_path, f"error: {e}")
         _report_to_runtime_log(args, f"{PROG}: {e}")
         return 1
+    except Exception as e:  # one line, never a traceback on the start path (unless debugging)
+        if os.environ.get("NVDOCKER2_DEBUG") == "1":
+            raise
+        message = f"internal error: {type(e).__name__}: {str(e)[:300]}"
+        print(f"{PROG}: error: {message}", file=sys.stderr)
+        _log(log_path, f"error: {message}")
+        _report_to_runtime_log(args, f"{PROG}: {message}")
+        return 1
 
 
 def _report_to_runtime_log(args: list[str], message: str) -> None:
@@ -134,6 +142,8 @@ def _direct_mode(spec: dict, bundle: str, config, self_path: str) -> bool:
         new = edit_for_create(spec, bundle, config, self_path)
     except DirectError as e:
         raise RuntimeFailure(e.message, e.hint) from None
+    except RecursionError:
+        raise RuntimeFailure(f"{bundle}/config.json nests too deeply to be edited") from None
     if new is None:
         return False
     spec.clear()

@@ -103,3 +103,11 @@ def test_an_ld_so_conf_fifo_does_not_hang_the_container_start(tmp_path, capsys, 
     err = capsys.readouterr().err
     assert err.startswith(f"error: /sbin/ldconfig -r {rootfs} did not finish within 1 seconds")
     assert err.count("\n") == 2  # error and hint
+
+
+def test_a_deeply_nested_state_is_one_error_line(capsys):
+    state = io.StringIO('{"bundle": ' + "[" * 5000 + "]" * 5000 + "}")
+    assert main(["update-ldcache", "--ldconfig", "/sbin/ldconfig"], state) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: direct-hook: ")
+    assert err.count("\n") == 1
