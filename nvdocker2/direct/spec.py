@@ -211,6 +211,12 @@ def edit_spec(
         dest = resolve_in_root(rootfs, f.path, follow_final=False, refuse_escape=True)
         if dest in taken:
             continue  # the user's own mount there wins
+        if os.path.isdir(os.path.join(rootfs, dest.lstrip("/"))):  # no symlink left in dest
+            raise DirectError(
+                f"{dest} in the container image is a directory; cannot mount the driver file"
+                " there",
+                f"remove it from the image, or do not request the {f.capability} capability",
+            )
         taken.add(dest)
         mounts.append(
             {

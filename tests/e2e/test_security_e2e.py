@@ -43,3 +43,20 @@ def test_ldconfig_cannot_write_on_the_host_through_proc_1_root(direct, tmp_path)
         assert "libcuda.so.1" in proc.stdout
     finally:
         direct.daemon.docker("rmi", image, check=False)
+
+
+def test_a_directory_where_a_driver_file_goes_is_one_clear_error(direct):
+    """The image has a directory at /usr/bin/nvidia-smi: a file cannot be bind-mounted there;
+    create says so in one line naming the path, and no container is left behind."""
+    image = _image_with(direct, "smidir", "mkdir -p /usr/bin/nvidia-smi/x")
+    try:
+        proc = direct.daemon.docker(
+            "run", "--rm", "--network=none", "--runtime=nvidia", "-e",
+            "NVIDIA_VISIBLE_DEVICES=0", "-e", "NVIDIA_DRIVER_CAPABILITIES=utility", image,
+            "true", check=False, timeout=120)
+        assert proc.returncode != 0
+        assert ("/usr/bin/nvidia-smi in the container image is a directory; cannot mount"
+                " the driver file there") in proc.stderr, proc.stderr
+        assert direct.daemon.docker("ps", "-aq").stdout == ""
+    finally:
+        direct.daemon.docker("rmi", image, check=False)
