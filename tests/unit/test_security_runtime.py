@@ -5,6 +5,7 @@ stand-in runc that records that it ran; the driver tree is the TEST FIXTURE fake
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -77,3 +78,23 @@ def test_legacy_mode_deeply_nested_config_json_is_one_error_line(shim):
     line = _one_error(shim("create", "--bundle", str(shim.bundle), "ctr"))
     assert "is not valid JSON: maximum recursion depth exceeded" in line
     assert not (shim.tmp / "runc-ran").exists()
+
+
+def test_a_planted_temp_file_symlink_is_not_followed(tmp_path):
+    """A symlink (or file) already at the shim's temp name is replaced, never written through."""
+    from nvdocker2.runtime.spec import read_spec, write_spec
+
+    victim = tmp_path / "victim"
+    victim.write_text("host file\n")
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+    path = bundle / "config.json"
+    path.write_text('{"ociVersion": "1.0.2"}')
+    path.chmod(0o640)
+    tmp = bundle / f".config.json.nvidia.{os.getpid()}.tmp"
+    tmp.symlink_to(victim)
+    write_spec(str(path), {"ociVersion": "1.0.2", "hooks": {}})
+    assert victim.read_text() == "host file\n"
+    assert read_spec(str(path)) == {"ociVersion": "1.0.2", "hooks": {}}
+    assert sorted(p.name for p in bundle.iterdir()) == ["config.json"]
+    assert path.stat().st_mode & 0o7777 == 0o640
