@@ -40,11 +40,15 @@ class ReloadMode(str, Enum):
     none = "none"
 
 
+class RuntimeMode(str, Enum):
+    legacy = "legacy"
+    direct = "direct"
+
+
 RELOAD_HELP = (
-    "How dockerd is told about the change: auto (systemd, else SIGHUP to --pidfile, else none "
-    "with the command to run), systemd, sysv, signal, none. In this build `none` is "
-    "implemented; `auto` behaves like none and prints the command to run; the others are "
-    "refused until dockerd reloading is wired in."
+    "How dockerd is told about the change: auto (systemctl reload docker when systemd runs "
+    "the docker unit, else SIGHUP to the dockerd in --pidfile, else none with the command to "
+    "run; says what it picked and why), systemd, sysv (service docker reload), signal, none."
 )
 
 
@@ -72,10 +76,7 @@ def _opt_json() -> Any:
 
 def _opt_timeout() -> Any:
     return typer.Option(
-        30.0,
-        "--timeout",
-        metavar="SECONDS",
-        min=0,
+        30.0, "--timeout", metavar="SECONDS", min=0,
         help="How long to wait for the lock (another nvdocker2 running) and for dockerd to "
         "report the change.",
     )
@@ -93,18 +94,14 @@ def _opt_reload() -> Any:
 
 
 def _opt_restart() -> Any:
-    return typer.Option(
-        False,
-        "--restart",
-        help="Restart dockerd instead of reloading it (containers without "
-        "live-restore stop). Not implemented in this build.",
-    )
+    return typer.Option(False, "--restart",
+                        help="Restart dockerd instead of reloading it (containers without "
+                        "live-restore stop); needs --reload systemd, sysv, or auto on systemd.")
 
 
 def _opt_no_verify() -> Any:
-    return typer.Option(
-        False, "--no-verify", help="Do not ask dockerd (GET /info) whether it runs the change."
-    )
+    return typer.Option(False, "--no-verify",
+                        help="Do not ask dockerd (GET /info) whether it runs the change.")
 
 
 def _opt_docker_host() -> Any:
@@ -120,7 +117,9 @@ def _opt_pidfile() -> Any:
     return _no_default(
         "--pidfile",
         metavar="PATH",
-        help="dockerd's pid file for --reload signal [default: /var/run/docker.pid].",
+        help="dockerd's pid file, checked to be a dockerd before it is signalled "
+        "[default: /var/run/docker.pid; rootless $XDG_RUNTIME_DIR/docker.pid; "
+        "snap /run/snap.docker/docker.pid].",
     )
 
 
@@ -133,15 +132,11 @@ def _opt_dockerd_log() -> Any:
 
 
 def _opt_dry_run() -> Any:
-    return typer.Option(
-        False, "--dry-run", help="Print a unified diff of the change; touch nothing."
-    )
+    return typer.Option(False, "--dry-run", help="Print a unified diff of the change; touch nothing.")
 
 
 def _opt_runtime_name() -> Any:
-    return typer.Option(
-        "nvidia", "--runtime-name", metavar="NAME", help="Name of the runtime entry."
-    )
+    return typer.Option("nvidia", "--runtime-name", metavar="NAME", help="Name of the runtime entry.")
 
 
 # --- output ------------------------------------------------------------------------------------
@@ -217,30 +212,19 @@ def _resolve_config(config: Optional[Path]) -> tuple[Path, str]:
 
 
 def _make_daemon(
-    mode: ReloadMode,
-    restart: bool,
-    no_verify: bool,
-    docker_host: Optional[str],
-    pidfile: Optional[Path],
-    dockerd_log: Optional[Path],
-    config: Path,
+    mode: ReloadMode, restart: bool, no_verify: bool, docker_host: Optional[str],
+    pidfile: Optional[Path], dockerd_log: Optional[Path], config: Path,
 ) -> tuple[transaction.Daemon, list[str]]:
     """The Daemon for the reload flags. The one place dockerd reloading gets wired in."""
-    if restart:
-        raise BadInput(
-            "--restart is not implemented in this build",
-            "use --reload none and restart dockerd yourself",
-        )
-    if mode == ReloadMode.none:
-        return transaction.NoDaemon(), []
-    if mode == ReloadMode.auto:
-        return transaction.NoDaemon(), [
-            "automatic reload is not available in this build: dockerd was not reloaded"
-        ]
-    raise BadInput(
-        f"--reload {mode.value} is not implemented in this build",
-        "use --reload none and reload dockerd yourself",
+    from nvdocker2.dockerd import DaemonOptions, make_daemon, reporter_for
+
+    options = DaemonOptions(
+        mode=mode.value, restart=restart, verify=not no_verify, docker_host=docker_host,
+        pidfile=pidfile, dockerd_log=dockerd_log, config=config,
     )
+    daemon = make_daemon(options, reporter_for(sys.stderr))
+    notes = [f"reload mode {daemon.strategy}: {daemon.reason}"] if mode == ReloadMode.auto else []
+    return daemon, notes
 
 
 def _render(res: transaction.Result, extra_notes: list[str], extra_warnings: list[str]) -> None:
@@ -254,24 +238,17 @@ def _render(res: transaction.Result, extra_notes: list[str], extra_warnings: lis
         return
     for w in warnings:
         _stderr(f"warning: {w}")
-    out = [
-        f"config: {res.config} ({res.config_reason})"
-        if res.config_reason
-        else f"config: {res.config}"
-    ]
+    out = [f"config: {res.config} ({res.config_reason})" if res.config_reason else f"config: {res.config}"]
     if res.dry_run:
         if res.changed:
             sys.stdout.write("\n".join(out) + "\n" + (res.diff or ""))
             sys.stdout.write(f"dry run: {res.config} was not changed\n")
         else:
-            sys.stdout.write(
-                "\n".join(out) + f"\nunchanged: {res.config} already says that (dry run)\n"
-            )
+            sys.stdout.write("\n".join(out) + f"\nunchanged: {res.config} already says that (dry run)\n")
+        sys.stdout.write("".join(f"note: {n}\n" for n in notes))
         return
     if not res.changed:
-        out.append(
-            f"unchanged: {res.config} already says that; nothing written, dockerd not reloaded"
-        )
+        out.append(f"unchanged: {res.config} already says that; nothing written, dockerd not reloaded")
     else:
         for c in res.changes:
             if not c.changed:
@@ -283,9 +260,7 @@ def _render(res: transaction.Result, extra_notes: list[str], extra_warnings: lis
             else:
                 out.append(f"{c.action} {c.key}: {_short(c.after)}")
         if res.backup:
-            where = (
-                f" ({res.backup_file})" if res.backup_file else " (the file did not exist before)"
-            )
+            where = f" ({res.backup_file})" if res.backup_file else " (the file did not exist before)"
             out.append(f"backup: {res.backup}{where}")
         out.append(f"reload: {res.reload}")
         out.append("verified: " + ("yes, dockerd reports the change" if res.verified else "no"))
@@ -314,13 +289,8 @@ def _version_callback(value: bool) -> None:
 
 @app.callback()
 def _main(
-    version: bool = typer.Option(
-        False,
-        "--version",
-        callback=_version_callback,
-        is_eager=True,
-        help="Print the version and exit.",
-    ),
+    version: bool = typer.Option(False, "--version", callback=_version_callback, is_eager=True,
+                                 help="Print the version and exit."),
 ) -> None:
     """nvdocker2: the nvidia-docker2 layer, made safe."""
 
@@ -338,9 +308,8 @@ def install(
     runtime_arg: Optional[List[str]] = _no_default(
         "--runtime-arg", metavar="ARG", help="Add to the entry's runtimeArgs (repeatable)."
     ),
-    set_default: bool = typer.Option(
-        False, "--set-default", help="Also make it dockerd's default-runtime."
-    ),
+    set_default: bool = typer.Option(False, "--set-default",
+                                     help="Also make it dockerd's default-runtime."),
     dry_run: bool = _opt_dry_run(),
     reload: ReloadMode = _opt_reload(),
     restart: bool = _opt_restart(),
@@ -349,6 +318,12 @@ def install(
     pidfile: Optional[Path] = _opt_pidfile(),
     timeout: float = _opt_timeout(),
     dockerd_log: Optional[Path] = _opt_dockerd_log(),
+    mode: Optional[RuntimeMode] = typer.Option(
+        None, "--mode", metavar="direct|legacy", case_sensitive=False,
+        help="Also set [nvidia-container-runtime] mode in the runtime's config.toml "
+        "($NVIDIA_CONTAINER_RUNTIME_CONFIG, else /etc/nvidia-container-runtime/config.toml): "
+        "direct = the runtime gives GPUs itself, without libnvidia-container.",
+    ),
     json_: bool = _opt_json(),
 ) -> None:
     """Add the nvidia runtime to daemon.json (merge, back up, write atomically, reload, verify)."""
@@ -366,23 +341,19 @@ def install(
                 )
         elif os.path.isabs(path) and not (os.path.isfile(path) and os.access(path, os.X_OK)):
             warnings.append(f"--runtime-path {path} is not an executable file (yet)")
-        daemon, notes = _make_daemon(
-            reload, restart, no_verify, docker_host, pidfile, dockerd_log, cfg
-        )
+        daemon, notes = _make_daemon(reload, restart, no_verify, docker_host, pidfile, dockerd_log, cfg)
         res = transaction.install(
-            cfg,
-            runtime_name=runtime_name,
-            runtime_path=path,
-            runtime_args=runtime_arg or [],
-            set_default=set_default,
-            dry_run=dry_run,
-            daemon=daemon,
-            reporter=CliReporter(json_),
-            timeout=timeout,
-            config_reason=why,
+            cfg, runtime_name=runtime_name, runtime_path=path, runtime_args=runtime_arg or [],
+            set_default=set_default, dry_run=dry_run, daemon=daemon,
+            reporter=CliReporter(json_), timeout=timeout, config_reason=why,
             dockerd_log=dockerd_log,
         )
-        _render(res, notes if res.changed and not res.dry_run else [], warnings)
+        notes = notes if res.changed and not res.dry_run else []
+        if mode is not None:
+            from nvdocker2.direct.commands import set_runtime_mode
+
+            notes.append(set_runtime_mode(mode.value, dry_run=dry_run).note())
+        _render(res, notes, warnings)
         return 0
 
     _run(json_, go)
@@ -402,24 +373,15 @@ def uninstall(
     dockerd_log: Optional[Path] = _opt_dockerd_log(),
     json_: bool = _opt_json(),
 ) -> None:
-    """Undo install: put back what it replaced (from the journal); never leave a dangling
-    default-runtime."""
+    """Undo install: put back what it replaced (from the journal), never leave a dangling default."""
 
     def go() -> int:
         cfg, why = _resolve_config(config)
-        daemon, notes = _make_daemon(
-            reload, restart, no_verify, docker_host, pidfile, dockerd_log, cfg
-        )
+        daemon, notes = _make_daemon(reload, restart, no_verify, docker_host, pidfile, dockerd_log, cfg)
         own, _ = locations.default_runtime_path()
         res = transaction.uninstall(
-            cfg,
-            runtime_name=runtime_name,
-            own_runtime_paths=[own],
-            dry_run=dry_run,
-            daemon=daemon,
-            reporter=CliReporter(json_),
-            timeout=timeout,
-            config_reason=why,
+            cfg, runtime_name=runtime_name, own_runtime_paths=[own], dry_run=dry_run,
+            daemon=daemon, reporter=CliReporter(json_), timeout=timeout, config_reason=why,
             dockerd_log=dockerd_log,
         )
         _render(res, notes if res.changed and not res.dry_run else [], [])
@@ -454,24 +416,11 @@ def rollback(
             cfg, why = None, ""
         else:
             cfg, why = _resolve_config(config)
-        daemon, notes = _make_daemon(
-            reload,
-            restart,
-            no_verify,
-            docker_host,
-            pidfile,
-            dockerd_log,
-            cfg or Path(locations.ROOTFUL_CONFIG),
-        )
+        daemon, notes = _make_daemon(reload, restart, no_verify, docker_host, pidfile, dockerd_log,
+                                     cfg or Path(locations.ROOTFUL_CONFIG))
         res = transaction.rollback(
-            cfg,
-            backup_id,
-            dry_run=dry_run,
-            daemon=daemon,
-            reporter=CliReporter(json_),
-            timeout=timeout,
-            config_reason=why,
-            dockerd_log=dockerd_log,
+            cfg, backup_id, dry_run=dry_run, daemon=daemon, reporter=CliReporter(json_),
+            timeout=timeout, config_reason=why, dockerd_log=dockerd_log,
         )
         _render(res, notes if res.changed and not res.dry_run else [], [])
         return 0
@@ -493,14 +442,8 @@ def backups(
         bs = store.Backups(store.state_dir())
         found = bs.all(cfg)
         if _Out.json:
-            _emit_json(
-                {
-                    "config": str(cfg),
-                    "config_reason": why,
-                    "backup_dir": str(bs.dir),
-                    "backups": [b.to_json() for b in found],
-                }
-            )
+            _emit_json({"config": str(cfg), "config_reason": why, "backup_dir": str(bs.dir),
+                        "backups": [b.to_json() for b in found]})
             return 0
         lines = [f"config: {cfg} ({why})"]
         if not found:
@@ -531,22 +474,11 @@ def status(
 
         cfg, why = _resolve_config(config)
         own, own_exists = locations.default_runtime_path()
-        info: dict[str, Any] = {
-            "config": str(cfg),
-            "config_reason": why,
-            "exists": False,
-            "error": None,
-            "runtimes": {},
-            "default_runtime": None,
-            "installed": False,
-            "journal": None,
-            "backups": 0,
-            "newest_backup": None,
-            "warnings": [],
-            "errors": [],
-            "runtime_path": own,
-            "dockerd": None,
-        }
+        info: dict[str, Any] = {"config": str(cfg), "config_reason": why, "exists": False,
+                                "error": None, "runtimes": {}, "default_runtime": None,
+                                "installed": False, "journal": None, "backups": 0,
+                                "newest_backup": None, "warnings": [], "errors": [],
+                                "runtime_path": own, "dockerd": None}
         code = 0
         try:
             doc = document.load(cfg)
@@ -586,11 +518,7 @@ def status(
             if info["runtimes"]:
                 for name, entry in info["runtimes"].items():
                     p = entry.get("path") if isinstance(entry, dict) else None
-                    tag = (
-                        "  (this package's runtime)"
-                        if isinstance(p, str) and locations.same_file(p, own)
-                        else ""
-                    )
+                    tag = "  (this package's runtime)" if isinstance(p, str) and locations.same_file(p, own) else ""
                     lines.append(f"runtime: {name} -> {_short(entry)}{tag}")
             else:
                 lines.append("runtimes: none defined")
@@ -602,10 +530,7 @@ def status(
             lines.append(f"installed by nvdocker2: {names} (journal {store.Journal(st, cfg).path})")
         else:
             lines.append("installed by nvdocker2: nothing recorded")
-        lines.append(
-            f"backups: {info['backups']}"
-            + (f" (newest {info['newest_backup']})" if info["newest_backup"] else "")
-        )
+        lines.append(f"backups: {info['backups']}" + (f" (newest {info['newest_backup']})" if info["newest_backup"] else ""))
         lines.append(f"runtime beside nvdocker2: {own}" + ("" if own_exists else " (missing)"))
         lines.append("dockerd: not queried in this build")
         for w in info["warnings"]:
@@ -616,7 +541,69 @@ def status(
     _run(json_, go)
 
 
-# `doctor` (SPEC §5) is added here as another @app.command().
+@app.command()
+def doctor(
+    config: Optional[Path] = typer.Option(
+        None, "--config", metavar="PATH",
+        help="daemon.json to check [default: the one install would change, printed with why]."),
+    docker_host: Optional[str] = typer.Option(
+        None, "--docker-host", metavar="URL",
+        help="Engine API of the dockerd to check [default: $DOCKER_HOST, else the current "
+        "docker context, else the socket of this host's Docker]."),
+    json_: bool = typer.Option(False, "--json", help="Print the results as a JSON list."),
+    smoke: bool = typer.Option(False, "--smoke", help="Also start a tiny GPU container "
+                               "(image: $NVDOCKER2_SMOKE_IMAGE, default ubuntu; never pulled)."),
+) -> None:
+    """Check this host's GPU container setup and say how to fix what is wrong (exit 1 if
+    any check failed)."""
+    from nvdocker2.doctor import run_doctor
+
+    cfg = str(_resolve_config(config)[0]) if config is not None else None
+    _run(json_, lambda: run_doctor(cfg, docker_host, json_, smoke))
+
+
+cdi_app = typer.Typer(help="Container Device Interface specs for this host's GPUs.",
+                      no_args_is_help=True)
+app.add_typer(cdi_app, name="cdi")
+
+
+@cdi_app.command("generate")
+def cdi_generate(
+    output: Optional[str] = typer.Option(
+        None, "--output", metavar="PATH",
+        help="Where to write the spec [default: /etc/cdi/nvidia.yaml]; a name ending in .json "
+        "gets JSON, anything else YAML.",
+    ),
+    driver_root: Optional[str] = typer.Option(
+        None, "--driver-root", metavar="DIR",
+        help="Where the driver lives [default: driver-root in config.toml, else /].",
+    ),
+    runtime_path: Optional[str] = typer.Option(
+        None, "--runtime-path", metavar="PATH",
+        help="nvidia-container-runtime for the ld-cache hook [default: the one beside nvdocker2].",
+    ),
+    ldconfig: Optional[str] = typer.Option(
+        None, "--ldconfig", metavar="PATH",
+        help="The host's ldconfig [default: [nvidia-container-cli] ldconfig, else /sbin/ldconfig].",
+    ),
+    json_: bool = _opt_json(),
+) -> None:
+    """Write a CDI spec (nvidia.com/gpu=INDEX|UUID|all) from what direct mode discovers."""
+
+    def go() -> int:
+        from nvdocker2.direct.commands import generate_cdi
+
+        path = runtime_path or locations.default_runtime_path()[0]
+        res = generate_cdi(output, driver_root=driver_root, runtime_path=path, ldconfig=ldconfig)
+        if _Out.json:
+            _emit_json({"output": res.output, "gpus": res.gpus, "mounts": res.mounts,
+                        "driver_root": res.driver_root})
+        else:
+            sys.stdout.write(f"wrote {res.output}: {res.gpus} GPU(s), {res.mounts} driver "
+                             f"files, driver root {res.driver_root}\n")
+        return 0
+
+    _run(json_, go)
 
 
 def _on_signal(signum: int, frame: Any) -> None:

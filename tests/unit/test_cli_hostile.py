@@ -203,8 +203,6 @@ def test_parent_is_a_file(tmp_path):
         (["--runtime-name", "runc"], "reserved"),
         (["--runtime-name", "io.containerd.runc.v2"], "reserved"),
         (["--reload", "sometimes"], "Invalid value for '--reload'"),
-        (["--reload", "signal"], "--reload signal is not implemented"),
-        (["--restart"], "--restart is not implemented"),
         (["--timeout", "-1"], "Invalid value for '--timeout'"),
         (["--set-default", "--runtime-name", ""], "empty"),
     ],

@@ -1,0 +1,106 @@
+# Project tasks.
+#   make deb    dist/nvdocker2_VERSION_all.deb   (dpkg-buildpackage, debian/)
+#   make rpm    dist/nvdocker2-VERSION-1.noarch.rpm (rpmbuild, rpm/nvdocker2.spec)
+#   make clean
+# Packages are built from a copy of the working tree (tracked and new files, not ignored ones)
+# in a temporary directory, so the checkout stays clean. On Debian 12 a missing build tool or
+# build dependency is installed first (as root). The version comes from nvdocker2/__init__.py;
+# DEB_VERSION=… / RPM_VERSION=… build another one (the upgrade tests use that).
+
+SHELL := /bin/bash
+.SHELLFLAGS := -euo pipefail -c
+.ONESHELL:
+
+VERSION := $(shell sed -n 's/^__version__ = "\(.*\)"$$/\1/p' nvdocker2/__init__.py)
+DEB_VERSION ?= $(VERSION)
+RPM_VERSION ?= $(DEB_VERSION)
+DIST ?= $(CURDIR)/dist
+# rpmbuild cannot see Debian's python3-* packages in its own database.
+RPMBUILD_FLAGS ?= $(if $(wildcard /usr/bin/dpkg),--nodeps)
+# Build with the distribution's python3, not one from a version manager earlier on PATH.
+SYSTEM_PATH := /usr/sbin:/usr/bin:/sbin:/bin
+APT_INSTALL := DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends
+
+.PHONY: deb rpm clean deb-build-deps rpm-build-deps
+
+# $(call source_tree,DIR,VERSION): copy the working tree to DIR, with VERSION in __init__.py.
+define source_tree
+mkdir -p "$(1)"
+if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+    git ls-files -z --cached --others --exclude-standard \
+        | tar --null --ignore-failed-read -T - -cf - 2>/dev/null | tar -C "$(1)" -xf -
+else
+    tar --exclude=./.git --exclude=./.venv --exclude=./dist --exclude=./build -cf - . \
+        | tar -C "$(1)" -xf -
+fi
+sed -i 's/^__version__ = .*/__version__ = "$(2)"/' "$(1)/nvdocker2/__init__.py"
+endef
+
+deb: deb-build-deps
+	@newest=$$(dpkg-parsechangelog -l debian/changelog -S Version)
+	if [ "$(DEB_VERSION)" = "$(VERSION)" ] && [ "$$newest" != "$(VERSION)" ]; then
+	    echo "error: debian/changelog's newest entry is $$newest, nvdocker2/__init__.py says $(VERSION)" >&2
+	    echo "hint: add a debian/changelog entry for $(VERSION) (dch -v $(VERSION))" >&2
+	    exit 2
+	fi
+	tmp=$$(mktemp -d /tmp/nvdocker2-deb.XXXXXX)
+	trap 'rm -rf "$$tmp"' EXIT
+	src="$$tmp/nvdocker2-$(DEB_VERSION)"
+	$(call source_tree,$$src,$(DEB_VERSION))
+	cd "$$src"
+	if [ "$$newest" != "$(DEB_VERSION)" ]; then
+	    { printf 'nvdocker2 (%s) unstable; urgency=medium\n\n  * Build of version %s.\n\n' \
+	          "$(DEB_VERSION)" "$(DEB_VERSION)"
+	      printf ' -- %s  %s\n\n' "$$(dpkg-parsechangelog -S Maintainer)" "$$(date -R)"
+	      cat debian/changelog; } > debian/changelog.new
+	    mv debian/changelog.new debian/changelog
+	fi
+	PATH="$(SYSTEM_PATH):$$PATH" dpkg-buildpackage -b -us -uc > "$$tmp/build.log" 2>&1 || { cat "$$tmp/build.log"; exit 1; }
+	mkdir -p "$(DIST)"
+	cp "$$tmp/nvdocker2_$(DEB_VERSION)_all.deb" "$(DIST)/"
+	echo "$(DIST)/nvdocker2_$(DEB_VERSION)_all.deb"
+
+deb-build-deps:
+	@if command -v dpkg-buildpackage >/dev/null && dpkg-checkbuilddeps debian/control 2>/dev/null; then
+	    exit 0
+	fi
+	if [ "$$(id -u)" -ne 0 ]; then
+	    dpkg-checkbuilddeps debian/control || true
+	    echo "error: build dependencies of the .deb are missing" >&2
+	    echo "hint: run make deb as root to install them, or: mk-build-deps -ir debian/control" >&2
+	    exit 3
+	fi
+	command -v mk-build-deps >/dev/null && command -v equivs-build >/dev/null \
+	    || $(APT_INSTALL) dpkg-dev devscripts equivs
+	tmp=$$(mktemp -d /tmp/nvdocker2-builddeps.XXXXXX)
+	trap 'rm -rf "$$tmp"' EXIT
+	cp debian/control "$$tmp/control"
+	cd "$$tmp"
+	mk-build-deps --install --remove --tool "$(APT_INSTALL)" control
+
+rpm: rpm-build-deps
+	@tmp=$$(mktemp -d /tmp/nvdocker2-rpm.XXXXXX)
+	trap 'rm -rf "$$tmp"' EXIT
+	$(call source_tree,$$tmp/nvdocker2-$(RPM_VERSION),$(RPM_VERSION))
+	mkdir -p "$$tmp/rpmbuild/SOURCES"
+	tar -C "$$tmp" -czf "$$tmp/rpmbuild/SOURCES/nvdocker2-$(RPM_VERSION).tar.gz" nvdocker2-$(RPM_VERSION)
+	PATH="$(SYSTEM_PATH):$$PATH" rpmbuild -bb $(RPMBUILD_FLAGS) --define "_topdir $$tmp/rpmbuild" \
+	    --define "version $(RPM_VERSION)" rpm/nvdocker2.spec > "$$tmp/build.log" 2>&1 \
+	    || { cat "$$tmp/build.log"; exit 1; }
+	mkdir -p "$(DIST)"
+	cp "$$tmp"/rpmbuild/RPMS/noarch/nvdocker2-$(RPM_VERSION)-*.noarch.rpm "$(DIST)/"
+	ls "$(DIST)"/nvdocker2-$(RPM_VERSION)-*.noarch.rpm
+
+rpm-build-deps:
+	@if command -v rpmbuild >/dev/null; then
+	    exit 0
+	fi
+	if [ "$$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null; then
+	    echo "error: rpmbuild is missing" >&2
+	    echo "hint: install it (Debian: apt-get install rpm; Fedora: dnf install rpm-build)" >&2
+	    exit 3
+	fi
+	$(APT_INSTALL) rpm python3-pip python3-setuptools
+
+clean:
+	@rm -rf dist build *.egg-info

@@ -1,0 +1,143 @@
+"""`nvdocker2 cdi generate`: a CDI spec (Container Device Interface) from the same discovery.
+
+Runtimes with CDI support (containerd, CRI-O, podman, Docker >= 25) can then give GPUs with
+`--device nvidia.com/gpu=0` and need neither libnvidia-container nor this runtime's `create`
+path. The spec names each GPU by index and by UUID, plus `all`; the driver files, control
+nodes and the ld-cache hook (this runtime in its hook role) are common edits. The output is
+YAML (written here, no YAML library) or JSON when the file name ends in `.json`; CDI reads
+both. Stdlib only, like the rest of direct mode.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable
+from typing import Any
+
+from nvdocker2.direct.discover import ALL_CAPABILITIES, DeviceNode, Discovery
+from nvdocker2.direct.spec import MOUNT_OPTIONS, hook_entry, make_plan
+
+CDI_VERSION = "0.5.0"
+CDI_KIND = "nvidia.com/gpu"
+DEFAULT_OUTPUT = "/etc/cdi/nvidia.yaml"
+
+
+def _node(node: DeviceNode, driver_root: str) -> dict[str, Any]:
+    entry: dict[str, Any] = {"path": node.path}
+    if driver_root != "/":
+        entry["hostPath"] = node.host_path
+    entry.update({"type": "c", "major": node.major, "minor": node.minor})
+    return entry
+
+
+def cdi_spec(
+    discovery: Discovery,
+    *,
+    runtime_path: str,
+    ldconfig: str,
+    capabilities: Iterable[str] = tuple(c for c in ALL_CAPABILITIES if c != "compat32"),
+) -> dict[str, Any]:
+    """The CDI spec as a dict; raises `DirectError` where `create` would fail too."""
+    plan = make_plan(discovery, "all", capabilities)
+    root = discovery.driver_root
+    gpu_paths = {g.node_path for g in plan.gpus}
+    by_path = {n.path: n for n in plan.nodes}
+    devices = []
+    for g in plan.gpus:
+        edits = {"deviceNodes": [_node(by_path[g.node_path], root)]}
+        devices.append({"name": str(g.index), "containerEdits": edits})
+        devices.append({"name": g.uuid, "containerEdits": edits})
+    if plan.gpus:
+        devices.append(
+            {
+                "name": "all",
+                "containerEdits": {
+                    "deviceNodes": [_node(by_path[g.node_path], root) for g in plan.gpus]
+                },
+            }
+        )
+    mounts = []
+    links = []
+    folders: list[str] = []
+    for f in plan.files:
+        mounts.append(
+            {"hostPath": f.host_path, "containerPath": f.path, "options": list(MOUNT_OPTIONS)}
+        )
+        if f.kind == "lib":
+            folder = os.path.dirname(f.path)
+            if folder not in folders:
+                folders.append(folder)
+            links.extend(f"{folder}/{n}::{os.path.basename(f.path)}" for n in f.links)
+    common: dict[str, Any] = {
+        "env": ["NVIDIA_VISIBLE_DEVICES=void"],
+        "deviceNodes": [_node(n, root) for n in plan.nodes if n.path not in gpu_paths],
+        "mounts": mounts,
+    }
+    if folders:
+        hook = hook_entry(runtime_path, ldconfig, links, folders)
+        common["hooks"] = [{"hookName": "createContainer", **hook}]
+    return {
+        "cdiVersion": CDI_VERSION,
+        "kind": CDI_KIND,
+        "devices": devices,
+        "containerEdits": common,
+    }
+
+
+def render(spec: dict[str, Any], output: str) -> str:
+    """The file's text: JSON for a `.json` name, YAML otherwise."""
+    if output.endswith(".json"):
+        return json.dumps(spec, indent=2) + "\n"
+    return dump_yaml(spec)
+
+
+def dump_yaml(doc: Any) -> str:
+    """Block-style YAML for dicts, lists, strings, ints and bools.
+
+    Strings are written as JSON strings, which are valid YAML double-quoted scalars, so
+    no value can be misread (`no`, `0:1`, `*`...).
+    """
+    return "".join(line + "\n" for line in _yaml_lines(doc, 0))
+
+
+def _scalar(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, str):
+        return json.dumps(value)
+    if value == {}:
+        return "{}"
+    if value == []:
+        return "[]"
+    raise TypeError(f"cannot write {type(value).__name__} as YAML")
+
+
+def _is_scalar(value: Any) -> bool:
+    return not isinstance(value, (dict, list)) or not value
+
+
+def _yaml_lines(value: Any, indent: int) -> list[str]:
+    pad = " " * indent
+    lines: list[str] = []
+    if isinstance(value, dict) and value:
+        for key, item in value.items():
+            if _is_scalar(item):
+                lines.append(f"{pad}{key}: {_scalar(item)}")
+            else:
+                lines.append(f"{pad}{key}:")
+                lines.extend(_yaml_lines(item, indent + 2))
+    elif isinstance(value, list) and value:
+        for item in value:
+            if _is_scalar(item):
+                lines.append(f"{pad}- {_scalar(item)}")
+            else:
+                sub = _yaml_lines(item, indent + 2)
+                sub[0] = f"{pad}- {sub[0][indent + 2:]}"
+                lines.extend(sub)
+    else:
+        lines.append(pad + _scalar(value))
+    return lines
+

@@ -1,0 +1,122 @@
+"""Installer-side commands of direct mode: `install --mode` and `cdi generate`.
+
+Unlike the rest of `nvdocker2.direct` (imported on every container start, stdlib only), this
+module belongs to the `nvdocker2` CLI: it writes files through the one atomic-write helper
+and turns `DirectError`s into the installer's `NvDockerError`s with SPEC exit codes.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from nvdocker2.daemonjson import store
+from nvdocker2.direct import cdi, toml_edit
+from nvdocker2.direct.discover import discover
+from nvdocker2.direct.errors import DirectError
+from nvdocker2.direct.spec import host_ldconfig
+from nvdocker2.errors import BadInput, EnvironmentProblem
+
+CONFIG_ENV = "NVIDIA_CONTAINER_RUNTIME_CONFIG"
+
+
+def config_toml_path() -> Path:
+    """The runtime's config.toml: $NVIDIA_CONTAINER_RUNTIME_CONFIG, else the default path."""
+    return Path(os.environ.get(CONFIG_ENV) or toml_edit.DEFAULT_CONFIG_TOML)
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return ""
+    except UnicodeDecodeError as err:
+        raise BadInput(f"{path}: not UTF-8 text ({err.reason})", f"fix {path} by hand") from err
+    except OSError as err:
+        raise store.os_error(err, str(path)) from None
+
+
+def _write(path: Path, text: str) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise store.os_error(err, str(path.parent)) from None
+    store.atomic_write(path, text.encode("utf-8"))
+
+
+@dataclass(frozen=True)
+class ModeResult:
+    config: str
+    mode: str
+    changed: bool
+    dry_run: bool
+
+    def note(self) -> str:
+        setting = f'[{toml_edit.TABLE}] mode = "{self.mode}"'
+        if not self.changed:
+            return f"{self.config} already says {setting}"
+        if self.dry_run:
+            return f"would set {setting} in {self.config} (dry run)"
+        return f"set {setting} in {self.config}"
+
+
+def set_runtime_mode(mode: str, *, dry_run: bool = False) -> ModeResult:
+    """Set the runtime's mode in config.toml, keeping the rest of the file as it was."""
+    path = config_toml_path()
+    old = _read(path)
+    try:
+        new = toml_edit.set_mode(old, mode, str(path))
+    except DirectError as err:
+        raise BadInput(err.message, err.hint) from None
+    changed = new != old
+    if changed and not dry_run:
+        _write(path, new)
+    return ModeResult(str(path), mode, changed, dry_run)
+
+
+def _settings() -> dict[str, Any]:
+    path = config_toml_path()
+    try:
+        return toml_edit.parse(_read(path), str(path))
+    except DirectError as err:
+        raise BadInput(err.message, err.hint) from None
+
+
+@dataclass(frozen=True)
+class CdiResult:
+    output: str
+    gpus: int
+    mounts: int
+    driver_root: str
+
+
+def generate_cdi(
+    output: str | None,
+    *,
+    driver_root: str | None,
+    runtime_path: str,
+    ldconfig: str | None,
+) -> CdiResult:
+    """Write the CDI spec for this host's driver (defaults from config.toml)."""
+    settings = _settings()
+    runtime_table = settings.get("nvidia-container-runtime", {})
+    cli_table = settings.get("nvidia-container-cli", {})
+    root = driver_root or runtime_table.get("driver-root") or "/"
+    out = output or cdi.DEFAULT_OUTPUT
+    try:
+        spec = cdi.cdi_spec(
+            discover(root),
+            runtime_path=runtime_path,
+            ldconfig=host_ldconfig(ldconfig or cli_table.get("ldconfig")),
+        )
+    except DirectError as err:
+        raise EnvironmentProblem(err.message, err.hint) from None
+    _write(Path(out), cdi.render(spec, out))
+    return CdiResult(
+        output=os.path.abspath(out),
+        gpus=sum(1 for d in spec["devices"] if d["name"].isdigit()),
+        mounts=len(spec["containerEdits"]["mounts"]),
+        driver_root=os.path.abspath(root),
+    )

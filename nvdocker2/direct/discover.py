@@ -1,0 +1,408 @@
+"""What the NVIDIA driver under a driver root offers: GPUs, device nodes, driver files.
+
+Direct mode and `nvdocker2 cdi generate` read the same facts, and doctor may show them, so
+they are gathered here once, read-only and stdlib-only (it runs on every container start):
+GPUs from `/proc/driver/nvidia/gpus/*/information`, device nodes from `stat` of the nodes
+under `/dev`, libraries through the driver root's own `/etc/ld.so.cache` (else the usual
+library directories) and binaries from the usual bin directories. Every path is looked up
+under `driver_root`, with symlinks resolved inside it, so a test can point it at a fake tree.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+from dataclasses import dataclass
+
+from nvdocker2.direct.errors import DirectError
+from nvdocker2.direct.ldcache import (
+    FLAG_REQUIRED_MASK,
+    CacheEntry,
+    LdCacheError,
+    native_arch_flags,
+    parse_ld_cache,
+)
+from nvdocker2.direct.rootfs import resolve_in_root
+
+ALL_CAPABILITIES = ("compat32", "compute", "display", "graphics", "ngx", "utility", "video")
+
+# Libraries per capability, as the loader names them (file names start with "NAME.").
+LIBRARIES: dict[str, tuple[str, ...]] = {
+    "utility": ("libnvidia-ml.so", "libnvidia-cfg.so"),
+    "compute": (
+        "libcuda.so",
+        "libcudadebugger.so",
+        "libnvidia-ptxjitcompiler.so",
+        "libnvidia-nvvm.so",
+        "libnvidia-opencl.so",
+        "libnvidia-gpucomp.so",
+        "libnvidia-allocator.so",
+        "libnvidia-fatbinaryloader.so",
+        "libnvidia-compiler.so",
+    ),
+    "video": (
+        "libvdpau_nvidia.so",
+        "libnvidia-encode.so",
+        "libnvidia-opticalflow.so",
+        "libnvcuvid.so",
+    ),
+    "graphics": (
+        "libnvidia-eglcore.so",
+        "libnvidia-glcore.so",
+        "libnvidia-tls.so",
+        "libnvidia-glsi.so",
+        "libnvidia-fbc.so",
+        "libnvidia-ifr.so",
+        "libnvidia-rtcore.so",
+        "libnvoptix.so",
+        "libGLX_nvidia.so",
+        "libEGL_nvidia.so",
+        "libGLESv2_nvidia.so",
+        "libGLESv1_CM_nvidia.so",
+        "libnvidia-glvkspirv.so",
+    ),
+    "display": (
+        "libnvidia-egl-wayland.so",
+        "libnvidia-egl-gbm.so",
+        "libnvidia-egl-xcb.so",
+        "libnvidia-egl-xlib.so",
+    ),
+    "ngx": ("libnvidia-ngx.so",),
+}
+
+BINARIES: dict[str, tuple[str, ...]] = {
+    "utility": ("nvidia-smi", "nvidia-debugdump", "nvidia-persistenced"),
+    "compute": ("nvidia-cuda-mps-control", "nvidia-cuda-mps-server"),
+}
+
+BIN_DIRS = ("/usr/bin", "/usr/sbin", "/bin", "/sbin", "/usr/local/bin", "/usr/local/sbin")
+
+# Control nodes: nvidiactl is required, the others are added where present.
+CONTROL_NODES = ("nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvidia-modeset")
+REQUIRED_NODES = ("nvidiactl",)
+
+_VERSION_RE = re.compile(r"Kernel Module(?: for \S+)?\s+(\d+(?:\.\d+)+)")
+_FILE_VERSION_RE = re.compile(r"\.so\.(\d+\.\d+(?:\.\d+)*)$")
+
+
+@dataclass(frozen=True)
+class DeviceNode:
+    """A character device: `path` in the container, `host_path` where it was found."""
+
+    path: str
+    host_path: str
+    major: int
+    minor: int
+    file_mode: int
+    uid: int
+    gid: int
+
+
+@dataclass(frozen=True)
+class Gpu:
+    """One GPU. `index` is its position in PCI bus order (the NVML index users write)."""
+
+    index: int
+    minor: int
+    uuid: str
+    bus_id: str
+    model: str
+
+    @property
+    def node_path(self) -> str:
+        return f"/dev/nvidia{self.minor}"
+
+
+@dataclass(frozen=True)
+class DriverFile:
+    """A driver file to bind-mount read-only.
+
+    `path` is where it goes in the container, `host_path` the real file to mount, `links`
+    the soname symlinks (names in the same directory) that point at it, `kind` "lib" or
+    "bin", `capability` the capability that brings it, `compat32` for 32-bit libraries.
+    """
+
+    path: str
+    host_path: str
+    links: tuple[str, ...]
+    kind: str
+    capability: str
+    compat32: bool = False
+
+
+@dataclass(frozen=True)
+class Discovery:
+    """Everything found under `driver_root`; `problems` maps a node path to what is wrong."""
+
+    driver_root: str
+    driver_version: str | None
+    gpus: tuple[Gpu, ...]
+    nodes: tuple[DeviceNode, ...]
+    files: tuple[DriverFile, ...]
+    problems: tuple[tuple[str, str], ...]
+    library_source: str
+
+    def node(self, path: str) -> DeviceNode | None:
+        for n in self.nodes:
+            if n.path == path:
+                return n
+        return None
+
+    def problem(self, path: str) -> str | None:
+        for p, why in self.problems:
+            if p == path:
+                return why
+        return None
+
+    def files_for(self, capabilities: frozenset[str] | set[str]) -> tuple[DriverFile, ...]:
+        """Files the capabilities bring; `compat32` adds the 32-bit twins of the others."""
+        return tuple(
+            f
+            for f in self.files
+            if f.capability in capabilities and (not f.compat32 or "compat32" in capabilities)
+        )
+
+
+def host_path(driver_root: str, path: str) -> str:
+    """`path` (absolute, inside the driver root) as a path on this host."""
+    return os.path.join(driver_root, path.lstrip("/")) if driver_root != "/" else path
+
+
+def discover(driver_root: str = "/") -> Discovery:
+    """Read what the driver under `driver_root` offers; raise `DirectError` if there is none."""
+    root = os.path.abspath(driver_root)
+    gpus_dir = host_path(root, "/proc/driver/nvidia/gpus")
+    if not os.path.isdir(gpus_dir):
+        raise DirectError(
+            f"no NVIDIA driver found: {gpus_dir} does not exist",
+            "load the NVIDIA kernel module (modprobe nvidia), or set driver-root in the"
+            " [nvidia-container-runtime] table of config.toml to where the driver lives",
+        )
+    gpus = _read_gpus(gpus_dir)
+    nodes, problems = _read_nodes(root, gpus)
+    version = _driver_version(root)
+    files, source = _driver_files(root, version)
+    return Discovery(
+        driver_root=root,
+        driver_version=version,
+        gpus=gpus,
+        nodes=nodes,
+        files=files,
+        problems=problems,
+        library_source=source,
+    )
+
+
+def parse_information(text: str) -> dict[str, str]:
+    """`Key: value` lines of a GPU information file (values may hold colons)."""
+    fields = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition(":")
+        if sep:
+            fields[key.strip()] = value.strip()
+    return fields
+
+
+def _read_gpus(gpus_dir: str) -> tuple[Gpu, ...]:
+    found = []
+    for entry in sorted(os.listdir(gpus_dir)):
+        info_path = os.path.join(gpus_dir, entry, "information")
+        try:
+            with open(info_path, encoding="utf-8", errors="replace") as f:
+                fields = parse_information(f.read())
+        except OSError as err:
+            raise DirectError(f"cannot read {info_path}: {err.strerror}") from err
+        try:
+            minor = int(fields["Device Minor"])
+            uuid = fields["GPU UUID"]
+        except (KeyError, ValueError) as err:
+            raise DirectError(
+                f"{info_path} has no valid 'Device Minor' and 'GPU UUID' lines",
+                "check that the NVIDIA kernel module matches the driver",
+            ) from err
+        bus = fields.get("Bus Location", entry).lower()
+        found.append((bus, minor, uuid, fields.get("Model", "")))
+    found.sort()
+    return tuple(
+        Gpu(index=i, minor=minor, uuid=uuid, bus_id=bus, model=model)
+        for i, (bus, minor, uuid, model) in enumerate(found)
+    )
+
+
+def _read_nodes(
+    root: str, gpus: tuple[Gpu, ...]
+) -> tuple[tuple[DeviceNode, ...], tuple[tuple[str, str], ...]]:
+    nodes = []
+    problems = []
+    paths = [g.node_path for g in gpus] + [f"/dev/{name}" for name in CONTROL_NODES]
+    for path in paths:
+        where = host_path(root, path)
+        try:
+            st = os.stat(where)
+        except FileNotFoundError:
+            problems.append((path, f"{where} does not exist"))
+            continue
+        except OSError as err:
+            problems.append((path, f"cannot stat {where}: {err.strerror}"))
+            continue
+        if not stat.S_ISCHR(st.st_mode):
+            problems.append((path, f"{where} is not a character device"))
+            continue
+        nodes.append(
+            DeviceNode(
+                path=path,
+                host_path=where,
+                major=os.major(st.st_rdev),
+                minor=os.minor(st.st_rdev),
+                file_mode=stat.S_IMODE(st.st_mode),
+                uid=st.st_uid,
+                gid=st.st_gid,
+            )
+        )
+    return tuple(nodes), tuple(problems)
+
+
+def _driver_version(root: str) -> str | None:
+    try:
+        with open(host_path(root, "/proc/driver/nvidia/version"), encoding="utf-8") as f:
+            m = _VERSION_RE.search(f.read())
+    except OSError:
+        return None
+    return m.group(1) if m else None
+
+
+def _multiarch() -> str:
+    machine = os.uname().machine.lower()
+    return {"amd64": "x86_64", "arm64": "aarch64"}.get(machine, machine) + "-linux-gnu"
+
+
+def _library_dirs(compat32: bool) -> tuple[str, ...]:
+    if compat32:
+        return ("/usr/lib/i386-linux-gnu", "/usr/lib32", "/lib/i386-linux-gnu", "/lib32")
+    triplet = _multiarch()
+    return (f"/usr/lib/{triplet}", "/usr/lib64", f"/lib/{triplet}", "/lib64", "/usr/lib", "/lib")
+
+
+def _candidates(root: str) -> tuple[list[tuple[str, str, bool]], str]:
+    """(name, in-root path, is 32-bit) in the loader's order, and where they came from."""
+    cache_path = host_path(root, "/etc/ld.so.cache")
+    try:
+        with open(cache_path, "rb") as f:
+            entries = parse_ld_cache(f.read())
+    except (OSError, LdCacheError):
+        entries = None
+    if entries is not None:
+        native = native_arch_flags()
+        out = []
+        for e in entries:
+            kind = _cache_kind(e, native)
+            if kind is not None:
+                out.append((e.name, e.path, kind))
+        return out, cache_path
+    out = []
+    for compat32 in (False, True):
+        for d in _library_dirs(compat32):
+            try:
+                names = sorted(os.listdir(host_path(root, d)))
+            except OSError:
+                continue
+            out.extend((n, f"{d}/{n}", compat32) for n in names if ".so" in n)
+    return out, "library directories"
+
+
+def _cache_kind(entry: CacheEntry, native: int | None) -> bool | None:
+    """False for a native library, True for a 32-bit one (x86_64 only), None to skip."""
+    if not entry.is_elf:
+        return None
+    arch = entry.flags & FLAG_REQUIRED_MASK
+    if native is None or arch == native:
+        return False
+    if arch == 0 and native_arch_flags("x86_64") == native:
+        return True
+    return None
+
+
+def _driver_files(root: str, version: str | None) -> tuple[tuple[DriverFile, ...], str]:
+    candidates, source = _candidates(root)
+    by_base: dict[str, list[tuple[str, str, bool]]] = {}
+    for cand in candidates:
+        head, sep, _ = cand[0].partition(".so")
+        if sep:
+            by_base.setdefault(head + ".so", []).append(cand)
+    files: list[DriverFile] = []
+    for capability, bases in LIBRARIES.items():
+        for base in bases:
+            for compat32 in (False, True):
+                files.extend(
+                    _library(root, version, by_base.get(base, []), capability, base, compat32)
+                )
+    for capability, names in BINARIES.items():
+        for name in names:
+            f = _binary(root, capability, name)
+            if f is not None:
+                files.append(f)
+    return tuple(files), source
+
+
+def _library(
+    root: str,
+    version: str | None,
+    candidates: list[tuple[str, str, bool]],
+    capability: str,
+    base: str,
+    compat32: bool,
+) -> list[DriverFile]:
+    # First entry per name wins, as for the loader; names resolving to one file share it.
+    seen_names: set[str] = set()
+    by_real: dict[str, list[str]] = {}
+    for name, path, is32 in candidates:
+        if is32 != compat32 or name in seen_names:
+            continue
+        if name != base and not name.startswith(base + "."):
+            continue
+        seen_names.add(name)
+        real = resolve_in_root(root, path, follow_final=True, refuse_escape=False)
+        real_host = host_path(root, real)
+        if not os.path.isfile(real_host):
+            continue
+        m = _FILE_VERSION_RE.search(real)
+        if version and m and m.group(1) != version:
+            continue  # left over from another driver version
+        by_real.setdefault(real, []).append(name)
+    out = []
+    for real, names in by_real.items():
+        real_name = os.path.basename(real)
+        links = tuple(
+            sorted(
+                n
+                for n in set(names)
+                if n != real_name and re.fullmatch(re.escape(base) + r"\.\d+", n)
+            )
+        )
+        out.append(
+            DriverFile(
+                path=real,
+                host_path=host_path(root, real),
+                links=links,
+                kind="lib",
+                capability=capability,
+                compat32=compat32,
+            )
+        )
+        break  # one file per library: the one the loader would pick
+    return out
+
+
+def _binary(root: str, capability: str, name: str) -> DriverFile | None:
+    for d in BIN_DIRS:
+        path = f"{d}/{name}"
+        if not os.path.lexists(host_path(root, path)):
+            continue
+        real = resolve_in_root(root, path, follow_final=True, refuse_escape=False)
+        real_host = host_path(root, real)
+        if os.path.isfile(real_host):
+            return DriverFile(
+                path=path, host_path=real_host, links=(), kind="bin", capability=capability
+            )
+    return None

@@ -1,0 +1,144 @@
+"""Path resolution confined to a root directory, like openat2(RESOLVE_IN_ROOT).
+
+Direct mode computes every place it touches inside a container image before runc mounts
+anything there. An image controls its own symlinks, so a naive `os.path.join(rootfs, dest)`
+followed by the host would let an image point a mount or a link at the host (the class of
+CVE-2024-0132 and CVE-2024-0134). Here every component is looked up with `lstat` under the
+root: an absolute symlink restarts at the root (never at the host's `/`), a relative one that
+climbs above the root is refused, and the caller decides whether the last component may be a
+symlink. The result is a path without symlinks, so the runtime that mounts it and the check
+agree on the place.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from collections import deque
+
+from nvdocker2.direct.errors import DirectError
+
+MAX_SYMLINKS = 40
+
+
+class UnsafePath(DirectError):
+    """A path inside a container image resolves in a way direct mode refuses to use."""
+
+
+def _components(path: str) -> list[str]:
+    return [p for p in path.split("/") if p and p != "."]
+
+
+def resolve_in_root(root: str, path: str, *, follow_final: bool, refuse_escape: bool) -> str:
+    """Resolve absolute `path` inside `root`; return it as an absolute in-root path.
+
+    Components that do not exist yet are kept as written (runc creates them). With
+    `follow_final` false a symlink as the last component raises `UnsafePath`; with
+    `refuse_escape` a `..` that a symlink makes climb above `root` raises `UnsafePath` (the
+    host would have left the root there); otherwise it is clamped at the root, as the kernel
+    does with RESOLVE_IN_ROOT.
+    """
+    parts = deque(_components(path))
+    resolved: list[str] = []
+    missing = False
+    links = 0
+    last_link: tuple[str, str] | None = None
+    while parts:
+        name = parts.popleft()
+        if name == "..":
+            if resolved:
+                resolved.pop()
+            elif refuse_escape and last_link is not None:
+                raise UnsafePath(
+                    f"{last_link[0]} in the container image is a symlink to {last_link[1]!r},"
+                    " which leads outside the container's root; refusing it",
+                    "fix or remove that symlink in the image",
+                )
+            continue
+        if missing:
+            resolved.append(name)
+            continue
+        rel = "/".join(resolved + [name])
+        host = os.path.join(root, rel)
+        try:
+            st = os.lstat(host)
+        except FileNotFoundError:
+            missing = True
+            resolved.append(name)
+            continue
+        if stat.S_ISLNK(st.st_mode):
+            shown = "/" + rel
+            if not parts and not follow_final:
+                raise UnsafePath(
+                    f"{shown} in the container image is a symlink; refusing to mount onto it",
+                    "remove the symlink from the image, or do not request this capability",
+                )
+            links += 1
+            if links > MAX_SYMLINKS:
+                raise UnsafePath(f"too many levels of symlinks resolving {path} in the image")
+            target = os.readlink(host)
+            last_link = (shown, target)
+            if target.startswith("/"):
+                resolved = []
+            parts.extendleft(reversed(_components(target)))
+            continue
+        if parts and not stat.S_ISDIR(st.st_mode):
+            raise UnsafePath(
+                f"/{rel} in the container image is not a directory; cannot place {path} under it"
+            )
+        resolved.append(name)
+    return "/" + "/".join(resolved)
+
+
+def open_dir_in_root(root: str, resolved: str) -> int:
+    """Open the directory at a symlink-free in-root path, refusing any symlink on the way.
+
+    Each step is an `openat` with O_NOFOLLOW relative to the previous directory, so an image
+    that swapped a component for a symlink after `resolve_in_root` makes this fail instead of
+    leading elsewhere. The caller closes the returned descriptor.
+    """
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for comp in _components(resolved):
+            nxt = os.open(comp, flags, dir_fd=fd)
+            os.close(fd)
+            fd = nxt
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def link_in_root(root: str, link: str, target: str) -> str:
+    """Make `link` (absolute, in-root) a symlink to `target`, without following image symlinks.
+
+    An existing symlink is replaced; an existing file or directory is left alone (the image
+    ships its own). Returns what was done: "created", "replaced", "kept" or "exists".
+    """
+    parent, name = os.path.split(link)
+    parent = resolve_in_root(root, parent, follow_final=True, refuse_escape=True)
+    try:
+        fd = open_dir_in_root(root, parent)
+    except FileNotFoundError:
+        raise DirectError(f"cannot create {link}: {parent} does not exist in the container") from None
+    except OSError as err:
+        if err.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise UnsafePath(f"{parent} in the container image changed under us; refusing") from err
+        raise
+    try:
+        try:
+            st = os.lstat(name, dir_fd=fd)
+        except FileNotFoundError:
+            os.symlink(target, name, dir_fd=fd)
+            return "created"
+        if not stat.S_ISLNK(st.st_mode):
+            return "exists"
+        if os.readlink(name, dir_fd=fd) == target:
+            return "kept"
+        os.unlink(name, dir_fd=fd)
+        os.symlink(target, name, dir_fd=fd)
+        return "replaced"
+    finally:
+        os.close(fd)

@@ -1,0 +1,436 @@
+"""The transaction's `Daemon`: check a candidate file, reload or restart dockerd, verify.
+
+`make_daemon` turns the CLI's daemon flags into one of two objects with the same shape:
+`Dockerd` (a manager that can reload it, an Engine API client to verify) or `NoReload`
+(strategy "none": tell the user what to run). Both say why they were picked in `reason`.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping, Union
+
+from nvdocker2 import locations
+from nvdocker2.dockerd.api import EngineClient, EngineError, EngineUnavailable, parse_docker_host
+from nvdocker2.dockerd.logs import (
+    RELOADED_MARKERS,
+    STARTED_MARKERS,
+    FileLog,
+    LogSource,
+    NoLog,
+    errors_in,
+    find_refusal,
+    has_marker,
+)
+from nvdocker2.dockerd.managers import SignalManager, SystemdManager, SysvManager
+from nvdocker2.dockerd.process import DockerdProcess, flag_conflicts, is_dockerd, read_pidfile, read_process
+from nvdocker2.dockerd.progress import Reporter, SilentReporter
+from nvdocker2.errors import BadInput, EnvironmentProblem
+from nvdocker2.transaction import Expectation, VerifyFailed
+
+MODES = ("auto", "systemd", "sysv", "signal", "none")
+DEFAULT_PIDFILE = Path("/var/run/docker.pid")
+# After /info matches, how long to wait for the log to confirm the reload before trusting
+# /info alone (dockerd logs "Reloaded configuration" within milliseconds at level info).
+LOG_GRACE = 1.0
+POLL_FIRST = 0.05
+POLL_MAX = 0.5
+
+Manager = Union[SystemdManager, SysvManager, SignalManager]
+
+
+@dataclass(frozen=True)
+class DaemonOptions:
+    """The CLI's daemon flags (SPEC §2), as given; None means "the default for this setup"."""
+
+    mode: str = "auto"
+    restart: bool = False
+    verify: bool = True
+    docker_host: str | None = None
+    pidfile: Path | None = None
+    dockerd_log: Path | None = None
+    unit: str | None = None
+    config: Path | None = None  # the daemon.json being changed: tells the snap setup apart
+
+
+@dataclass(frozen=True)
+class Setup:
+    """Where this host's dockerd keeps its pid and socket, and which unit runs it."""
+
+    name: str  # "rootful", "rootless", "snap"
+    unit: str
+    user: bool  # the unit belongs to the user's systemd (rootless)
+    pidfile: Path
+    docker_host: str | None  # None: DOCKER_HOST, else the rootful socket
+
+
+def detect_setup(
+    config: Path | None, environ: Mapping[str, str] | None = None, euid: int | None = None
+) -> Setup:
+    """Rootful, rootless (not root, `$XDG_RUNTIME_DIR/docker.sock` exists) or snap (the
+    daemon.json is the snap's), with the locations of DOCKERD-FACTS' table."""
+    if config is not None and str(config) == locations.SNAP_CONFIG:
+        return Setup("snap", "snap.docker.dockerd", False, Path("/run/snap.docker/docker.pid"), None)
+    sock = locations.rootless_socket(environ, euid)
+    if sock is not None:
+        return Setup("rootless", "docker", True, sock.parent / "docker.pid", f"unix://{sock}")
+    return Setup("rootful", "docker", False, DEFAULT_PIDFILE, None)
+
+
+def describe_expectation(expect: Expectation) -> str:
+    parts = [f"runtime {name} = {path}" for name, path in sorted(expect.present.items())]
+    parts += [f"no runtime {name}" for name in expect.absent]
+    parts.append(f"default runtime {expect.default_runtime}")
+    return ", ".join(parts)
+
+
+def mismatches(info: Mapping, expect: Expectation) -> list[str]:
+    """What /info says that differs from `expect`, one phrase per difference."""
+    runtimes = info.get("Runtimes") or {}
+    if not isinstance(runtimes, dict):
+        runtimes = {}
+    problems = []
+    for name, path in sorted(expect.present.items()):
+        entry = runtimes.get(name)
+        if not isinstance(entry, dict):
+            problems.append(f"no runtime {name}")
+        elif entry.get("path") != path:
+            problems.append(f"runtime {name} has path {entry.get('path')}, not {path}")
+    for name in expect.absent:
+        if name in runtimes:
+            problems.append(f"runtime {name} still listed")
+    default = info.get("DefaultRuntime") or "runc"
+    if default != expect.default_runtime:
+        problems.append(f"default runtime is {default}, not {expect.default_runtime}")
+    return problems
+
+
+def _stderr_log(pid: int | None, proc: Path) -> LogSource:
+    """dockerd's stderr when it is a regular file (a hand-started or init-script dockerd)."""
+    if pid is None:
+        return NoLog()
+    try:
+        target = os.readlink(Path(proc) / str(pid) / "fd" / "2")
+    except OSError:
+        return NoLog()
+    return FileLog(Path(target)) if target.startswith("/") and Path(target).is_file() else NoLog()
+
+
+def check_candidate_against(
+    process: DockerdProcess | None,
+    config_path: Path,
+    candidate: dict,
+    candidate_file: Path,
+) -> None:
+    """Refuse (BadInput) a candidate the running dockerd would refuse, before it is written.
+
+    Without a readable dockerd process only the file-only checks run: the reload and its
+    verification catch the rest, and the transaction rolls back. (`dockerd --validate` on the
+    candidate file, Docker >= 23, is run by the transaction for every strategy.)
+    """
+    if process is not None:
+        given = process.config_file()
+        if given and os.path.isabs(given) and os.path.realpath(given) != os.path.realpath(config_path):
+            raise BadInput(
+                f"dockerd (pid {process.pid}) reads {given} (its --config-file), not {config_path}",
+                f"pass --config {given}",
+            )
+        conflicts = flag_conflicts(candidate, process)
+        if conflicts:
+            keys = ", ".join(f'"{key}" (flag {flag})' for key, flag in conflicts)
+            raise BadInput(
+                f"{config_path}: {keys} also set on the command line of dockerd (pid "
+                f"{process.pid}), which refuses a setting given both as a flag and in the file",
+                "remove the key from daemon.json, or the flag from dockerd's command line "
+                "(systemctl edit docker), then run this again",
+            )
+    default = candidate.get("default-runtime")
+    runtimes = candidate.get("runtimes")
+    defined = set(runtimes) if isinstance(runtimes, dict) else set()
+    if isinstance(default, str) and default and default != "runc" and default not in defined:
+        raise BadInput(
+            f'{config_path}: "default-runtime" is "{default}", which "runtimes" does not define; '
+            "dockerd refuses to start with it",
+            f'define runtime "{default}" in "runtimes" or set "default-runtime" to "runc"',
+        )
+
+
+class Dockerd:
+    """A dockerd that a manager can reload or restart and the Engine API can verify."""
+
+    def __init__(
+        self,
+        manager: Manager,
+        client: EngineClient,
+        *,
+        restart: bool = False,
+        verifies: bool = True,
+        log: LogSource | None = None,
+        reporter: Reporter | None = None,
+        reason: str = "",
+        proc: Path = Path("/proc"),
+    ) -> None:
+        self.manager = manager
+        self.client = client
+        self.restart = restart
+        self.verifies = verifies
+        self.strategy = manager.name
+        # A SIGHUP keeps runtimes the file no longer names; a restart reads the file afresh.
+        self.needs_transition = not restart
+        self.reason = reason
+        self.proc = proc
+        self.reporter = reporter or SilentReporter()
+        self.log = log if log is not None else NoLog()
+        self._old_pid: int | None = None
+        self._acted = False
+        self._reloads = 0
+        self._restart_error: str | None = None
+
+    # -- before anything is written -------------------------------------------------------
+
+    def check_candidate(self, config_path: Path, candidate: dict, candidate_file: Path) -> None:
+        if self.verifies:
+            try:
+                self.client.info()
+            except (EngineUnavailable, EngineError) as exc:
+                raise EnvironmentProblem(
+                    f"dockerd does not answer on {self.client.host.describe()} ({exc}); "
+                    "the change could not be verified",
+                    "start dockerd (systemctl start docker), point --docker-host at its socket, "
+                    "or pass --no-verify to only write the file",
+                ) from exc
+        pid = self.manager.main_pid()
+        process = read_process(pid, self.proc) if pid is not None else None
+        check_candidate_against(process, config_path, candidate, candidate_file)
+
+    # -- acting ---------------------------------------------------------------------------
+
+    def reload(self) -> None:
+        """Reload (or restart) dockerd; the log is marked first so verify reads only new lines."""
+        self.log.mark()
+        self._reloads += 1
+        self._restart_error = None
+        if self.restart:
+            self._old_pid = self.manager.main_pid()
+            self._warn_before_restart()
+            self._acted = True
+            try:
+                self.manager.restart()
+            except EnvironmentProblem as exc:
+                # A dockerd that went down and did not come back most likely refused the new
+                # file: verify reports it (with the journal's words) and the transaction rolls
+                # back. One still answering was never restarted: the command itself failed.
+                if not self.verifies or self._answers():
+                    raise
+                self._restart_error = exc.message
+        else:
+            self.manager.reload()
+            self._acted = True
+
+    def _answers(self) -> bool:
+        try:
+            return self.client.ping(timeout=2)
+        except (EngineUnavailable, EngineError):
+            return False
+
+    def _warn_before_restart(self) -> None:
+        try:
+            info = self.client.info(timeout=5)
+        except (EngineUnavailable, EngineError):
+            return
+        running = info.get("ContainersRunning") or 0
+        if not info.get("LiveRestoreEnabled") and running:
+            self.reporter.note(
+                f"warning: live-restore is off: restarting dockerd stops the {running} running "
+                "container(s) (set \"live-restore\": true to keep them)"
+            )
+        else:
+            self.reporter.note("restarting dockerd (containers without live-restore stop)")
+
+    def verify(self, expect: Expectation, timeout: float) -> None:
+        """Poll /info until dockerd reports `expect`; raise VerifyFailed with dockerd's words.
+
+        A refusal line in dockerd's log after the first reload fails verify at once, even if
+        /info looks right: that file would stop dockerd from starting next time. After a later
+        reload (the transaction's way back) /info alone decides: dockerd keeping the previous
+        state is exactly what the way back needs, whichever file it refused on the way.
+        """
+        start = time.monotonic()
+        deadline = start + timeout
+        interval = POLL_FIRST
+        matched_at: float | None = None
+        markers = STARTED_MARKERS if self.restart else RELOADED_MARKERS
+        state = "no answer yet"
+        while True:
+            lines = self.log.lines() if self._acted else []
+            refusal = find_refusal(lines)
+            now = time.monotonic()
+            try:
+                info = self.client.info(timeout=min(self.client.timeout, max(0.5, deadline - now)))
+            except (EngineUnavailable, EngineError) as exc:
+                problems = [f"dockerd not answering ({exc})"]
+            else:
+                problems = mismatches(info, expect)
+                if not problems and not self._is_new_process():
+                    problems = ["the old dockerd is still running"]
+            if refusal and (problems or self._reloads <= 1):
+                self.reporter.done(False, "dockerd refused the configuration")
+                raise VerifyFailed(f"dockerd refused the configuration: {refusal}")
+            if problems:
+                state = "; ".join(problems)
+                matched_at = None
+            else:
+                reports = "dockerd reports " + describe_expectation(expect)
+                state = f"{reports}; waiting for its log to confirm the reload"
+                if matched_at is None:
+                    matched_at = now
+                confirmed = (
+                    not self._acted
+                    or refusal is not None
+                    or isinstance(self.log, NoLog)
+                    or has_marker(lines, markers)
+                    or now - matched_at >= LOG_GRACE
+                )
+                if confirmed:
+                    self.reporter.done(True, f"{reports} ({now - start:.1f}s)")
+                    return
+            now = time.monotonic()
+            if now >= deadline:
+                self.reporter.done(False, state)
+                said = errors_in(self.log.lines() if self._acted else [])
+                detail = f"; dockerd logged: {said[-1]}" if said else ""
+                if self._restart_error:
+                    detail += f"; {self._restart_error}"
+                raise VerifyFailed(
+                    f"dockerd did not report {describe_expectation(expect)} within {timeout:g}s: "
+                    f"{state}{detail}"
+                )
+            self.reporter.waiting(now - start, state)
+            time.sleep(min(interval, max(0.0, deadline - now)))
+            interval = min(interval * 1.5, POLL_MAX)
+
+    def _is_new_process(self) -> bool:
+        if not (self.restart and self._acted and self._old_pid is not None):
+            return True
+        pid = self.manager.main_pid()
+        return pid is not None and pid != self._old_pid
+
+
+class NoReload:
+    """Strategy "none": the file is written and dockerd is left alone (the transaction tells
+    the user what to run). `reason` says why nothing is reloaded.
+
+    When auto found no dockerd and verification was asked, `check_candidate` refuses with
+    `pending` (exit 3) before anything is written.
+    """
+
+    strategy = "none"
+    verifies = False
+
+    def __init__(
+        self,
+        reason: str,
+        *,
+        pending: EnvironmentProblem | None = None,
+        pidfile: Path = DEFAULT_PIDFILE,
+        proc: Path = Path("/proc"),
+    ) -> None:
+        self.reason = reason
+        self.pending = pending
+        self.pidfile = Path(pidfile)
+        self.proc = proc
+
+    def check_candidate(self, config_path: Path, candidate: dict, candidate_file: Path) -> None:
+        if self.pending is not None:
+            raise self.pending
+        pid = read_pidfile(self.pidfile)
+        process = read_process(pid, self.proc) if pid is not None else None
+        check_candidate_against(process, config_path, candidate, candidate_file)
+
+    def reload(self) -> None:
+        return None
+
+    def verify(self, expect: Expectation, timeout: float) -> None:
+        return None
+
+
+Daemon = Union[Dockerd, NoReload]
+
+
+def make_daemon(
+    options: DaemonOptions,
+    reporter: Reporter | None = None,
+    *,
+    proc: Path = Path("/proc"),
+    environ: Mapping[str, str] | None = None,
+) -> Daemon:
+    """Pick how to reload dockerd (SPEC §2 `--reload`) and say why in `.reason`.
+
+    Raises BadInput for flags that cannot work together (before anything is written).
+    """
+    reporter = reporter or SilentReporter()
+    if options.mode not in MODES:
+        raise BadInput(
+            f"--reload {options.mode}: unknown mode", f"use one of: {', '.join(MODES)}"
+        )
+    env = os.environ if environ is None else environ
+    setup = detect_setup(options.config, env)
+    host = parse_docker_host(options.docker_host or env.get("DOCKER_HOST") or setup.docker_host, env)
+    client = EngineClient(host)
+    pidfile = Path(options.pidfile) if options.pidfile is not None else setup.pidfile
+    unit = options.unit or setup.unit
+    systemd = SystemdManager(unit, user=setup.user)
+    manager: Manager | None = None
+    if options.mode == "auto":
+        if systemd.is_active():
+            manager = systemd
+            reason = f"systemd runs {unit}.service ({systemd.describe()})"
+        else:
+            pid = read_pidfile(pidfile)
+            if pid is not None and is_dockerd(pid, proc):
+                manager = SignalManager(pidfile, proc)
+                reason = f"{pidfile} names a running dockerd (pid {pid}); systemd does not run it"
+            else:
+                found = "names no running dockerd" if pid is not None else "is missing"
+                reason = (
+                    f"no running dockerd found: systemd does not run {unit}.service "
+                    f"and {pidfile} {found}"
+                )
+    elif options.mode == "systemd":
+        manager, reason = systemd, "--reload systemd"
+    elif options.mode == "sysv":
+        manager, reason = SysvManager(pidfile, unit=unit, proc=proc), "--reload sysv"
+    elif options.mode == "signal":
+        manager, reason = SignalManager(pidfile, proc), "--reload signal"
+    else:
+        reason = "--reload none"
+
+    if options.restart and (options.mode == "none" or isinstance(manager, SignalManager)):
+        raise BadInput(
+            f"--restart: {reason}, and dockerd cannot be restarted that way",
+            "use --reload systemd or --reload sysv with --restart, or drop --restart",
+        )
+
+    if manager is None:
+        pending = None
+        if options.mode == "auto" and options.verify:
+            pending = EnvironmentProblem(
+                f"{reason}; the change could not be verified",
+                "start dockerd (systemctl start docker), give its pidfile with --pidfile, "
+                "or pass --no-verify to only write the file",
+            )
+        return NoReload(reason, pending=pending, pidfile=pidfile, proc=proc)
+
+    if options.dockerd_log is not None:
+        log: LogSource = FileLog(Path(options.dockerd_log))
+    else:
+        log = manager.default_log()
+        if isinstance(log, NoLog):
+            log = _stderr_log(manager.main_pid(), proc)
+    return Dockerd(
+        manager, client, restart=options.restart, verifies=options.verify, log=log,
+        reporter=reporter, reason=reason, proc=proc,
+    )

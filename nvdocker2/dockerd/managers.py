@@ -1,0 +1,180 @@
+"""Who can reload or restart dockerd: systemd, a SysV init script, or a SIGHUP by pid.
+
+Each manager does one thing per method and raises `EnvironmentProblem` with what to run by
+hand when it cannot. Commands run with an argv list and a timeout, never through a shell.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+from pathlib import Path
+from typing import Sequence
+
+from nvdocker2.dockerd.logs import FileLog, JournalLog, LogSource, NoLog
+from nvdocker2.dockerd.process import is_dockerd, read_pidfile
+from nvdocker2.errors import EnvironmentProblem
+
+COMMAND_TIMEOUT = 120.0  # `systemctl restart docker` waits for containers to stop
+
+
+def run_command(argv: Sequence[str], timeout: float = COMMAND_TIMEOUT) -> subprocess.CompletedProcess:
+    """Run a service-manager command; a missing binary or a hang is an EnvironmentProblem."""
+    try:
+        return subprocess.run(
+            list(argv), capture_output=True, text=True, timeout=timeout, check=False,
+            stdin=subprocess.DEVNULL,
+        )
+    except FileNotFoundError as exc:
+        raise EnvironmentProblem(
+            f"{argv[0]} not found", f"install it, or choose another --reload mode"
+        ) from exc
+    except subprocess.TimeoutExpired as exc:
+        raise EnvironmentProblem(
+            f"{' '.join(argv)} did not finish within {timeout:g}s",
+            "look at dockerd's state with: systemctl status docker",
+        ) from exc
+
+
+def _failed(argv: Sequence[str], proc: subprocess.CompletedProcess, hint: str) -> EnvironmentProblem:
+    said = (proc.stderr or proc.stdout or "").strip().splitlines()
+    detail = f": {said[-1]}" if said else ""
+    return EnvironmentProblem(f"{' '.join(argv)} exited {proc.returncode}{detail}", hint)
+
+
+class SystemdManager:
+    """`systemctl reload|restart docker`; dockerd's pid is the unit's MainPID."""
+
+    name = "systemd"
+
+    def __init__(self, unit: str = "docker", systemctl: str = "systemctl", user: bool = False) -> None:
+        self.unit = unit
+        self.systemctl = systemctl
+        self.user = user  # rootless Docker: the user's systemd instance
+
+    def _argv(self, *args: str) -> list[str]:
+        return [self.systemctl, *(["--user"] if self.user else []), *args]
+
+    def describe(self) -> str:
+        return " ".join(self._argv("is-active", self.unit))
+
+    def available(self) -> bool:
+        return shutil.which(self.systemctl) is not None
+
+    def is_active(self) -> bool:
+        """True when systemd runs the unit (false too when systemd is not PID 1)."""
+        if not self.available():
+            return False
+        try:
+            proc = run_command(self._argv("is-active", "--quiet", self.unit), timeout=15)
+        except EnvironmentProblem:
+            return False
+        return proc.returncode == 0
+
+    def main_pid(self) -> int | None:
+        try:
+            proc = run_command(self._argv("show", "-p", "MainPID", self.unit), timeout=15)
+        except EnvironmentProblem:
+            return None
+        for line in proc.stdout.splitlines():
+            key, _, value = line.partition("=")
+            if key.strip() == "MainPID" and value.strip().isdigit() and int(value) > 0:
+                return int(value)
+        return None
+
+    def _run(self, action: str) -> None:
+        argv = self._argv(action, self.unit)
+        proc = run_command(argv)
+        if proc.returncode != 0:
+            raise _failed(argv, proc, f"see: {' '.join(self._argv('status', self.unit))}")
+
+    def reload(self) -> None:
+        self._run("reload")
+
+    def restart(self) -> None:
+        self._run("restart")
+
+    def default_log(self) -> LogSource:
+        return JournalLog(self.unit, user=self.user)
+
+
+class SysvManager:
+    """`service docker reload|restart` (SysV init scripts, and hosts where `service` wraps
+    whatever runs dockerd); the pid comes from the pidfile."""
+
+    name = "sysv"
+
+    def __init__(self, pidfile: Path, service: str = "service", unit: str = "docker",
+                 proc: Path = Path("/proc")) -> None:
+        self.pidfile = Path(pidfile)
+        self.service = service
+        self.unit = unit
+        self.proc = proc
+
+    def main_pid(self) -> int | None:
+        pid = read_pidfile(self.pidfile)
+        return pid if pid is not None and is_dockerd(pid, self.proc) else None
+
+    def _run(self, action: str) -> None:
+        argv = [self.service, self.unit, action]
+        proc = run_command(argv)
+        if proc.returncode != 0:
+            raise _failed(argv, proc, f"see: service {self.unit} status; /var/log/docker.log")
+
+    def reload(self) -> None:
+        self._run("reload")
+
+    def restart(self) -> None:
+        self._run("restart")
+
+    def default_log(self) -> LogSource:
+        path = Path("/var/log/docker.log")
+        return FileLog(path) if path.exists() else NoLog()
+
+
+
+class SignalManager:
+    """SIGHUP to the dockerd named by the pidfile, after checking it is a dockerd.
+
+    Restarting needs something that starts dockerd again, which a signal is not; the
+    factory refuses `--restart` with this manager before anything is written.
+    """
+
+    name = "signal"
+
+    def __init__(self, pidfile: Path, proc: Path = Path("/proc")) -> None:
+        self.pidfile = Path(pidfile)
+        self.proc = proc
+
+    def main_pid(self) -> int | None:
+        pid = read_pidfile(self.pidfile)
+        return pid if pid is not None and is_dockerd(pid, self.proc) else None
+
+    def reload(self) -> None:
+        pid = self.main_pid()
+        if pid is None:
+            raise EnvironmentProblem(
+                f"no running dockerd found through {self.pidfile}",
+                "start dockerd, or give its pidfile with --pidfile",
+            )
+        try:
+            os.kill(pid, signal.SIGHUP)
+        except ProcessLookupError as exc:
+            raise EnvironmentProblem(
+                f"dockerd (pid {pid}) exited before it could be reloaded",
+                "start dockerd again; the new daemon.json is read at start",
+            ) from exc
+        except PermissionError as exc:
+            raise EnvironmentProblem(
+                f"not allowed to signal dockerd (pid {pid})", "run nvdocker2 as root"
+            ) from exc
+
+    def restart(self) -> None:
+        raise EnvironmentProblem(
+            "dockerd cannot be restarted by a signal", "use --reload systemd or --reload sysv"
+        )
+
+    def default_log(self) -> LogSource:
+        return NoLog()

@@ -1,0 +1,272 @@
+"""Checks of the running dockerd: reachable, what `/info` reports, whether it agrees with
+daemon.json, keys given both as flags and in the file, and `--gpus` support."""
+
+from __future__ import annotations
+
+import os
+import shlex
+from pathlib import PurePosixPath
+
+from nvdocker2.doctor.checks_config import BUILTIN_RUNTIMES
+from nvdocker2.doctor.context import (
+    HOOK_EXE,
+    ROOTFUL_CONFIG,
+    RUNTIME_NAME,
+    Context,
+    dockerd_option_values,
+)
+from nvdocker2.doctor.registry import Outcome, check, fail, ok, skip, warn
+
+RESTART_HINT = "restart dockerd: systemctl restart docker (containers without live-restore stop)"
+
+
+def _reload_hint(ctx: Context) -> str:
+    """How to make this dockerd re-read its file: the service's reload, else SIGHUP its pid."""
+    from nvdocker2 import locations
+
+    proc, _ = ctx.dockerd_process()
+    loc = ctx.config_location()
+    if proc is not None and loc.kind == "given":
+        return f"reload dockerd: kill -HUP {proc.pid}"
+    return "reload dockerd: " + locations.reload_hint(PurePosixPath(loc.path), ctx.env)
+
+
+@check("dockerd.reachable", "dockerd answers the Engine API")
+def dockerd_reachable(ctx: Context) -> Outcome:
+    host = ctx.docker_host()
+    res = ctx.info()
+    if res.info is None:
+        return fail(f"no answer from dockerd at {host.url} ({host.source}): {res.error}",
+                    "start it (systemctl start docker), or name the right daemon with "
+                    "--docker-host / DOCKER_HOST")
+    info = res.info
+    return ok(f"Docker {info.get('ServerVersion', '?')} at {host.url}")
+
+
+@check("dockerd.runtimes", "runtimes dockerd has loaded", needs=("dockerd.reachable",))
+def dockerd_runtimes(ctx: Context) -> Outcome:
+    info = ctx.info().info or {}
+    runtimes = info.get("Runtimes") or {}
+    default = info.get("DefaultRuntime", "?")
+    names = ", ".join(sorted(runtimes))
+    detail = f"Runtimes: {names}; DefaultRuntime: {default}"
+    if RUNTIME_NAME not in runtimes:
+        return fail(f"{detail}: no {RUNTIME_NAME} runtime loaded",
+                    "nvdocker2 install (it adds the runtime and reloads dockerd)")
+    path = (runtimes[RUNTIME_NAME] or {}).get("path", "?")
+    return ok(f"{detail} ({RUNTIME_NAME} → {path})")
+
+
+@check("dockerd.cgroup", "cgroup driver and version", needs=("dockerd.reachable",))
+def dockerd_cgroup(ctx: Context) -> Outcome:
+    info = ctx.info().info or {}
+    driver = info.get("CgroupDriver", "?")
+    version = info.get("CgroupVersion", "?")
+    detail = f"CgroupDriver: {driver}, CgroupVersion: {version}"
+    if driver == "none":
+        return warn(f"{detail}: dockerd manages no cgroups (rootless on cgroup v1?)",
+                    "GPU containers need no-cgroups = true in config.toml; use cgroup v2 "
+                    "with systemd delegation for resource limits")
+    return ok(detail)
+
+
+@check("dockerd.sync", "daemon.json and the running dockerd agree",
+       needs=("dockerd.reachable", "config.parse"))
+def dockerd_sync(ctx: Context) -> Outcome:
+    """A runtime in the file that dockerd has not loaded means the file changed since the last
+    reload; one loaded but not in the file means it was removed without a reload (or came from
+    `--add-runtime`)."""
+    f = ctx.daemon_file()
+    proc, _ = ctx.dockerd_process()
+    if proc is not None:
+        files = dockerd_option_values(proc.argv, "config-file")
+        reads = files[-1] if files else ROOTFUL_CONFIG
+        if reads != str(f.path):
+            return skip(f"the running dockerd reads {reads}, not {f.path}")
+    info = ctx.info().info or {}
+    loaded = info.get("Runtimes") or {}
+    doc = f.doc or {}
+    in_file = doc.get("runtimes") if isinstance(doc.get("runtimes"), dict) else {}
+    flagged = set()
+    if proc is not None:
+        flagged = {v.split("=", 1)[0] for v in dockerd_option_values(proc.argv, "add-runtime")}
+    problems = []
+    for name, entry in in_file.items():
+        if name in BUILTIN_RUNTIMES:
+            continue
+        if name not in loaded:
+            problems.append(f"runtime {name!r} is in {f.path} but the running dockerd has not "
+                            "loaded it (file changed, dockerd not reloaded)")
+            continue
+        want = entry.get("path") if isinstance(entry, dict) else None
+        have = (loaded[name] or {}).get("path")
+        if want is not None and have is not None and want != have:
+            problems.append(f"runtime {name!r} has path {want} in the file but {have} in dockerd")
+    for name in loaded:
+        if name not in in_file and name not in BUILTIN_RUNTIMES and name not in flagged:
+            problems.append(f"dockerd has runtime {name!r} loaded that {f.path} does not define")
+    want_default = doc.get("default-runtime") or "runc"
+    have_default = info.get("DefaultRuntime")
+    if have_default is not None and have_default != want_default:
+        problems.append(f"default-runtime is {want_default!r} in the file but dockerd uses "
+                        f"{have_default!r}")
+    if problems:
+        return warn("; ".join(problems), _reload_hint(ctx))
+    return ok(f"dockerd runs with the runtimes and default-runtime of {f.path}")
+
+
+# Short dockerd flags and flags whose daemon.json key is another name (DOCKERD-FACTS).
+SHORT_FLAGS = {"-H": "hosts", "-D": "debug", "-l": "log-level", "-G": "group", "-g": "graph",
+               "-p": "pidfile", "-b": "bridge", "-s": "storage-driver"}
+PLURAL_KEYS = {
+    "host": "hosts", "label": "labels", "registry-mirror": "registry-mirrors",
+    "insecure-registry": "insecure-registries", "storage-opt": "storage-opts",
+    "exec-opt": "exec-opts", "dns-opt": "dns-opts", "log-opt": "log-opts",
+    "default-ulimit": "default-ulimits", "authorization-plugin": "authorization-plugins",
+    "node-generic-resource": "node-generic-resources", "add-runtime": "runtimes",
+    "default-address-pool": "default-address-pools", "cdi-spec-dir": "cdi-spec-dirs",
+}
+BOOL_FLAGS = {
+    "debug", "experimental", "icc", "init", "ip-forward", "ip-masq", "iptables", "ip6tables",
+    "ipv6", "live-restore", "no-new-privileges", "raw-logs", "rootless", "selinux-enabled",
+    "tls", "tlsverify", "userland-proxy", "cri-containerd", "validate", "version", "help",
+    "-D", "-v", "-h",
+}
+# Flags that are not daemon.json directives, or that dockerd merges with the file.
+NOT_CONFLICTING = {"config-file", "runtimes", "validate", "version", "help"}
+
+
+def flag_keys(argv: list[str] | tuple[str, ...]) -> dict[str, str]:
+    """daemon.json keys set by the dockerd flags in `argv` → the flag as written."""
+    keys: dict[str, str] = {}
+    args = list(argv[1:])
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        i += 1
+        if not arg.startswith("-") or arg == "-":
+            continue
+        name, eq, _ = arg.partition("=")
+        if name.startswith("--"):
+            flag = name[2:]
+            key = PLURAL_KEYS.get(flag, flag)
+            takes_value = flag not in BOOL_FLAGS
+        elif name in SHORT_FLAGS:
+            key = SHORT_FLAGS[name]
+            takes_value = name not in BOOL_FLAGS
+        else:
+            continue
+        if takes_value and not eq and i < len(args):
+            i += 1
+        if key not in NOT_CONFLICTING:
+            keys.setdefault(key, name)
+    return keys
+
+
+def _unit_argv(ctx: Context) -> tuple[list[str] | None, str]:
+    """dockerd's argv from the systemd unit (the last ExecStart after drop-ins) and its file."""
+    units = [PurePosixPath(d) / "docker.service" for d in
+             ("/etc/systemd/system", "/run/systemd/system", "/lib/systemd/system",
+              "/usr/lib/systemd/system")]
+    main = next((u for u in units if ctx.root.path(u).is_file()), None)
+    if main is None:
+        return None, ""
+    files = [main]
+    dropins: dict[str, PurePosixPath] = {}
+    for d in reversed(units):
+        dir_ = ctx.root.path(str(d) + ".d")
+        if dir_.is_dir():
+            for conf in dir_.glob("*.conf"):
+                dropins[conf.name] = PurePosixPath(str(d) + ".d") / conf.name
+    files += [dropins[n] for n in sorted(dropins)]
+    exec_start: str | None = None
+    source = ""
+    env: dict[str, str] = {}
+    for path in files:
+        for line in (ctx.root.read_text(path) or "").splitlines():
+            line = line.strip()
+            if line.startswith("EnvironmentFile="):
+                env.update(_env_file(ctx, line.split("=", 1)[1].lstrip("-")))
+            elif line.startswith("ExecStart="):
+                value = line.split("=", 1)[1].strip()
+                exec_start, source = (value or None), str(path)
+    if exec_start is None:
+        return None, source
+    words = []
+    for word in shlex.split(exec_start.lstrip("-@:+!")):
+        if word.startswith("$") and word.strip("${}") in env:
+            words += shlex.split(env[word.strip("${}")])
+        elif not word.startswith("$"):
+            words.append(word)
+    return words, source
+
+
+def _env_file(ctx: Context, path: str) -> dict[str, str]:
+    env = {}
+    for line in (ctx.root.read_text(path) or "").splitlines():
+        k, eq, v = line.strip().partition("=")
+        if eq and not k.startswith("#"):
+            env[k.strip()] = v.strip().strip("\"'")
+    return env
+
+
+@check("dockerd.flags", "no key both as dockerd flag and in daemon.json",
+       needs=("config.parse",))
+def dockerd_flags(ctx: Context) -> Outcome:
+    f = ctx.daemon_file()
+    doc = f.doc or {}
+    sources: list[tuple[str, dict[str, str]]] = []
+    proc, why = ctx.dockerd_process()
+    if proc is not None:
+        files = dockerd_option_values(proc.argv, "config-file")
+        if (files[-1] if files else ROOTFUL_CONFIG) == str(f.path):
+            sources.append((f"the running dockerd (pid {proc.pid})", flag_keys(proc.argv)))
+    unit_argv, unit_file = _unit_argv(ctx)
+    if unit_argv is not None:
+        files = dockerd_option_values(unit_argv, "config-file")
+        if (files[-1] if files else ROOTFUL_CONFIG) == str(f.path):
+            sources.append((f"ExecStart in {unit_file}", flag_keys(unit_argv)))
+    if not sources:
+        return skip(f"no dockerd command line found that reads {f.path} ({why or 'no unit'})")
+    conflicts = []
+    for where, keys in sources:
+        for key, flag in keys.items():
+            if key in doc:
+                conflicts.append((key, flag, where))
+    if conflicts:
+        detail = "; ".join(f"{key!r} is set both in {f.path} and as {flag} in {where}"
+                           for key, flag, where in conflicts)
+        key, flag, where = conflicts[0]
+        return fail(f"{detail}: dockerd refuses to start or reload with both",
+                    f"remove {key!r} from {f.path}, or the {flag} flag from {where}")
+    checked = " and ".join(where for where, _ in sources)
+    return ok(f"no daemon.json key repeated by the flags of {checked}")
+
+
+@check("dockerd.gpus", "`docker run --gpus` support (the hook on dockerd's PATH)")
+def dockerd_gpus(ctx: Context) -> Outcome:
+    """dockerd registers the nvidia device driver only at start, and only when it finds
+    nvidia-container-runtime-hook on its own PATH (SPEC §4)."""
+    proc, why = ctx.dockerd_process()
+    if proc is None:
+        return skip(f"{why}; cannot read its PATH")
+    if proc.environ is None:
+        return skip(f"cannot read /proc/{proc.pid}/environ to learn dockerd's PATH")
+    search = proc.environ.get("PATH", "")
+    hook = ctx.root.which(HOOK_EXE, search)
+    if hook is None:
+        return warn(f"{HOOK_EXE} is not on dockerd's PATH ({search or 'unset'}): "
+                    "`docker run --gpus` fails with 'could not select device driver'",
+                    f"install the hook into a directory of that PATH (e.g. /usr/bin), "
+                    f"then {RESTART_HINT}")
+    shown = ctx.root.show(hook)
+    if proc.start_time is not None:
+        try:
+            installed = max(os.lstat(hook).st_ctime, os.stat(hook).st_ctime)
+        except OSError:
+            installed = 0.0
+        if installed > proc.start_time:
+            return warn(f"{shown} was installed or replaced after dockerd (pid {proc.pid}) "
+                        "started: if it was not there before, dockerd has not registered it "
+                        "and `docker run --gpus` fails until a restart", RESTART_HINT)
+    return ok(f"{shown} is on dockerd's PATH (pid {proc.pid})")

@@ -1,0 +1,575 @@
+"""Everything the checks look at, gathered once: the facts about this host and its dockerd.
+
+A `Context` holds the injected boundaries (the host root, the command runner, the Engine API
+getter, how to find daemon.json) and computes each fact at most once, on first use, safe to
+share between threads: `prefetch` starts the slow ones (the Engine API, external commands)
+concurrently so the whole run stays within about a second on a healthy host.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+import os
+import re
+import shlex
+import sys
+import threading
+from collections.abc import Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Any, Callable
+
+from nvdocker2.doctor.host import SYSTEM_PATH, CommandResult, HostRoot, Runner, run_command
+from nvdocker2.locations import ROOTFUL_CONFIG
+
+RUNTIME_NAME = "nvidia"
+RUNTIME_EXE = "nvidia-container-runtime"
+HOOK_EXE = "nvidia-container-runtime-hook"
+CLI_EXE = "nvidia-container-cli"
+DEFAULT_SOCKET = "/var/run/docker.sock"
+DEFAULT_PIDFILE = "/var/run/docker.pid"
+TOOLKIT_CONFIG = "/etc/nvidia-container-runtime/config.toml"
+
+# Each external command gets this long; the Engine API call a little more.
+COMMAND_TIMEOUT = 1.5
+ENGINE_TIMEOUT = 1.5
+
+EngineInfo = Callable[[str, float], "dict[str, Any]"]
+
+
+class EngineUnreachable(Exception):
+    """The Engine API did not answer `GET /info`; the message says what happened."""
+
+
+@dataclass(frozen=True)
+class ConfigLocation:
+    path: PurePosixPath
+    reason: str
+    kind: str  # rootful | rootless | snap | given
+
+
+@dataclass(frozen=True)
+class DaemonFile:
+    """daemon.json as read: `doc` is None when it is missing or does not parse (`error`)."""
+
+    path: PurePosixPath
+    exists: bool
+    doc: dict | None
+    error: str | None = None
+    warnings: tuple[str, ...] = ()
+    hint: str | None = None
+    needs_repair: bool = False  # empty, whitespace-only or a BOM: dockerd < 23 refuses it
+
+
+@dataclass(frozen=True)
+class DockerHost:
+    url: str
+    source: str  # what chose it: "--docker-host", "DOCKER_HOST", "docker context X", ...
+    context_name: str | None = None
+
+
+@dataclass(frozen=True)
+class InfoResult:
+    info: dict | None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class DockerdProcess:
+    pid: int
+    argv: tuple[str, ...]
+    environ: Mapping[str, str] | None  # None when /proc/PID/environ is unreadable
+    start_time: float | None  # seconds since the epoch
+    how: str  # how it was found
+
+
+@dataclass(frozen=True)
+class ToolkitConfig:
+    path: PurePosixPath
+    exists: bool
+    data: dict | None
+    error: str | None = None
+    from_env: bool = False
+
+
+@dataclass
+class Context:
+    """The doctor's view of one host. Tests build it over a tmp root with fakes at the edges."""
+
+    root: HostRoot = field(default_factory=HostRoot)
+    env: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
+    uid: int = field(default_factory=os.getuid)
+    config_override: PurePosixPath | None = None
+    docker_host_override: str | None = None
+    runner: Runner = run_command
+    engine_info: EngineInfo | None = None
+    locate_config: Callable[[Context], ConfigLocation] | None = None
+    bin_dir: PurePosixPath = field(default_factory=lambda: _own_bin_dir())
+    smoke: bool = False
+    smoke_image: str = "ubuntu"
+
+    def __post_init__(self) -> None:
+        self._lock = threading.Lock()
+        self._facts: dict[str, Future] = {}
+        self._pool: ThreadPoolExecutor | None = None
+
+    # -- memoised facts -------------------------------------------------------------------
+
+    def fact(self, key: str, compute: Callable[[], Any]) -> Any:
+        """The value of fact `key`, computed once (by the first caller) and shared."""
+        with self._lock:
+            fut = self._facts.get(key)
+            owner = fut is None
+            if owner:
+                fut = self._facts[key] = Future()
+        if owner:
+            try:
+                fut.set_result(compute())
+            except BaseException as exc:
+                fut.set_exception(exc)
+        return fut.result()
+
+    def prefetch(self) -> None:
+        """Start the slow facts in the background; checks then find them ready."""
+        if self._pool is not None:
+            return
+        self._pool = ThreadPoolExecutor(max_workers=6, thread_name_prefix="doctor")
+        for fetch in (
+            self.info,
+            self.cli_version,
+            self.cli_info,
+            self.nvidia_smi,
+            self.runtime_version,
+            self.hook_version,
+            self.low_level_runtime,
+        ):
+            self._pool.submit(fetch)
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+
+    def run(self, argv: list[str], timeout: float = COMMAND_TIMEOUT,
+            env: Mapping[str, str] | None = None) -> CommandResult:
+        """Run a command through the injected runner, memoised by its argv."""
+        return self.fact("cmd:" + "\0".join(argv), lambda: self.runner(argv, timeout, env))
+
+    # -- which daemon, which file ---------------------------------------------------------
+
+    def config_location(self) -> ConfigLocation:
+        def compute() -> ConfigLocation:
+            if self.config_override is not None:
+                return ConfigLocation(PurePosixPath(self.config_override), "given with --config",
+                                      _kind_of(self, PurePosixPath(self.config_override)))
+            locate = self.locate_config or default_location
+            return locate(self)
+
+        return self.fact("config_location", compute)
+
+    def daemon_file(self) -> DaemonFile:
+        return self.fact("daemon_file", lambda: _read_daemon_file(self))
+
+    def docker_host(self) -> DockerHost:
+        return self.fact("docker_host", lambda: _docker_host(self))
+
+    def info(self) -> InfoResult:
+        def compute() -> InfoResult:
+            if self.engine_info is None:
+                return InfoResult(None, "no Engine API client")
+            try:
+                return InfoResult(self.engine_info(self.docker_host().url, ENGINE_TIMEOUT))
+            except EngineUnreachable as exc:
+                return InfoResult(None, str(exc))
+
+        return self.fact("info", compute)
+
+    def dockerd_process(self) -> tuple[DockerdProcess | None, str]:
+        """The local dockerd serving `docker_host()`, or None and why it was not found."""
+        return self.fact("dockerd_process", lambda: _find_dockerd(self))
+
+    def toolkit_config(self) -> ToolkitConfig:
+        return self.fact("toolkit_config", lambda: _read_toolkit_config(self))
+
+    def rootless(self) -> bool:
+        """True when the daemon in question is rootless Docker."""
+        info = self.info().info
+        if info is not None:
+            return any("rootless" in str(o) for o in info.get("SecurityOptions") or ())
+        return self.config_location().kind == "rootless"
+
+    def is_wsl(self) -> bool:
+        return self.root.is_char_device("/dev/dxg") is not None
+
+    def search_path(self) -> tuple[str, str]:
+        """The PATH dockerd (and so the runtime it starts) sees, and where it came from."""
+        proc, _ = self.dockerd_process()
+        if proc is not None and proc.environ is not None:
+            return proc.environ.get("PATH", ""), f"dockerd's PATH (pid {proc.pid})"
+        return SYSTEM_PATH, "the standard system PATH"
+
+    # -- the programs of the stack --------------------------------------------------------
+
+    def runtime_path(self) -> tuple[Path | None, str]:
+        """The nvidia-container-runtime dockerd would run (real path), and where it was found."""
+
+        def compute() -> tuple[Path | None, str]:
+            doc = self.daemon_file().doc or {}
+            runtimes = doc.get("runtimes")
+            entry = runtimes.get(RUNTIME_NAME) if isinstance(runtimes, dict) else None
+            if isinstance(entry, dict) and isinstance(entry.get("path"), str):
+                where = f"daemon.json runtimes.{RUNTIME_NAME}.path"
+                return self.root.which(entry["path"], self.search_path()[0]), where
+            return self._beside_or_on_path(RUNTIME_EXE)
+
+        return self.fact("runtime_path", compute)
+
+    def hook_path(self) -> tuple[Path | None, str]:
+        def compute() -> tuple[Path | None, str]:
+            section = (self.toolkit_config().data or {}).get("nvidia-container-runtime-hook")
+            path = section.get("path") if isinstance(section, dict) else None
+            if isinstance(path, str) and path:
+                return self.root.which(path, None), "config.toml [nvidia-container-runtime-hook] path"
+            runtime, _ = self.runtime_path()
+            if runtime is not None and (runtime.parent / HOOK_EXE).exists():
+                found = self.root.which(self.root.show(runtime.parent / HOOK_EXE), None)
+                return found, "beside nvidia-container-runtime"
+            return self._beside_or_on_path(HOOK_EXE)
+
+        return self.fact("hook_path", compute)
+
+    def cli_path(self) -> tuple[Path | None, str]:
+        def compute() -> tuple[Path | None, str]:
+            section = (self.toolkit_config().data or {}).get("nvidia-container-cli")
+            path = section.get("path") if isinstance(section, dict) else None
+            if isinstance(path, str) and path:
+                return self.root.which(path, None), "config.toml [nvidia-container-cli] path"
+            return self.root.which(CLI_EXE, SYSTEM_PATH), "the standard system PATH"
+
+        return self.fact("cli_path", compute)
+
+    def _beside_or_on_path(self, exe: str) -> tuple[Path | None, str]:
+        beside = self.root.which(str(self.bin_dir / exe), None)
+        if beside is not None:
+            return beside, "installed beside nvdocker2"
+        search, where = self.search_path()
+        return self.root.which(exe, search), where
+
+    def runtime_version(self) -> tuple[str | None, str]:
+        return self.fact("runtime_version", lambda: _program_version(self, self.runtime_path()[0]))
+
+    def hook_version(self) -> tuple[str | None, str]:
+        return self.fact("hook_version", lambda: _program_version(self, self.hook_path()[0]))
+
+    def cli_version(self) -> CommandResult | None:
+        path = self.cli_path()[0]
+        return None if path is None else self.run([str(path), "--version"])
+
+    def cli_info(self) -> CommandResult | None:
+        path = self.cli_path()[0]
+        return None if path is None else self.run([str(path), "info"])
+
+    def nvidia_smi(self) -> CommandResult | None:
+        path = self.root.which("nvidia-smi", SYSTEM_PATH)
+        if path is None:
+            return None
+        return self.run([str(path), "--query-gpu=index,name,driver_version,uuid",
+                         "--format=csv,noheader"])
+
+    def low_level_runtime(self) -> tuple[Path | None, str, CommandResult | None]:
+        """The low-level runtime the shim would exec (first of config.toml's list found)."""
+
+        def compute() -> tuple[Path | None, str, CommandResult | None]:
+            names = _toolkit_value(self, "nvidia-container-runtime", "runtimes",
+                                   ["docker-runc", "runc", "crun"])
+            search, where = self.search_path()
+            for name in names if isinstance(names, list) else []:
+                if not isinstance(name, str):
+                    continue
+                found = self.root.which(name, search)
+                if found is not None:
+                    return found, where, self.run([str(found), "--version"])
+            return None, where, None
+
+        return self.fact("low_level", compute)
+
+
+# -- helpers computing the facts ---------------------------------------------------------
+
+
+def _own_bin_dir() -> PurePosixPath:
+    """Where this nvdocker2's executables are installed (the runtime's directory)."""
+    from nvdocker2 import locations
+
+    return PurePosixPath(os.path.dirname(locations.default_runtime_path()[0]))
+
+
+def _kind_of(ctx: Context, path: PurePosixPath) -> str:
+    if str(path) == ROOTFUL_CONFIG:
+        return "rootful"
+    if str(path).startswith("/var/snap/docker/"):
+        return "snap"
+    home = ctx.env.get("HOME", "")
+    xdg = ctx.env.get("XDG_CONFIG_HOME", "")
+    if (home and str(path).startswith(home.rstrip("/") + "/")) or (
+        xdg and str(path).startswith(xdg.rstrip("/") + "/")
+    ):
+        return "rootless"
+    return "given"
+
+
+def default_location(ctx: Context) -> ConfigLocation:
+    """SPEC §2's default daemon.json for this user (the installer's own choice)."""
+    from nvdocker2 import locations
+
+    path, reason = locations.default_config(ctx.env, ctx.uid, str(ctx.root.root))
+    path = PurePosixPath(path)
+    kind = "rootless" if reason.startswith("rootless") else _kind_of(ctx, path)
+    return ConfigLocation(path, reason, kind)
+
+
+def _read_daemon_file(ctx: Context) -> DaemonFile:
+    """daemon.json through the engine's parser (the same reading `install` does)."""
+    from nvdocker2.daemonjson import document
+    from nvdocker2.errors import NvDockerError
+
+    path = ctx.config_location().path
+    real = ctx.root.path(path)
+    try:
+        doc = document.load(real)
+    except NvDockerError as exc:
+        message = exc.message.replace(str(real), str(path))
+        return DaemonFile(path, True, None, message, hint=exc.hint)
+    return DaemonFile(path, doc.existed, doc.data, None,
+                      tuple(w.replace(str(real), str(path)) for w in doc.warnings),
+                      needs_repair=doc.existed and (doc.had_bom or not doc.raw.strip()))
+
+
+def _docker_config_dir(ctx: Context) -> str:
+    return ctx.env.get("DOCKER_CONFIG") or f"{ctx.env.get('HOME', '/root')}/.docker"
+
+
+def current_context(ctx: Context) -> tuple[str | None, str]:
+    """The docker CLI's current context name (None for "default") and where it was set."""
+    name = ctx.env.get("DOCKER_CONTEXT")
+    if name:
+        return (None if name == "default" else name), "DOCKER_CONTEXT"
+    cfg_path = f"{_docker_config_dir(ctx)}/config.json"
+    text = ctx.root.read_text(cfg_path)
+    if text:
+        try:
+            name = json.loads(text).get("currentContext")
+        except (ValueError, AttributeError):
+            name = None
+        if isinstance(name, str) and name and name != "default":
+            return name, cfg_path
+    return None, ""
+
+
+def _docker_host(ctx: Context) -> DockerHost:
+    if ctx.docker_host_override:
+        return DockerHost(ctx.docker_host_override, "--docker-host")
+    if ctx.env.get("DOCKER_HOST"):
+        return DockerHost(ctx.env["DOCKER_HOST"], "DOCKER_HOST")
+    name, where = current_context(ctx)
+    if name is not None:
+        digest = hashlib.sha256(name.encode()).hexdigest()
+        meta = ctx.root.read_text(f"{_docker_config_dir(ctx)}/contexts/meta/{digest}/meta.json")
+        host = None
+        if meta:
+            try:
+                host = json.loads(meta)["Endpoints"]["docker"]["Host"]
+            except (ValueError, KeyError, TypeError):
+                host = None
+        if isinstance(host, str) and host:
+            return DockerHost(host, f"docker context {name!r} (from {where})", name)
+    loc = ctx.config_location()
+    if loc.kind == "rootless" and ctx.env.get("XDG_RUNTIME_DIR"):
+        return DockerHost(f"unix://{ctx.env['XDG_RUNTIME_DIR']}/docker.sock", "rootless Docker")
+    return DockerHost(f"unix://{DEFAULT_SOCKET}", "the default socket")
+
+
+def _norm_socket(url: str) -> str | None:
+    """The socket path of a unix:// (or fd://, systemd's socket) address, /var/run as /run."""
+    if url.startswith("fd://"):
+        path = "/run/docker.sock"
+    elif url.startswith("unix://"):
+        path = url[len("unix://"):]
+    else:
+        return None
+    if path.startswith("/var/run/"):
+        path = path[len("/var"):]
+    return path
+
+
+def dockerd_option_values(argv: tuple[str, ...] | list[str], long: str,
+                          short: str | None = None) -> list[str]:
+    """The values given to one dockerd option in `argv` (`--x v`, `--x=v`, `-x v`, `-x=v`)."""
+    values = []
+    names = {f"--{long}"} | ({f"-{short}"} if short else set())
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        name, eq, value = arg.partition("=")
+        if name in names:
+            if eq:
+                values.append(value)
+            elif i + 1 < len(argv):
+                values.append(argv[i + 1])
+                i += 1
+        i += 1
+    return values
+
+
+def _proc_argv(ctx: Context, pid: int) -> tuple[str, ...] | None:
+    raw = ctx.root.read_bytes(f"/proc/{pid}/cmdline")
+    if not raw:
+        return None
+    return tuple(a.decode("utf-8", "replace") for a in raw.rstrip(b"\0").split(b"\0"))
+
+
+def _is_dockerd(argv: tuple[str, ...] | None) -> bool:
+    return bool(argv) and os.path.basename(argv[0]) == "dockerd"
+
+
+def _find_dockerd(ctx: Context) -> tuple[DockerdProcess | None, str]:
+    target = ctx.docker_host().url
+    sock = _norm_socket(target)
+    if sock is None:
+        return None, f"{target} is not a local socket, so its dockerd process cannot be inspected"
+    try:
+        pids = sorted(int(p.name) for p in ctx.root.path("/proc").iterdir() if p.name.isdigit())
+    except OSError:
+        pids = []
+    for pid in pids:
+        argv = _proc_argv(ctx, pid)
+        if not _is_dockerd(argv):
+            continue
+        if sock in {_norm_socket(h) for h in _dockerd_hosts(ctx, argv)}:
+            return _process(ctx, pid, argv, f"listens on {target}"), ""
+    if sock == _norm_socket(f"unix://{DEFAULT_SOCKET}"):
+        text = ctx.root.read_text(DEFAULT_PIDFILE)
+        if text and text.strip().isdigit():
+            pid = int(text.strip())
+            argv = _proc_argv(ctx, pid)
+            if _is_dockerd(argv):
+                return _process(ctx, pid, argv, f"from {DEFAULT_PIDFILE}"), ""
+    return None, f"no dockerd process on this host listens on {target}"
+
+
+def _dockerd_hosts(ctx: Context, argv: tuple[str, ...]) -> list[str]:
+    """Where a dockerd listens: its -H flags, else `hosts` in its daemon.json, else the
+    default socket."""
+    hosts = dockerd_option_values(argv, "host", "H")
+    if hosts:
+        return hosts
+    files = dockerd_option_values(argv, "config-file")
+    try:
+        doc = json.loads(ctx.root.read_text(files[-1] if files else ROOTFUL_CONFIG) or "{}")
+    except ValueError:
+        doc = {}
+    listed = doc.get("hosts") if isinstance(doc, dict) else None
+    if isinstance(listed, list) and listed and all(isinstance(h, str) for h in listed):
+        return listed
+    return [f"unix://{DEFAULT_SOCKET}"]
+
+
+def _process(ctx: Context, pid: int, argv: tuple[str, ...], how: str) -> DockerdProcess:
+    environ = None
+    raw = ctx.root.read_bytes(f"/proc/{pid}/environ")
+    if raw is not None:
+        environ = {}
+        for item in raw.split(b"\0"):
+            k, eq, v = item.decode("utf-8", "replace").partition("=")
+            if eq:
+                environ[k] = v
+    return DockerdProcess(pid, argv, environ, _start_time(ctx, pid), how)
+
+
+def _start_time(ctx: Context, pid: int) -> float | None:
+    """When the process started (epoch seconds), from /proc/PID/stat and /proc/stat btime."""
+    stat_text = ctx.root.read_text(f"/proc/{pid}/stat")
+    boot_text = ctx.root.read_text("/proc/stat")
+    if not stat_text or not boot_text:
+        return None
+    try:
+        ticks = int(stat_text.rsplit(")", 1)[1].split()[19])
+        btime = next(int(line.split()[1]) for line in boot_text.splitlines()
+                     if line.startswith("btime "))
+    except (IndexError, ValueError, StopIteration):
+        return None
+    return btime + ticks / os.sysconf("SC_CLK_TCK")
+
+
+def _read_toolkit_config(ctx: Context) -> ToolkitConfig:
+    env_path = ctx.env.get("NVIDIA_CONTAINER_RUNTIME_CONFIG")
+    path = PurePosixPath(env_path or TOOLKIT_CONFIG)
+    try:
+        raw = ctx.root.path(path).read_bytes()
+    except FileNotFoundError:
+        return ToolkitConfig(path, False, {}, None, bool(env_path))
+    except OSError as exc:
+        return ToolkitConfig(path, True, None, f"cannot read it: {exc.strerror}", bool(env_path))
+    try:
+        if sys.version_info >= (3, 11):
+            import tomllib
+        else:  # pragma: no cover - Python < 3.11
+            import tomli as tomllib
+        data = tomllib.loads(raw.decode("utf-8"))
+    except (ValueError, UnicodeDecodeError) as exc:
+        return ToolkitConfig(path, True, None, str(exc), bool(env_path))
+    return ToolkitConfig(path, True, data, None, bool(env_path))
+
+
+def _toolkit_value(ctx: Context, section: str, key: str, default: Any) -> Any:
+    data = ctx.toolkit_config().data or {}
+    table = data.get(section)
+    return table.get(key, default) if isinstance(table, dict) else default
+
+
+_SYS_PATH_LINE = re.compile(r"sys\.path\[len\(sys\.path\):\] = (\[[^\]]*\])")
+_VERSION_LINE = re.compile(r"""^__version__ = ["']([^"']+)["']""", re.MULTILINE)
+
+
+def _program_version(ctx: Context, path: Path | None) -> tuple[str | None, str]:
+    """The nvdocker2 version a runtime/hook executable belongs to, and how it was learnt.
+
+    nvdocker2's executables are pip console scripts (`#!PYTHON` … `from nvdocker2…`) or the
+    package's launchers (a sh or Python script naming the interpreter and the sys.path entry
+    that holds nvdocker2). A launcher's package directory is read directly; a console script's
+    interpreter is asked. Anything else is not nvdocker2's and is asked `--version`.
+    """
+    if path is None:
+        return None, "not found"
+    try:
+        with open(path, "rb") as f:
+            head = f.read(16384).decode("utf-8", "replace")
+    except OSError as exc:
+        return None, f"cannot read it: {exc.strerror}"
+    if head.startswith("#!") and "nvdocker2" in head:
+        m = _SYS_PATH_LINE.search(head)
+        if m:
+            try:
+                dirs = ast.literal_eval(m.group(1))
+            except (ValueError, SyntaxError):
+                dirs = []
+            for d in dirs if isinstance(dirs, list) else []:
+                text = ctx.root.read_text(f"{d}/nvdocker2/__init__.py")
+                found = _VERSION_LINE.search(text or "")
+                if found:
+                    return found.group(1), f"nvdocker2 {found.group(1)} in {d}"
+            return None, f"none of {dirs} holds nvdocker2"
+        words = shlex.split(head[2:].split("\n", 1)[0])
+        if words and os.path.basename(words[0]) == "env":
+            words = words[1:]
+        interp = words[:1]
+        res = ctx.run(interp + ["-c", "import nvdocker2; print(nvdocker2.__version__)"])
+        if res.ok and res.stdout.strip():
+            return res.stdout.strip(), f"nvdocker2 {res.stdout.strip()} (read from the script)"
+        return None, f"its Python cannot import nvdocker2: {res.first_line()}"
+    res = ctx.run([str(path), "--version"])
+    if not res.ok:
+        return None, f"`{path.name} --version` failed: {res.first_line()}"
+    return None, res.first_line()

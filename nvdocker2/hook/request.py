@@ -1,0 +1,301 @@
+"""What a container asks of the GPU driver: the pure decision of SPEC §4 rules 2–5.
+
+`container_request` turns a container's environment, privilege, mounts and the toolkit config
+into a frozen `Request`, or `None` when the container is not a GPU container, or raises
+`RequestError` for a request that must be refused. It reads no file and runs nothing, so the
+hook (which hands the result to nvidia-container-cli) and direct mode (which edits the OCI spec
+itself) decide exactly the same way, and tests can walk the whole decision table.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from nvdocker2.toolkit_config import ALL_CAPABILITIES, Record, ToolkitConfig
+
+TYPE_CHECKING = False  # typing itself costs milliseconds at every container start
+if TYPE_CHECKING:  # pragma: no cover
+    from typing import Iterable, Sequence, Union
+
+    # "all" | "none" | tuple of validated ids
+    Devices = Union[str, tuple[str, ...]]
+
+VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES"
+DRIVER_CAPABILITIES = "NVIDIA_DRIVER_CAPABILITIES"
+DISABLE_REQUIRE = "NVIDIA_DISABLE_REQUIRE"
+REQUIRE_PREFIX = "NVIDIA_REQUIRE_"
+REQUIRE_CUDA = "NVIDIA_REQUIRE_CUDA"
+MIG_CONFIG = "NVIDIA_MIG_CONFIG_DEVICES"
+MIG_MONITOR = "NVIDIA_MIG_MONITOR_DEVICES"
+CUDA_VERSION = "CUDA_VERSION"
+DEFAULT_CAPABILITIES = ("utility", "compute")
+DEVICE_MOUNT_ROOT = "/var/run/nvidia-container-devices/"
+
+MAX_DEVICE_IDS = 1024
+MAX_ID_LENGTH = 128
+MAX_REQUIRE_LENGTH = 4096
+
+_HEX = frozenset("0123456789abcdefABCDEF-")
+_TRUE = frozenset(("1", "t", "T", "true", "TRUE", "True"))
+
+
+class RequestError(Exception):
+    """The container asked for something the hook must refuse; `message` names what and why."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class Request(Record):
+    """A GPU container's request, every part validated (immutable: a frozen record).
+
+    `devices` is "all", "none" (driver set up, no device) or a tuple of ids, each a decimal
+    index, `N:M` (a MIG device by GPU and instance index) or a `GPU-`/`MIG-` UUID.
+    `capabilities` are in the order of nvidia-container-cli's flags; `requirements` are
+    expressions for `--require`; `mig_config`/`mig_monitor` are device lists like `devices`,
+    or None, and appear only for privileged containers.
+    """
+
+    devices: Devices
+    capabilities: tuple[str, ...]
+    requirements: tuple[str, ...] = ()
+    mig_config: Devices | None = None
+    mig_monitor: Devices | None = None
+    privileged: bool = False
+    legacy_image: bool = False
+
+    @property
+    def device_list(self) -> str | None:
+        """The value of nvidia-container-cli's `--device=`, None when no device is asked."""
+        return _device_arg(self.devices)
+
+
+def _device_arg(devices: Devices | None) -> str | None:
+    if devices is None or devices == "none":
+        return None
+    if isinstance(devices, str):
+        return devices
+    return ",".join(devices)
+
+
+def env_map(env: Iterable[str]) -> dict[str, str]:
+    """An OCI `process.env` list as a dict; a later duplicate wins, entries without `=` are
+    ignored (as runc does)."""
+    out: dict[str, str] = {}
+    for entry in env:
+        if not isinstance(entry, str):
+            raise RequestError(f"process.env holds a non-string entry: {entry!r:.60}")
+        name, sep, value = entry.partition("=")
+        if sep:
+            out[name] = value
+    return out
+
+
+def is_true(value: str | None) -> bool:
+    """Go's strconv.ParseBool truth, which NVIDIA's images and tools use for flags."""
+    return value is not None and value.strip() in _TRUE
+
+
+def validate_id(device_id: str, source: str) -> str:
+    """Return `device_id` when it is a device id nvidia-container-cli may see, else refuse it.
+
+    Only decimal indices, `N:M`, and `GPU-`/`MIG-` followed by hex digits and dashes pass, so no
+    id can smuggle an option (`-1`, `--root=…`), a path or a separator into the cli's argv.
+    """
+    bad = RequestError(
+        f"{source}: invalid device id {device_id!r:.80} (expected all, none, a GPU index like 0,"
+        " a MIG index like 0:1, or a GPU-/MIG- UUID)"
+    )
+    if not device_id or len(device_id) > MAX_ID_LENGTH or not device_id.isascii():
+        raise bad
+    if device_id.isdigit():
+        return device_id
+    gpu, colon, mig = device_id.partition(":")
+    if colon:
+        if gpu.isdigit() and mig.isdigit():
+            return device_id
+        raise bad
+    if device_id.startswith(("GPU-", "MIG-")):
+        rest = device_id[4:]
+        if rest and rest[0] != "-" and all(c in _HEX for c in rest):
+            return device_id
+    raise bad
+
+
+def parse_device_list(value: str, source: str) -> Devices:
+    """A comma separated list → "all", "none" or a tuple of validated, de-duplicated ids."""
+    if len(value) > MAX_DEVICE_IDS * (MAX_ID_LENGTH + 1):
+        raise RequestError(f"{source}: device list too long ({len(value)} characters)")
+    items = [item.strip() for item in value.split(",")]
+    if len(items) > MAX_DEVICE_IDS:
+        raise RequestError(
+            f"{source}: too many device ids ({len(items)}, at most {MAX_DEVICE_IDS})"
+        )
+    for special in ("all", "none"):
+        if special in items:
+            if len(items) != 1:
+                raise RequestError(
+                    f"{source}: {special!r} cannot be combined with other device ids"
+                    f" in {value!r:.80}"
+                )
+            return special
+    ids: list[str] = []
+    for item in items:
+        if not item:
+            raise RequestError(f"{source}: empty device id in {value!r:.80}")
+        validate_id(item, source)
+        if item not in ids:
+            ids.append(item)
+    return tuple(ids)
+
+
+def _devices_from_mounts(mounts: Sequence[Mapping]) -> str | None:
+    """Ids given as `/dev/null` mounted on /var/run/nvidia-container-devices/<id>, joined."""
+    ids = []
+    for mount in mounts:
+        if not isinstance(mount, Mapping):
+            continue
+        dest = mount.get("destination")
+        if mount.get("source") != "/dev/null" or not isinstance(dest, str):
+            continue
+        if dest.startswith(DEVICE_MOUNT_ROOT):
+            ids.append(dest[len(DEVICE_MOUNT_ROOT):])
+    return ",".join(ids) if ids else None
+
+
+def _capabilities(env: Mapping[str, str], legacy: bool, config: ToolkitConfig) -> tuple[str, ...]:
+    supported = config.supported_driver_capabilities
+    value = env.get(DRIVER_CAPABILITIES)
+    if value is None and legacy:
+        wanted = set(supported)
+    elif value is None or not value.strip():
+        wanted = {c for c in DEFAULT_CAPABILITIES if c in supported}
+    else:
+        wanted = set()
+        for item in (c.strip() for c in value.split(",")):
+            if not item:
+                continue
+            if item == "all":
+                wanted.update(supported)
+            elif item in supported:
+                wanted.add(item)
+            else:
+                known = "known" if item in ALL_CAPABILITIES else "unknown"
+                raise RequestError(
+                    f"{DRIVER_CAPABILITIES}: {known} capability {item!r:.40} is not supported"
+                    f" here (supported: {','.join(supported)})"
+                )
+    return tuple(c for c in ALL_CAPABILITIES if c in wanted)
+
+
+def _requirements(env: Mapping[str, str], legacy: bool, config: ToolkitConfig
+                  ) -> tuple[str, ...]:
+    if config.disable_require or is_true(env.get(DISABLE_REQUIRE)):
+        return ()
+    reqs = []
+    for name in sorted(env):
+        if name.startswith(REQUIRE_PREFIX):
+            value = env[name].strip()
+            if not value:
+                continue
+            if len(value) > MAX_REQUIRE_LENGTH or any(ord(c) < 32 for c in value):
+                raise RequestError(f"{name}: requirement too long or has control characters")
+            reqs.append(value)
+    if legacy:
+        version = env[CUDA_VERSION].strip()
+        parts = version.split(".")
+        if len(parts) < 2 or not all(p.isascii() and p.isdigit() for p in parts[:2]):
+            raise RequestError(
+                f"{CUDA_VERSION}: {version!r:.40} is not a CUDA version like 11.8 or 11.8.0"
+            )
+        reqs.append(f"cuda>={int(parts[0])}.{int(parts[1])}")
+    return tuple(reqs)
+
+
+def container_request(
+    env: Iterable[str],
+    privileged: bool,
+    mounts: Sequence[Mapping],
+    config: ToolkitConfig,
+) -> Request | None:
+    """Decide what a container asks for (SPEC §4 rules 3–5).
+
+    `env` is the OCI `process.env` list, `privileged` whether the bounding set holds
+    CAP_SYS_ADMIN, `mounts` the OCI `mounts` list. Returns None for a container that is not a
+    GPU container (the hook then does nothing); raises RequestError for a refused request.
+    """
+    envs = env_map(env)
+    legacy = CUDA_VERSION in envs and REQUIRE_CUDA not in envs
+
+    raw: str | None = None
+    source = VISIBLE_DEVICES
+    if config.accept_volume_mounts:
+        raw = _devices_from_mounts(mounts)
+        source = "mounts under " + DEVICE_MOUNT_ROOT
+    if raw is None:
+        source = VISIBLE_DEVICES
+        names = [VISIBLE_DEVICES]
+        if config.swarm_resource:
+            names[:0] = [n.strip() for n in config.swarm_resource.split(",") if n.strip()]
+        for name in names:
+            if name in envs:
+                raw, source = envs[name], name
+                break
+        if raw is None and legacy:
+            raw = "all"
+        if raw is not None and not (privileged or config.accept_envvar_unprivileged):
+            return None
+    if raw is None or not raw.strip():
+        return None
+    if "void" in (item.strip() for item in raw.split(",")):
+        return None
+    devices = parse_device_list(raw, source)
+
+    mig = {}
+    for name in (MIG_CONFIG, MIG_MONITOR):
+        value = envs.get(name)
+        if value is None or not value.strip():
+            mig[name] = None
+            continue
+        if not privileged:
+            raise RequestError(
+                f"{name} is only allowed in privileged containers (CAP_SYS_ADMIN)"
+            )
+        mig[name] = parse_device_list(value, name)
+
+    return Request(
+        devices=devices,
+        capabilities=_capabilities(envs, legacy, config),
+        requirements=_requirements(envs, legacy, config),
+        mig_config=mig[MIG_CONFIG],
+        mig_monitor=mig[MIG_MONITOR],
+        privileged=privileged,
+        legacy_image=legacy,
+    )
+
+
+def is_privileged(spec: Mapping) -> bool:
+    """SPEC §4 rule 2: privileged means CAP_SYS_ADMIN in the bounding set."""
+    process = spec.get("process")
+    caps = process.get("capabilities") if isinstance(process, Mapping) else None
+    bounding = caps.get("bounding") if isinstance(caps, Mapping) else None
+    return isinstance(bounding, list) and "CAP_SYS_ADMIN" in bounding
+
+
+def request_from_spec(spec: Mapping, config: ToolkitConfig) -> Request | None:
+    """`container_request` over an OCI spec (config.json as a dict), checking its shape."""
+    process = spec.get("process")
+    if not isinstance(process, Mapping):
+        raise RequestError("config.json: 'process' must be an object")
+    env = process.get("env", [])
+    if env is None:
+        env = []
+    if not isinstance(env, list):
+        raise RequestError("config.json: 'process.env' must be a list of strings")
+    mounts = spec.get("mounts", [])
+    if mounts is None:
+        mounts = []
+    if not isinstance(mounts, list):
+        raise RequestError("config.json: 'mounts' must be a list")
+    return container_request(env, is_privileged(spec), mounts, config)

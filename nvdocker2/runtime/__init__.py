@@ -1,0 +1,190 @@
+"""nvidia-container-runtime: the OCI runtime shim (SPEC §3).
+
+containerd-shim runs it for every step of every container (create, start, state, kill,
+delete, …). Only `create` is ours to change: the bundle's config.json gets the prestart hook,
+then the low-level runtime (runc/crun) is exec'd with the untouched argv. Every other
+subcommand is exec'd at once, importing as little as possible: this module imports only os and
+sys, and reads config.toml with tomllib only when the file sets something a pass-through needs.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+PROG = "nvidia-container-runtime"
+HOOK_NAME = "nvidia-container-runtime-hook"
+CONFIG_ENV = "NVIDIA_CONTAINER_RUNTIME_CONFIG"
+DEFAULT_CONFIG_PATH = "/etc/nvidia-container-runtime/config.toml"
+DEFAULT_RUNTIMES = ("docker-runc", "runc", "crun")
+# What a pass-through needs from config.toml; a file whose non-comment lines never mention
+# these (nor a backslash, which could spell them as an escape) needs no TOML parser.
+_PASSTHROUGH_KEYS = (b"runtimes", b"debug", b"log-level", b"\\")
+
+
+class RuntimeFailure(Exception):
+    """The shim cannot do its job; reported as one line, exit 1."""
+
+
+def main(args: list[str] | None = None, self_path: str | None = None) -> int:
+    """Entry point. `args` excludes argv[0]; `self_path` is this executable (for finding the
+    hook installed beside it and for never exec'ing itself). Returns only on failure."""
+    if args is None:
+        args = sys.argv[1:]
+    if self_path is None:
+        self_path = sys.argv[0]
+    from nvdocker2.runtime.args import parse_args
+
+    log_path = None
+    try:
+        is_create, bundle = parse_args([PROG, *args])
+        if not is_create:
+            runtimes, log_path, log_level = _passthrough_settings()
+            runtime = find_low_level_runtime(runtimes, self_path)
+            if log_level == "debug":
+                _log(log_path, f"exec {runtime} {' '.join(args)}")
+            return _exec(runtime, args)
+        from nvdocker2 import toolkit_config
+
+        try:
+            config = toolkit_config.load()
+        except toolkit_config.ConfigError as e:
+            raise RuntimeFailure(str(e)) from None
+        log_path = config.runtime.debug
+        runtime = find_low_level_runtime(config.runtime.runtimes, self_path)
+        _prepare_bundle(config, bundle, self_path, log_path)
+        _log(log_path, f"exec {runtime} {' '.join(args)}")
+        return _exec(runtime, args)
+    except RuntimeFailure as e:
+        print(f"{PROG}: error: {e}", file=sys.stderr)
+        _log(log_path, f"error: {e}")
+        return 1
+
+
+def _prepare_bundle(config, bundle: str, self_path: str, log_path: str | None) -> None:
+    from nvdocker2.runtime.spec import SpecError, add_prestart_hook, read_spec, write_spec
+
+    spec_path = os.path.join(bundle, "config.json")
+    try:
+        spec = read_spec(spec_path)
+        if config.runtime.mode == "direct":
+            changed = _direct_mode(spec, bundle, config)
+        else:
+            hook = hook_path(config, self_path)
+            config_file = config.path if config.from_env else None
+            changed = add_prestart_hook(spec, hook, config_file)
+        if changed:
+            write_spec(spec_path, spec)
+    except SpecError as e:
+        raise RuntimeFailure(str(e)) from None
+    _log(log_path, f"{spec_path}: {'updated' if changed else 'unchanged'}")
+
+
+def _direct_mode(spec: dict, bundle: str, config) -> bool:
+    """SPEC §7: the spec is edited here instead of by the hook (nvdocker2.direct)."""
+    try:
+        from nvdocker2 import direct
+    except ImportError:
+        raise RuntimeFailure(
+            f"{config.path}: mode = \"direct\" but this build has no direct mode;"
+            " set mode = \"legacy\""
+        ) from None
+    return bool(direct.edit_spec(spec, bundle, config))
+
+
+def hook_path(config, self_path: str) -> str:
+    """`[nvidia-container-runtime-hook] path`, else the hook installed beside this runtime."""
+    if config.hook.path:
+        return config.hook.path
+    here = os.path.dirname(os.path.abspath(self_path))
+    for directory in (here, os.path.dirname(os.path.realpath(self_path))):
+        candidate = os.path.join(directory, HOOK_NAME)
+        if os.access(candidate, os.X_OK):
+            return candidate
+    raise RuntimeFailure(
+        f"{HOOK_NAME} not found beside {self_path}; set [nvidia-container-runtime-hook] path"
+        f" in {config.path}"
+    )
+
+
+def find_low_level_runtime(names, self_path: str | None = None, path: str | None = None) -> str:
+    """The first of `names` that is an executable file: an absolute path as is, a bare name
+    looked up on PATH. A file that is this executable itself is skipped (no exec loop)."""
+    me = None
+    if self_path:
+        try:
+            me = os.stat(self_path)
+        except OSError:
+            pass
+    search = (os.environ.get("PATH", os.defpath) if path is None else path).split(":")
+    for name in names:
+        if "/" in name:
+            candidates = [name] if os.path.isabs(name) else []
+        else:
+            candidates = [os.path.join(d or ".", name) for d in search]
+        for candidate in candidates:
+            try:
+                st = os.stat(candidate)
+            except OSError:
+                continue
+            if not (st.st_mode & 0o170000 == 0o100000 and os.access(candidate, os.X_OK)):
+                continue
+            if me is not None and (st.st_dev, st.st_ino) == (me.st_dev, me.st_ino):
+                continue
+            return candidate
+    raise RuntimeFailure(
+        f"no low-level runtime found: none of {', '.join(names)} is an executable on PATH"
+        " (or an absolute path); install runc or set [nvidia-container-runtime] runtimes"
+    )
+
+
+def _passthrough_settings() -> tuple[tuple[str, ...], str | None, str]:
+    """(runtimes, debug log, log level) for a pass-through, parsing TOML only when needed.
+
+    A broken config.toml must not keep anyone from stopping and deleting running containers,
+    so here it falls back to the defaults with a warning; `create` refuses it."""
+    path = os.environ.get(CONFIG_ENV) or DEFAULT_CONFIG_PATH
+    try:
+        with open(path, "rb") as f:
+            data = f.read(1024 * 1024 + 1)
+    except OSError:
+        data = b""
+    if _needs_full_config(data):
+        from nvdocker2 import toolkit_config
+
+        try:
+            config = toolkit_config.load()
+        except toolkit_config.ConfigError as e:
+            print(f"{PROG}: warning: {e}; using the default runtimes", file=sys.stderr)
+            return DEFAULT_RUNTIMES, None, "info"
+        return config.runtime.runtimes, config.runtime.debug, config.runtime.log_level
+    return DEFAULT_RUNTIMES, None, "info"
+
+
+def _needs_full_config(data: bytes) -> bool:
+    for line in data.splitlines():
+        line = line.strip()
+        if line and not line.startswith(b"#") and any(k in line for k in _PASSTHROUGH_KEYS):
+            return True
+    return False
+
+
+def _log(path: str | None, message: str) -> None:
+    if not path:
+        return
+    import time
+
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    try:
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(f"{stamp} {PROG}[{os.getpid()}]: {message}\n")
+    except OSError:
+        pass
+
+
+def _exec(runtime: str, args: list[str]) -> int:
+    try:
+        os.execv(runtime, [runtime, *args])
+    except OSError as e:
+        raise RuntimeFailure(f"cannot run {runtime}: {e.strerror}") from None
+    return 1  # not reached

@@ -1,0 +1,109 @@
+"""Adding the prestart hook to a bundle's config.json (SPEC §3).
+
+`add_prestart_hook` is a pure edit of the spec dict; `read_spec` and `write_spec` move the
+file. The write is atomic (temp file in the bundle, fsync, same mode and owner, rename, fsync
+of the directory), so runc sees the old file or the new one, never a partial one. Every field
+this code does not know, and every other hook, is kept as it was, in order.
+"""
+
+from __future__ import annotations
+
+import os
+
+from nvdocker2.runtime import jsonio
+
+HOOK_ENV = ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"]
+MAX_SPEC_BYTES = 16 * 1024 * 1024
+
+
+class SpecError(Exception):
+    """config.json cannot be read, parsed or written; the message names the file."""
+
+
+def hook_entry(hook_path: str, config_file: str | None = None) -> dict:
+    """The prestart hook entry: `--config FILE` goes before the stage when the runtime's
+    config came from NVIDIA_CONTAINER_RUNTIME_CONFIG (the hook does not see that variable)."""
+    args = [os.path.basename(hook_path)]
+    if config_file:
+        args += ["--config", config_file]
+    args.append("prestart")
+    return {"path": hook_path, "args": args, "env": list(HOOK_ENV)}
+
+
+def add_prestart_hook(spec: dict, hook_path: str, config_file: str | None = None) -> bool:
+    """Append our prestart hook unless one with the same basename is there (dockerd adds one
+    for `--gpus`; a second run would configure the container twice). True when changed."""
+    hooks = spec.get("hooks")
+    if hooks is None:
+        hooks = spec["hooks"] = {}
+    if not isinstance(hooks, dict):
+        raise SpecError("config.json: 'hooks' must be an object")
+    prestart = hooks.get("prestart")
+    if prestart is None:
+        prestart = hooks["prestart"] = []
+    if not isinstance(prestart, list):
+        raise SpecError("config.json: 'hooks.prestart' must be a list")
+    name = os.path.basename(hook_path)
+    for hook in prestart:
+        if isinstance(hook, dict) and isinstance(hook.get("path"), str) \
+                and os.path.basename(hook["path"]) == name:
+            return False
+    prestart.append(hook_entry(hook_path, config_file))
+    return True
+
+
+def read_spec(path: str) -> dict:
+    """Load config.json, refusing files over MAX_SPEC_BYTES and anything but a JSON object."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read(MAX_SPEC_BYTES + 1)
+    except OSError as e:
+        raise SpecError(f"cannot read {path}: {e.strerror}") from None
+    if len(data) > MAX_SPEC_BYTES:
+        raise SpecError(f"{path} is larger than {MAX_SPEC_BYTES} bytes; refusing it")
+    try:
+        spec = jsonio.loads(data)
+    except (ValueError, RecursionError) as e:
+        raise SpecError(f"{path} is not valid JSON: {str(e)[:200]}") from None
+    if not isinstance(spec, dict):
+        raise SpecError(f"{path}: not a JSON object")
+    return spec
+
+
+def write_spec(path: str, spec: dict) -> None:
+    """Replace `path` atomically with `spec` as JSON, keeping the old file's mode and owner."""
+    data = jsonio.dumps(spec).encode("utf-8")
+    directory = os.path.dirname(path) or "."
+    try:
+        st = os.stat(path)
+    except OSError:
+        st = None
+    tmp = os.path.join(directory, f".config.json.nvidia.{os.getpid()}.tmp")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            if st is not None:
+                os.fchmod(fd, st.st_mode & 0o7777)
+                if os.geteuid() == 0:
+                    os.fchown(fd, st.st_uid, st.st_gid)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.rename(tmp, path)
+    except OSError as e:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise SpecError(f"cannot write {path}: {e.strerror}") from None
+    try:
+        dfd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+    except OSError:
+        pass

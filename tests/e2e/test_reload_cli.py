@@ -1,0 +1,88 @@
+"""--reload systemd / sysv and --restart through the CLI, with the systemctl stand-in on PATH
+driving a private dockerd."""
+
+from __future__ import annotations
+
+import json
+
+from test_install_e2e import RUNTIME, nvdocker2, reloads, stand_ins, systemd_env  # noqa: F401
+
+
+def test_auto_uses_systemd_when_it_runs_docker_and_verifies(dockerd, stand_ins, tmp_path):
+    daemon = dockerd
+    count = reloads(daemon)
+    calls = tmp_path / "calls"
+    env = systemd_env(stand_ins, daemon, NVD2_FAKE_CALLS=str(calls))
+    out = nvdocker2(daemon, "install", "--runtime-path", RUNTIME, "--docker-host", daemon.host,
+                    "--json", env=env, daemon_flags=False)
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    assert (result["reload"], result["verified"]) == ("systemd", True)
+    assert "reload mode systemd: systemd runs docker.service (systemctl is-active docker)" in result["notes"]
+    assert "systemctl reload docker" in calls.read_text().splitlines()
+    assert daemon.info()["Runtimes"]["nvidia"] == {"path": RUNTIME}
+    assert reloads(daemon) == count + 1
+
+
+def test_sysv_reloads_through_service(dockerd, stand_ins, tmp_path):
+    daemon = dockerd
+    calls = tmp_path / "calls"
+    env = systemd_env(stand_ins, daemon, NVD2_FAKE_CALLS=str(calls))
+    out = nvdocker2(daemon, "install", "--runtime-path", RUNTIME, "--reload", "sysv", env=env)
+    assert out.returncode == 0, out.stderr
+    assert "service docker reload" in calls.read_text().splitlines()
+    assert daemon.info()["Runtimes"]["nvidia"] == {"path": RUNTIME}
+
+
+def test_restart_gives_a_new_dockerd_and_verification_waits_for_it(make_dockerd, stand_ins, tmp_path):
+    daemon = make_dockerd()
+    old_pid = daemon.pid
+    # systemctl returns at once and dockerd only starts 2 s later.
+    env = systemd_env(stand_ins, daemon, NVD2_FAKE_NO_WAIT="1", NVD2_FAKE_START_DELAY="2")
+    out = nvdocker2(daemon, "install", "--runtime-path", RUNTIME, "--set-default", "--restart",
+                    "--reload", "systemd", "--json", env=env)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["verified"] is True
+    assert daemon.pid != old_pid
+    info = daemon.info()
+    assert info["Runtimes"]["nvidia"] == {"path": RUNTIME} and info["DefaultRuntime"] == "nvidia"
+    assert "waiting for dockerd" in out.stderr and "not answering" in out.stderr
+    assert reloads(daemon) == 0
+
+
+def test_restart_with_signal_reload_is_refused_before_writing(dockerd):
+    original = dockerd.config_file.read_bytes()
+    out = nvdocker2(dockerd, "install", "--runtime-path", RUNTIME, "--restart", "--reload", "signal")
+    assert out.returncode == 2
+    assert out.stderr.startswith("error: --restart: --reload signal")
+    assert dockerd.config_file.read_bytes() == original
+
+
+def test_uninstall_with_restart_takes_the_runtime_out_of_dockerd(make_dockerd, stand_ins):
+    daemon = make_dockerd()
+    env = systemd_env(stand_ins, daemon)
+    assert nvdocker2(daemon, "install", "--runtime-path", RUNTIME, "--set-default", "--reload", "systemd",
+                     env=env).returncode == 0
+    pid = daemon.pid
+    out = nvdocker2(daemon, "uninstall", "--restart", "--reload", "systemd", env=env)
+    assert out.returncode == 0, out.stderr
+    info = daemon.info()
+    assert "nvidia" not in info["Runtimes"] and info["DefaultRuntime"] == "runc"
+    assert daemon.pid != pid
+    assert daemon.config_file.read_bytes() == b"{}\n"
+
+
+def test_a_restart_dockerd_refuses_is_rolled_back_with_the_journal_words(make_dockerd, stand_ins):
+    # dockerd cannot start with the new file ("default-runtime" is also its flag) and its
+    # MainPID is hidden, so only the restart shows it: exit 4, old file, dockerd up again.
+    daemon = make_dockerd(extra_args=["--default-runtime=runc"])
+    original = daemon.config_file.read_bytes()
+    env = systemd_env(stand_ins, daemon, NVD2_FAKE_HIDE_PID="1")
+    out = nvdocker2(daemon, "install", "--runtime-path", RUNTIME, "--set-default", "--restart",
+                    "--docker-host", daemon.host, env=env, daemon_flags=False)
+    assert out.returncode == 4, out.stderr
+    assert "unable to configure the Docker daemon with file" in out.stderr
+    assert "default-runtime: (from flag: runc, from file: nvidia)" in out.stderr
+    assert daemon.config_file.read_bytes() == original
+    assert daemon.docker("version").returncode == 0
+    assert daemon.info()["DefaultRuntime"] == "runc"

@@ -1,0 +1,149 @@
+"""Helpers of the packaging tests: where the chroot comes from and how to run things in it."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from nvdocker2 import __version__
+
+REPO = Path(__file__).resolve().parents[2]
+CACHE = Path(os.environ.get("NVDOCKER2_TEST_CACHE", "/var/cache/nvdocker2-tests"))
+MIRROR = os.environ.get("NVDOCKER2_TEST_MIRROR", "http://deb.debian.org/debian")
+SUITE = "bookworm"
+# The package's Depends, so that `apt-get install ./x.deb` needs no network.
+INCLUDE = [
+    "python3",
+    "python3-typer",
+    "python3-rich",
+    "python3-jsonschema",
+    "python3-filelock",
+    "python3-packaging",
+]
+UPGRADE_VERSION = f"{__version__}+pkgtest1"
+CHROOT_ENV = {
+    "PATH": "/usr/sbin:/usr/bin:/sbin:/bin",
+    "HOME": "/root",
+    "LC_ALL": "C.UTF-8",
+    "DEBIAN_FRONTEND": "noninteractive",
+}
+APT = "apt-get -y -q -o Dpkg::Use-Pty=0"
+
+RUNTIME = "/usr/bin/nvidia-container-runtime"
+PROGRAMS = [
+    "nvdocker2",
+    "nvidia-container-runtime",
+    "nvidia-container-runtime-hook",
+    "nvidia-docker",
+]
+
+# A hand-written daemon.json: each "key": value below must survive install byte for byte
+# (odd spacing, an integer past 2**53, non-ASCII text, a nested object, a multi-line list).
+USER_SNIPPETS = [
+    '"data-root": "/srv/docker"',
+    '"log-driver":"json-file"',
+    '"log-opts": { "max-size": "10m",  "max-file": "3" }',
+    '"labels": ["owner=Zoë", "rack=β-7"]',
+    '"max-concurrent-downloads": 9007199254740993',
+    '"shutdown-timeout": 15',
+    '"registry-mirrors": [\n        "https://mirror.example.org"\n    ]',
+]
+USER_DAEMON_JSON = ("{\n    " + ",\n    ".join(USER_SNIPPETS) + "\n}\n").encode()
+
+
+def runtimes(raw: bytes) -> dict:
+    return json.loads(raw).get("runtimes", {})
+
+
+def backups(chroot) -> list[str]:
+    directory = chroot.path("/var/lib/nvdocker2/backups")
+    return sorted(p.name for p in directory.iterdir()) if directory.is_dir() else []
+
+
+def missing(reason: str) -> None:
+    """Skip for a developer without the prerequisites; under CI a missing prerequisite fails."""
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"packaging test prerequisite missing under CI: {reason}")
+    pytest.skip(reason)
+
+
+def run(cmd: list[str], timeout: int = 600, **kwargs) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        cmd, capture_output=True, text=True, timeout=timeout, check=False, **kwargs
+    )
+
+
+def ensure_tool(command: str, package: str) -> None:
+    """Install a missing Debian tool the tests need (CI starts from a fresh machine)."""
+    if shutil.which(command):
+        return
+    proc = run(["apt-get", "install", "-y", "-q", "--no-install-recommends", package])
+    if proc.returncode != 0 or not shutil.which(command):
+        missing(f"{command} not found and `apt-get install {package}` failed: {proc.stderr[-500:]}")
+
+
+def bootstrap(tarball: Path) -> None:
+    """debootstrap the chroot once and store it as an uncompressed tarball (fast to unpack)."""
+    ensure_tool("debootstrap", "debootstrap")
+    work = Path(f"{tarball}.work")
+    shutil.rmtree(work, ignore_errors=True)
+    root = work / "root"
+    proc = run(
+        [
+            "debootstrap",
+            "--variant=minbase",
+            f"--include={','.join(INCLUDE)}",
+            SUITE,
+            str(root),
+            MIRROR,
+        ],
+        timeout=1200,
+    )
+    if proc.returncode != 0:
+        shutil.rmtree(work, ignore_errors=True)
+        missing(f"debootstrap {SUITE} from {MIRROR} failed: {(proc.stdout + proc.stderr)[-800:]}")
+    # Downloaded .debs and package lists: not needed to install a local .deb, and big.
+    for junk in ("var/cache/apt/archives", "var/lib/apt/lists"):
+        for entry in (root / junk).glob("*"):
+            if entry.is_file():
+                entry.unlink()
+    partial = Path(f"{tarball}.partial")
+    subprocess.run(["tar", "-C", str(root), "-cf", str(partial), "."], check=True)
+    os.replace(partial, tarball)
+    shutil.rmtree(work, ignore_errors=True)
+
+
+class Chroot:
+    """A fresh bookworm root in a temporary directory; `sh` runs a shell command inside it
+    with a clean environment (the tests' own NVDOCKER2_STATE_DIR etc. do not leak in)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def path(self, inside: str) -> Path:
+        return self.root / inside.lstrip("/")
+
+    def sh(self, command: str, env: dict | None = None, timeout: int = 300):
+        return run(
+            ["chroot", str(self.root), "/bin/sh", "-c", command],
+            env={**CHROOT_ENV, **(env or {})},
+            timeout=timeout,
+        )
+
+    def ok(self, command: str, env: dict | None = None) -> str:
+        """Run, assert exit 0, return stdout and stderr together (what apt shows)."""
+        proc = self.sh(command, env)
+        assert proc.returncode == 0, (
+            f"{command!r} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}"
+        )
+        return proc.stdout + proc.stderr
+
+    def put(self, file: Path) -> str:
+        """Copy a file into the chroot's /tmp, returning its path inside."""
+        shutil.copy(file, self.path("/tmp"))
+        return f"/tmp/{file.name}"

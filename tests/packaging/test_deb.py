@@ -1,0 +1,158 @@
+"""The .deb, installed for real with apt in a bookworm chroot: what an operator sees in
+/etc/docker/daemon.json and on the terminal through install, reinstall, upgrade and purge."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+from pkgtest import (
+    APT,
+    PROGRAMS,
+    RUNTIME,
+    UPGRADE_VERSION,
+    USER_DAEMON_JSON,
+    USER_SNIPPETS,
+    backups,
+    run,
+    runtimes,
+)
+
+from nvdocker2 import __version__
+
+
+def test_build_leaves_the_checkout_clean_and_lintian_finds_no_errors(packages):
+    assert packages.checkout_after == packages.checkout_before, "the build wrote into the checkout"
+    proc = run(["lintian", "--fail-on", "error", "--no-tag-display-limit", str(packages.deb)])
+    print(f"lintian ({packages.build_seconds:.0f} s to build the three packages):\n{proc.stdout}")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert not [line for line in proc.stdout.splitlines() if line.startswith("E:")]
+
+
+def test_package_contents_and_relationships(packages):
+    contents = subprocess.run(
+        ["dpkg-deb", "-c", str(packages.deb)], capture_output=True, text=True, check=True
+    ).stdout
+    paths = [line.split()[-1] for line in contents.splitlines()]
+    for program in PROGRAMS:
+        assert f"./usr/bin/{program}" in paths
+        assert f"./usr/share/man/man1/{program}.1.gz" in paths
+    assert "./etc/nvidia-container-runtime/config.toml" in paths
+    assert not [p for p in paths if p.startswith("./etc/docker")]
+    conffiles = run(["dpkg-deb", "-I", str(packages.deb), "conffiles"]).stdout
+    assert conffiles.split() == ["/etc/nvidia-container-runtime/config.toml"]
+
+    def field(name):
+        return subprocess.run(
+            ["dpkg-deb", "-f", str(packages.deb), name], capture_output=True, text=True, check=True
+        ).stdout.strip()
+
+    assert field("Version") == __version__
+    replaced = "nvidia-container-runtime, nvidia-container-toolkit, nvidia-container-toolkit-base, nvidia-docker2"
+    for name in ("Conflicts", "Replaces", "Provides"):
+        assert field(name) == replaced
+    assert field("Recommends") == "libnvidia-container-tools"
+    assert field("Suggests") == "docker.io | docker-ce"
+    depends = field("Depends")
+    for dep in (
+        "python3-typer",
+        "python3-rich",
+        "python3-jsonschema",
+        "python3-filelock",
+        "python3-packaging",
+    ):
+        assert dep in depends
+
+
+def test_install_reinstall_upgrade_purge_keep_the_users_daemon_json(packages, chroot):
+    chroot.path("/etc/docker").mkdir()
+    config = chroot.path("/etc/docker/daemon.json")
+    config.write_bytes(USER_DAEMON_JSON)
+    deb = chroot.put(packages.deb)
+    upgrade = chroot.put(packages.deb_upgrade)
+
+    out = chroot.ok(f"{APT} install {deb}")
+    assert "nvdocker2 install: {" in out
+    merged = config.read_bytes()
+    for snippet in USER_SNIPPETS:
+        assert snippet.encode() in merged, f"{snippet!r} changed by install:\n{merged.decode()}"
+    before, after = json.loads(USER_DAEMON_JSON), json.loads(merged)
+    assert list(after)[: len(before)] == list(before)
+    assert {k: v for k, v in after.items() if k != "runtimes"} == before
+    assert after["runtimes"] == {"nvidia": {"path": RUNTIME}}
+    assert len(backups(chroot)) == 1
+
+    # The programs run on Debian's python3 and Debian's libraries, nothing else.
+    for program in PROGRAMS:
+        assert chroot.path(f"/usr/bin/{program}").read_text().startswith("#!/usr/bin/python3\n")
+    assert chroot.ok("nvdocker2 --version").strip().endswith(__version__)
+    where = chroot.ok(
+        "python3 -c 'import nvdocker2, typer, rich, jsonschema, filelock, packaging as p; "
+        "print(*(m.__file__ for m in (nvdocker2, typer, rich, jsonschema, filelock, p)))'"
+    ).split()
+    assert all(f.startswith("/usr/lib/python3/dist-packages/") for f in where), where
+    assert chroot.ok("NV_DOCKER=echo nvidia-docker -H unix:///s run img").strip() == (
+        "-H unix:///s run --runtime=nvidia img"
+    )
+    assert chroot.ok("dpkg-query -W -f='${Conffiles}' nvdocker2").split()[0] == (
+        "/etc/nvidia-container-runtime/config.toml"
+    )
+    assert "/etc/docker" not in chroot.ok("dpkg -L nvdocker2")
+
+    out = chroot.ok(f"{APT} install --reinstall {deb}")
+    assert config.read_bytes() == merged, "reinstall changed daemon.json"
+    assert len(backups(chroot)) == 1, "reinstall made another backup"
+
+    out = chroot.ok(f"{APT} install {upgrade}")
+    assert config.read_bytes() == merged, "upgrade changed daemon.json"
+    assert merged.count(b'"nvidia"') == 1
+    assert len(backups(chroot)) == 1, "upgrade made another backup"
+    assert "nvdocker2 uninstall" not in out, "upgrade ran the uninstaller"
+    assert chroot.ok("nvdocker2 --version").strip().endswith(UPGRADE_VERSION)
+
+    chroot.ok(f"{APT} purge nvdocker2")
+    assert config.read_bytes() == USER_DAEMON_JSON, "purge did not give the file back"
+    assert not chroot.path("/var/lib/nvdocker2").exists()
+    assert not chroot.path("/etc/nvidia-container-runtime/config.toml").exists()
+    assert not chroot.path("/usr/bin/nvidia-container-runtime").exists()
+
+
+def test_install_without_docker_succeeds_and_says_what_to_do(packages, chroot):
+    assert not chroot.path("/etc/docker").exists()
+    assert not chroot.path("/usr/bin/dockerd").exists()
+    deb = chroot.put(packages.deb)
+    out = chroot.ok(f"{APT} install {deb}")
+    assert "dockerd was not reloaded" in out
+    assert "systemctl reload docker" in out
+    assert runtimes(chroot.path("/etc/docker/daemon.json").read_bytes()) == {
+        "nvidia": {"path": RUNTIME}
+    }
+    chroot.ok(f"{APT} remove nvdocker2")
+    config = chroot.path("/etc/docker/daemon.json")
+    assert not config.exists() or "nvidia" not in runtimes(config.read_bytes())
+
+
+def test_broken_daemon_json_stops_configure_until_fixed_or_skipped(packages, chroot):
+    chroot.path("/etc/docker").mkdir()
+    config = chroot.path("/etc/docker/daemon.json")
+    broken = b'{\n    "debug": true,\n}\n'
+    config.write_bytes(broken)
+    deb = chroot.put(packages.deb)
+    proc = chroot.sh(f"{APT} install {deb}")
+    assert proc.returncode != 0
+    assert "error: " in proc.stderr and "line " in proc.stderr
+    assert "dpkg --configure -a" in proc.stderr
+    assert config.read_bytes() == broken
+    assert "half-configured" in chroot.ok("dpkg-query -W -f='${Status}' nvdocker2")
+
+    config.write_bytes(b'{\n    "debug": true\n}\n')
+    chroot.ok("dpkg --configure -a")
+    assert runtimes(config.read_bytes()) == {"nvidia": {"path": RUNTIME}}
+    assert "install ok installed" in chroot.ok("dpkg-query -W -f='${Status}' nvdocker2")
+
+
+def test_skip_variable_installs_without_touching_docker(packages, chroot):
+    deb = chroot.put(packages.deb)
+    out = chroot.ok(f"{APT} install {deb}", env={"NVDOCKER2_SKIP_DOCKER_CONFIG": "1"})
+    assert "NVDOCKER2_SKIP_DOCKER_CONFIG is set" in out
+    assert not chroot.path("/etc/docker").exists()

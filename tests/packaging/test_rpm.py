@@ -1,0 +1,86 @@
+"""The .rpm: its scriptlets and file list, and the package installed, upgraded and erased for
+real by rpm into a throwaway chroot (rpm --root, running the scriptlets inside it)."""
+
+from __future__ import annotations
+
+import json
+import re
+
+from pkgtest import PROGRAMS, RUNTIME, USER_DAEMON_JSON, USER_SNIPPETS, backups, run
+
+from nvdocker2 import __version__
+
+
+def scriptlets(rpm) -> dict[str, str]:
+    """`rpm -qp --scripts` split into {"postinstall": body, "preuninstall": body, ...}."""
+    out = run(["rpm", "-qp", "--scripts", str(rpm)]).stdout
+    parts = re.split(r"^(\w+) scriptlet \(using /bin/sh\):\n", out, flags=re.MULTILINE)
+    return dict(zip(parts[1::2], parts[2::2]))
+
+
+def test_scriptlets_install_on_post_and_uninstall_only_on_erase(packages):
+    scripts = scriptlets(packages.rpm)
+    assert set(scripts) == {"postinstall", "preuninstall", "postuninstall"}
+    assert "/usr/bin/nvdocker2 install --json --no-verify --reload auto" in scripts["postinstall"]
+    preun = scripts["preuninstall"]
+    assert "/usr/bin/nvdocker2 uninstall --json --no-verify --reload auto" in preun
+    assert preun.index('if [ "$1" -eq 0 ]') < preun.index("nvdocker2 uninstall")
+    assert "rm -rf /var/lib/nvdocker2" in scripts["postuninstall"]
+
+
+def test_file_list_has_no_docker_file_and_a_noreplace_config(packages):
+    files = run(["rpm", "-qlp", str(packages.rpm)]).stdout.split()
+    assert not [f for f in files if f.startswith("/etc/docker")]
+    for program in PROGRAMS:
+        assert f"/usr/bin/{program}" in files
+        assert (
+            f"/usr/share/man/man1/{program}.1" in files
+            or f"/usr/share/man/man1/{program}.1.gz" in files
+        )
+    flags = run(
+        ["rpm", "-qp", "--qf", "[%{FILENAMES} %{FILEFLAGS:fflags}\n]", str(packages.rpm)]
+    ).stdout
+    assert "/etc/nvidia-container-runtime/config.toml cn" in flags.splitlines()
+    info = run(["rpm", "-qp", "--qf", "%{VERSION} %{ARCH}", str(packages.rpm)]).stdout
+    assert info == f"{__version__} noarch"
+    conflicts = run(["rpm", "-qp", "--conflicts", str(packages.rpm)]).stdout.split()
+    assert sorted(conflicts) == [
+        "nvidia-container-runtime",
+        "nvidia-container-toolkit",
+        "nvidia-container-toolkit-base",
+        "nvidia-docker2",
+    ]
+
+
+def test_rpm_install_upgrade_erase_in_a_chroot(packages, chroot):
+    """The launchers and scriptlets for real, on the chroot's python3 and python3-* libraries."""
+    chroot.path("/etc/docker").mkdir()
+    config = chroot.path("/etc/docker/daemon.json")
+    config.write_bytes(USER_DAEMON_JSON)
+    rpm = ["rpm", "--root", str(chroot.root), "--nodeps", "--nosignature"]
+
+    proc = run([*rpm, "-i", str(packages.rpm)])
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "nvdocker2 install: {" in proc.stdout
+    merged = config.read_bytes()
+    for snippet in USER_SNIPPETS:
+        assert snippet.encode() in merged
+    assert json.loads(merged)["runtimes"] == {"nvidia": {"path": RUNTIME}}
+    assert chroot.ok("nvdocker2 --version").strip().endswith(__version__)
+    assert chroot.ok("NV_DOCKER=echo nvidia-docker create img").strip() == (
+        "create --runtime=nvidia img"
+    )
+    assert len(backups(chroot)) == 1
+
+    proc = run([*rpm, "-U", str(packages.rpm_upgrade)])
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "nvdocker2 uninstall" not in proc.stdout, "upgrade ran the uninstaller"
+    assert config.read_bytes() == merged
+    assert len(backups(chroot)) == 1
+
+    proc = run([*rpm, "-e", "nvdocker2"])
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "nvdocker2 uninstall: {" in proc.stdout
+    assert config.read_bytes() == USER_DAEMON_JSON
+    assert not chroot.path("/var/lib/nvdocker2").exists()
+    assert not chroot.path("/usr/share/nvdocker2").exists()

@@ -1,0 +1,82 @@
+"""The runtime's hook role: soname links in the rootfs, then the host's ldconfig -r ROOTFS."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import shutil
+
+from fixtures.fake_driver import DRIVER_VERSION, LIB64_DIR, build_fake_driver, make_bundle
+
+from nvdocker2.direct import direct_edit
+from nvdocker2.direct.hook import main
+from nvdocker2.direct.ldcache import parse_ld_cache
+
+V = DRIVER_VERSION
+
+
+def _state(bundle):
+    return io.StringIO(json.dumps({"ociVersion": "1.0.2", "id": "c1", "status": "creating",
+                                   "pid": 1, "bundle": str(bundle)}))
+
+
+def _mount_like_runc(spec, rootfs):
+    """Stand-in for runc's bind mounts: copy each source to its destination in the rootfs."""
+    for m in spec["mounts"]:
+        if m["type"] == "bind":
+            dest = rootfs / m["destination"].lstrip("/")
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(m["source"], dest)
+
+
+def test_hook_links_sonames_and_refreshes_the_image_ld_cache(tmp_path, capsys):
+    driver = build_fake_driver(tmp_path / "driver")
+    bundle, rootfs, spec = make_bundle(tmp_path)
+    new = direct_edit(spec, str(bundle), ["0"], {"compute", "utility"},
+                      driver_root=str(driver.root), runtime_path="/x/nvidia-container-runtime")
+    (bundle / "config.json").write_text(json.dumps(new))
+    _mount_like_runc(new, rootfs)
+    args = new["hooks"]["createContainer"][0]["args"]
+    assert args[1] == "direct-hook"
+
+    assert main(args[2:], _state(bundle)) == 0
+    assert capsys.readouterr().err == ""
+    assert os.readlink(rootfs / LIB64_DIR.lstrip("/") / "libcuda.so.1") == f"libcuda.so.{V}"
+    entries = parse_ld_cache((rootfs / "etc/ld.so.cache").read_bytes())
+    names = {(e.name, e.path) for e in entries}
+    assert ("libcuda.so.1", f"{LIB64_DIR}/libcuda.so.1") in names
+    assert ("libnvidia-ml.so.1", f"{LIB64_DIR}/libnvidia-ml.so.1") in names
+
+
+def test_hook_refuses_a_link_through_an_escaping_image_symlink(tmp_path, capsys):
+    bundle, rootfs, _spec = make_bundle(tmp_path)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    os.symlink("../../../outside", rootfs / "usr/lib/x86_64-linux-gnu")
+    argv = ["update-ldcache", "--ldconfig", "/sbin/ldconfig",
+            "--link", f"{LIB64_DIR}/libcuda.so.1::libcuda.so.{V}", "--folder", LIB64_DIR]
+    assert main(argv, _state(bundle)) == 1
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == ("error: /usr/lib/x86_64-linux-gnu in the container image is a symlink to"
+                      " '../../../outside', which leads outside the container's root; refusing it")
+    assert os.listdir(outside) == []
+
+
+def test_hook_reports_an_ldconfig_failure_in_one_line(tmp_path, capsys):
+    bundle, _rootfs, _spec = make_bundle(tmp_path)
+    assert main(["update-ldcache", "--ldconfig", "/bin/false"], _state(bundle)) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: /bin/false -r {bundle}/rootfs failed (exit 1)")
+    assert err.count("\n") == 1
+
+
+def test_hook_refuses_bad_arguments(tmp_path, capsys):
+    bundle, _rootfs, _spec = make_bundle(tmp_path)
+    assert main(["update-ldcache", "--ldconfig", "ldconfig"], _state(bundle)) == 1
+    assert "error: direct-hook: --ldconfig must be an absolute path" in capsys.readouterr().err
+    assert main(["update-ldcache", "--ldconfig", "/sbin/ldconfig", "--link", "a/b"],
+                _state(bundle)) == 1
+    assert "error: direct-hook: bad --link 'a/b'" in capsys.readouterr().err
+    assert main(["frobnicate"], _state(bundle)) == 1
+    assert "unknown direct-hook action ['frobnicate']" in capsys.readouterr().err
