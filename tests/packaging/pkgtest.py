@@ -62,7 +62,9 @@ def runtimes(raw: bytes) -> dict:
 
 def backups(chroot) -> list[str]:
     directory = chroot.path("/var/lib/nvdocker2/backups")
-    return sorted(p.name for p in directory.iterdir()) if directory.is_dir() else []
+    if not directory.is_dir():
+        return []
+    return sorted(p.name for p in directory.iterdir() if not p.name.endswith(".meta.json"))
 
 
 def missing(reason: str) -> None:
