@@ -191,6 +191,27 @@ def atomic_remove(target: str | os.PathLike) -> None:
         _fsync_dir(real.parent)
 
 
+def make_dirs(d: Path, mode: int = 0o700) -> None:
+    """`mkdir -p` that makes each new directory durable (fsync of its parent), so a power cut
+    cannot keep a file written later while losing the directory that holds it."""
+    missing: list[Path] = []
+    p = d
+    while not p.is_dir():
+        missing.append(p)
+        if p.parent == p:
+            break
+        p = p.parent
+    for m in reversed(missing):
+        try:
+            m.mkdir(mode=mode)
+        except FileExistsError:
+            if not m.is_dir():
+                raise NotADirectoryError(errno.ENOTDIR, "Not a directory", str(m)) from None
+            continue
+        with contextlib.suppress(OSError):
+            _fsync_dir(m.parent)
+
+
 def _pid_alive(pid: int) -> bool:
     if pid == os.getpid():
         return False
@@ -231,12 +252,31 @@ def clean_stale_temps(target: str | os.PathLike) -> list[Path]:
     return removed
 
 
+def clean_state_temps(state: Path) -> list[Path]:
+    """Remove temp files of ours that a killed run left in the state directory (backups/,
+    journal/). Everything there is ours; the pid in the name protects a live writer."""
+    removed: list[Path] = []
+    for d in (state / "backups", state / "journal"):
+        try:
+            entries = os.listdir(d)
+        except OSError:
+            continue
+        for e in entries:
+            m = _TMP_RE.search(e)
+            if not m or _pid_alive(int(m.group(1))):
+                continue
+            with contextlib.suppress(OSError):
+                os.unlink(d / e)
+                removed.append(d / e)
+    return removed
+
+
 # --- lock -------------------------------------------------------------------------------------
 
 
 def ensure_state_dir(state: Path) -> Path:
     try:
-        state.mkdir(parents=True, exist_ok=True, mode=0o700)
+        make_dirs(state)
     except OSError as e:
         raise os_error(e, f"state directory {state}") from None
     if not state.is_dir():
@@ -315,7 +355,7 @@ class Backups:
         now = _dt.datetime.now(_dt.timezone.utc)
         bid = now.strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(3)
         try:
-            self.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+            make_dirs(self.dir)
         except OSError as e:
             raise os_error(e, f"backup directory {self.dir}") from None
         file = self.dir / f"{bid}.json"
@@ -460,7 +500,7 @@ class Journal:
             self.restore(None)
             return
         try:
-            self.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+            make_dirs(self.dir)
         except OSError as e:
             raise os_error(e, f"journal directory {self.dir}") from None
         atomic_write(self.path, document.dumps(record, document.Style(indent="  ")).encode(), 0o600)
@@ -475,7 +515,10 @@ class Journal:
             except OSError as e:
                 raise os_error(e, f"journal {self.path}") from None
             return
-        self.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        try:
+            make_dirs(self.dir)
+        except OSError as e:
+            raise os_error(e, f"journal directory {self.dir}") from None
         atomic_write(self.path, data, 0o600)
 
 

@@ -170,9 +170,6 @@ def test_sigkill_at_random_instants_leaves_old_or_new_file(config: Path, install
         assert store.Backups(state).read(b) in (ORIGINAL, installed), b.id
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "store.py atomic_write leaves its temp file in backups/ or journal/ when killed between "
-    "write and rename; clean_stale_temps only looks beside daemon.json"))
 def test_sigkill_leaves_no_temp_files_in_the_state_dir(config: Path, installed: bytes) -> None:
     state = Path(os.environ["NVDOCKER2_STATE_DIR"])
     # Kill at the backup's rename (the first pause point of install), then run cleanly.
