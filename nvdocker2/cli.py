@@ -21,7 +21,7 @@ import click
 import typer
 
 from nvdocker2 import __version__, locations, transaction
-from nvdocker2.errors import EXIT_INTERNAL, BadInput, NvDockerError
+from nvdocker2.errors import EXIT_INTERNAL, NvDockerError
 
 app = typer.Typer(
     add_completion=False,

@@ -278,7 +278,8 @@ def test_rewritten_object_keeps_each_untouched_member_exactly_as_written():
     new = dict(doc.data, runtimes={"nvidia": {"path": "/x"}})
     out = doc.serialize(new)
     assert out == raw[:-3] + (
-        b',\n    "runtimes": {\n        "nvidia": {\n            "path": "/x"\n        }\n    }\n}\n'
+        b',\n    "runtimes": {\n        "nvidia": {\n'
+        b'            "path": "/x"\n        }\n    }\n}\n'
     )
     # Taking the member out again gives the original bytes back.
     assert parse(out).serialize(doc.data) == raw
