@@ -35,12 +35,12 @@ def cfg(tmp_path):
 
 TWO_SPACE = (
     '{\n  "storage-driver": "overlay2",\n  "labels": ["zone=Zürich", "owner=山田"],\n'
-    '  "max-concurrent-downloads": 12345678901234567890,\n  "default-shm-size": "64M",\n'
+    '  "max-concurrent-downloads": 9223372036854775807,\n  "default-shm-size": "64M",\n'
     '  "features": {"buildkit": true},\n  "shutdown-timeout": 15\n}\n'
 ).encode()
 TWO_SPACE_INSTALLED = (
     '{\n  "storage-driver": "overlay2",\n  "labels": ["zone=Zürich", "owner=山田"],\n'
-    '  "max-concurrent-downloads": 12345678901234567890,\n  "default-shm-size": "64M",\n'
+    '  "max-concurrent-downloads": 9223372036854775807,\n  "default-shm-size": "64M",\n'
     '  "features": {"buildkit": true},\n  "shutdown-timeout": 15,\n  "runtimes": {\n'
     '    "nvidia": {\n      "path": "/usr/bin/nvidia-container-runtime"\n    }\n  }\n}\n'
 ).encode()
