@@ -257,3 +257,14 @@ def test_missing_default_runtime_gives_a_warning(cfg, tmp_path, monkeypatch):
     assert json.loads(cfg.read_bytes())["runtimes"]["nvidia"] == {
         "path": str(bindir / "nvidia-container-runtime")
     }
+
+
+def test_status_says_when_dockerd_is_not_reachable(cfg, tmp_path):
+    cfg.write_bytes(b"{}")
+    sock = f"unix://{tmp_path}/none.sock"
+    code, out, _ = cli("status", "--config", str(cfg), "--docker-host", sock)
+    assert code == 0 and f"dockerd: not reachable at {sock}" in out
+    code, out, _ = cli("status", "--config", str(cfg), "--docker-host", sock, "--json")
+    assert json.loads(out)["dockerd"]["reachable"] is False
+    code, _, err = cli("status", "--config", str(cfg), "--docker-host", "ssh://host")
+    assert code == 2 and "only unix:// and tcp://" in err
