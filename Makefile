@@ -2,6 +2,7 @@
 #   make deb    dist/nvdocker2_VERSION_all.deb   (dpkg-buildpackage, debian/)
 #   make rpm    dist/nvdocker2-VERSION-1.noarch.rpm (rpmbuild, rpm/nvdocker2.spec)
 #   make clean
+#   make bench  bench/RESULTS.md (bench/run.py; bench/Makefile.fragment)
 # Packages are built from a copy of the working tree (tracked and new files, not ignored ones)
 # in a temporary directory, so the checkout stays clean. On Debian 12 a missing build tool or
 # build dependency is installed first (as root). The version comes from nvdocker2/__init__.py;
@@ -19,6 +20,11 @@ DIST ?= $(CURDIR)/dist
 RPMBUILD_FLAGS ?= $(if $(wildcard /usr/bin/dpkg),--nodeps)
 # Build with the distribution's python3, not one from a version manager earlier on PATH.
 SYSTEM_PATH := /usr/sbin:/usr/bin:/sbin:/bin
+# What rpm/nvdocker2.spec needs to build on Debian 12 (rpmbuild, pip, and the libraries the
+# man page generator imports).
+RPM_DEBIAN_DEPS := rpm python3-pip python3-setuptools python3-typer python3-rich \
+    python3-jsonschema python3-filelock python3-packaging
+RPM_PYTHON_CHECK := import setuptools, pip, typer, rich, jsonschema, filelock, packaging
 APT_INSTALL := DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends
 
 .PHONY: deb rpm clean deb-build-deps rpm-build-deps
@@ -92,15 +98,17 @@ rpm: rpm-build-deps
 	ls "$(DIST)"/nvdocker2-$(RPM_VERSION)-*.noarch.rpm
 
 rpm-build-deps:
-	@if command -v rpmbuild >/dev/null; then
+	@if command -v rpmbuild >/dev/null && /usr/bin/python3 -c "$(RPM_PYTHON_CHECK)" 2>/dev/null; then
 	    exit 0
 	fi
 	if [ "$$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null; then
-	    echo "error: rpmbuild is missing" >&2
-	    echo "hint: install it (Debian: apt-get install rpm; Fedora: dnf install rpm-build)" >&2
+	    echo "error: rpmbuild, or python3 with pip, setuptools and nvdocker2's libraries, is missing" >&2
+	    echo "hint: Debian: apt-get install $(RPM_DEBIAN_DEPS); Fedora: dnf builddep rpm/nvdocker2.spec" >&2
 	    exit 3
 	fi
-	$(APT_INSTALL) rpm python3-pip python3-setuptools
+	$(APT_INSTALL) $(RPM_DEBIAN_DEPS)
 
 clean:
 	@rm -rf dist build *.egg-info
+
+include bench/Makefile.fragment

@@ -19,7 +19,8 @@ import sys
 import time
 from pathlib import Path
 
-COMMANDS = ["install", "uninstall", "rollback", "backups", "status", "doctor"]
+# The maintainer scripts call these; a CLI without them must not be packaged.
+REQUIRED_COMMANDS = ["install", "uninstall"]
 
 SEE_ALSO = {
     "nvdocker2": ["nvidia-container-runtime", "nvidia-container-runtime-hook", "nvidia-docker"],
@@ -159,6 +160,24 @@ def run_help(args: list[str]) -> str:
     return plain(proc.stdout)
 
 
+def commands(main_help: str) -> list[str]:
+    """The command names listed under "Commands:" in the top-level help."""
+    names, inside = [], False
+    for line in main_help.splitlines():
+        if line.strip() == "Commands:":
+            inside = True
+            continue
+        if inside and not line.strip():
+            break
+        match = re.match(r"^ {1,2}([a-z][a-z0-9-]*)(?: {2,}|$)", line) if inside else None
+        if match:
+            names.append(match.group(1))
+    for name in REQUIRED_COMMANDS:
+        if name not in names:
+            sys.exit(f"error: `nvdocker2 --help` lists no {name!r} command (found {names})")
+    return names
+
+
 def page(name: str, version: str, date: str, sections: list[tuple[str, str]]) -> str:
     head = [
         f'.TH {name.upper()} 1 "{date}" "nvdocker2 {version}" "User Commands"',
@@ -173,14 +192,15 @@ def page(name: str, version: str, date: str, sections: list[tuple[str, str]]) ->
 
 
 def nvdocker2_sections() -> list[tuple[str, str]]:
+    main_help = run_help([])
     sections = [
         ("SYNOPSIS", r"\fBnvdocker2\fR \fICOMMAND\fR [\fIOPTIONS\fR]"),
-        ("DESCRIPTION", ".nf\n" + roff_text(run_help([])) + "\n.fi"),
+        ("DESCRIPTION", ".nf\n" + roff_text(main_help) + "\n.fi"),
     ]
-    commands = []
-    for command in COMMANDS:
-        commands.append(f".SS {command}\n.nf\n{roff_text(run_help([command]))}\n.fi")
-    sections.append(("COMMANDS", "\n".join(commands)))
+    pages = []
+    for command in commands(main_help):
+        pages.append(f".SS {command}\n.nf\n{roff_text(run_help([command]))}\n.fi")
+    sections.append(("COMMANDS", "\n".join(pages)))
     sections.append(
         (
             "FILES",

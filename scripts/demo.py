@@ -25,7 +25,8 @@ OPERATOR_CONFIG = (
     b'    "log-level": "warn",\n'
     b'    "log-opts": {"max-size": "10m", "max-file": "3"},\n'
     b'    "labels": ["site=z\xc3\xbcrich", "rack=42"],\n'
-    b'    "max-concurrent-downloads": 12345678901234567890\n'
+    # 2**53 + 1: a tool that parses numbers as floats writes 9007199254740992.
+    b'    "max-download-attempts": 9007199254740993\n'
     b'}\n'
 )
 
@@ -84,7 +85,9 @@ def main() -> int:
                             "-e", "NVIDIA_VISIBLE_DEVICES=0,--root=/tmp", daemon.image, "true",
                             check=False)
         print(f"docker run exited {bad.returncode}; dockerd said:")
-        print("  " + bad.stderr.strip().splitlines()[-1] if bad.stderr.strip() else "  (nothing)")
+        for line in bad.stderr.strip().splitlines():
+            if "docker run --help" not in line:
+                print("  " + line)
 
         step("nvdocker2 install again: idempotent, nothing written, dockerd not signalled")
         run(str(BIN / "nvdocker2"), "install", *daemon_flags, "--reload", "signal", env=env)

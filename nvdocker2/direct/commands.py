@@ -19,12 +19,11 @@ from nvdocker2.direct.errors import DirectError
 from nvdocker2.direct.spec import host_ldconfig
 from nvdocker2.errors import BadInput, EnvironmentProblem
 
-CONFIG_ENV = "NVIDIA_CONTAINER_RUNTIME_CONFIG"
-
-
 def config_toml_path() -> Path:
     """The runtime's config.toml: $NVIDIA_CONTAINER_RUNTIME_CONFIG, else the default path."""
-    return Path(os.environ.get(CONFIG_ENV) or toml_edit.DEFAULT_CONFIG_TOML)
+    from nvdocker2 import toolkit_config
+
+    return Path(toolkit_config.config_path()[0])
 
 
 def _read(path: Path) -> str:
@@ -76,12 +75,14 @@ def set_runtime_mode(mode: str, *, dry_run: bool = False) -> ModeResult:
     return ModeResult(str(path), mode, changed, dry_run)
 
 
-def _settings() -> dict[str, Any]:
-    path = config_toml_path()
+def _settings() -> Any:
+    from nvdocker2 import toolkit_config
+
     try:
-        return toml_edit.parse(_read(path), str(path))
-    except DirectError as err:
-        raise BadInput(err.message, err.hint) from None
+        return toolkit_config.load()
+    except toolkit_config.ConfigError as err:
+        raise BadInput(str(err), "fix config.toml, or point NVIDIA_CONTAINER_RUNTIME_CONFIG at"
+                       " a valid one") from None
 
 
 @dataclass(frozen=True)
@@ -101,15 +102,13 @@ def generate_cdi(
 ) -> CdiResult:
     """Write the CDI spec for this host's driver (defaults from config.toml)."""
     settings = _settings()
-    runtime_table = settings.get("nvidia-container-runtime", {})
-    cli_table = settings.get("nvidia-container-cli", {})
-    root = driver_root or runtime_table.get("driver-root") or "/"
+    root = driver_root or settings.runtime.driver_root
     out = output or cdi.DEFAULT_OUTPUT
     try:
         spec = cdi.cdi_spec(
             discover(root),
             runtime_path=runtime_path,
-            ldconfig=host_ldconfig(ldconfig or cli_table.get("ldconfig")),
+            ldconfig=host_ldconfig(ldconfig or settings.cli.ldconfig),
         )
     except DirectError as err:
         raise EnvironmentProblem(err.message, err.hint) from None

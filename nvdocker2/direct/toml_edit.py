@@ -20,10 +20,9 @@ else:  # pragma: no cover - Python < 3.11
     import tomli as tomllib
 
 from nvdocker2.direct.errors import DirectError
+from nvdocker2.toolkit_config import MODES
 
 TABLE = "nvidia-container-runtime"
-MODES = ("legacy", "direct")
-DEFAULT_CONFIG_TOML = "/etc/nvidia-container-runtime/config.toml"
 
 _HEADER = re.compile(
     r'^\s*\[\s*(?:"nvidia-container-runtime"|nvidia-container-runtime)\s*\]\s*(#.*)?$'

@@ -6,12 +6,36 @@ transaction calls `check_candidate`, `reload` and `verify` on what it returns.
 
 from __future__ import annotations
 
-from nvdocker2.dockerd.api import DockerHost, EngineClient, EngineError, EngineUnavailable, parse_docker_host
+from nvdocker2.dockerd.api import (
+    DockerHost,
+    EngineClient,
+    EngineError,
+    EngineUnavailable,
+    parse_docker_host,
+)
 from nvdocker2.dockerd.daemon import DaemonOptions, Dockerd, NoReload, make_daemon, mismatches
-from nvdocker2.dockerd.progress import PlainReporter, RecordingReporter, Reporter, SilentReporter, reporter_for
+from nvdocker2.dockerd.progress import (
+    PlainReporter,
+    RecordingReporter,
+    Reporter,
+    SilentReporter,
+    reporter_for,
+)
 
 __all__ = [
-    "DaemonOptions", "DockerHost", "Dockerd", "EngineClient", "EngineError", "EngineUnavailable",
-    "NoReload", "PlainReporter", "RecordingReporter", "Reporter", "SilentReporter", "make_daemon",
-    "mismatches", "parse_docker_host", "reporter_for",
+    "DaemonOptions",
+    "DockerHost",
+    "Dockerd",
+    "EngineClient",
+    "EngineError",
+    "EngineUnavailable",
+    "NoReload",
+    "PlainReporter",
+    "RecordingReporter",
+    "Reporter",
+    "SilentReporter",
+    "make_daemon",
+    "mismatches",
+    "parse_docker_host",
+    "reporter_for",
 ]

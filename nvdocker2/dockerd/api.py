@@ -12,8 +12,9 @@ import http.client
 import json
 import os
 import socket
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 from urllib.parse import urlsplit
 
 from nvdocker2.errors import BadInput
@@ -53,7 +54,7 @@ def parse_docker_host(value: str | None, environ: Mapping[str, str] | None = Non
     parts = urlsplit(url)
     scheme = parts.scheme
     if scheme == "unix":
-        path = url[len("unix://"):]
+        path = url[len("unix://") :]
         if not path.startswith("/"):
             raise BadInput(
                 f"docker host {url!r}: the socket path must be absolute",
@@ -129,7 +130,9 @@ class EngineClient:
         finally:
             conn.close()
         if resp.status >= 400:
-            raise EngineError(f"GET {path}: HTTP {resp.status}: {body[:200].decode(errors='replace')}")
+            raise EngineError(
+                f"GET {path}: HTTP {resp.status}: {body[:200].decode(errors='replace')}"
+            )
         return body
 
     def _json(self, path: str, timeout: float | None) -> Any:

@@ -7,11 +7,16 @@
 
 from __future__ import annotations
 
+import json
 import os
+import re
+import shutil
+import subprocess
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Union
+from typing import Union
 
 from nvdocker2 import locations
 from nvdocker2.dockerd.api import EngineClient, EngineError, EngineUnavailable, parse_docker_host
@@ -26,7 +31,13 @@ from nvdocker2.dockerd.logs import (
     has_marker,
 )
 from nvdocker2.dockerd.managers import SignalManager, SystemdManager, SysvManager
-from nvdocker2.dockerd.process import DockerdProcess, flag_conflicts, is_dockerd, read_pidfile, read_process
+from nvdocker2.dockerd.process import (
+    DockerdProcess,
+    flag_conflicts,
+    is_dockerd,
+    read_pidfile,
+    read_process,
+)
 from nvdocker2.dockerd.progress import Reporter, SilentReporter
 from nvdocker2.errors import BadInput, EnvironmentProblem
 from nvdocker2.transaction import Expectation, VerifyFailed
@@ -73,7 +84,9 @@ def detect_setup(
     """Rootful, rootless (not root, `$XDG_RUNTIME_DIR/docker.sock` exists) or snap (the
     daemon.json is the snap's), with the locations of DOCKERD-FACTS' table."""
     if config is not None and str(config) == locations.SNAP_CONFIG:
-        return Setup("snap", "snap.docker.dockerd", False, Path("/run/snap.docker/docker.pid"), None)
+        return Setup(
+            "snap", "snap.docker.dockerd", False, Path("/run/snap.docker/docker.pid"), None
+        )
     sock = locations.rootless_socket(environ, euid)
     if sock is not None:
         return Setup("rootless", "docker", True, sock.parent / "docker.pid", f"unix://{sock}")
@@ -119,11 +132,34 @@ def _stderr_log(pid: int | None, proc: Path) -> LogSource:
     return FileLog(Path(target)) if target.startswith("/") and Path(target).is_file() else NoLog()
 
 
+def _dockerd_major(process: DockerdProcess | None, server_version: str | None) -> int | None:
+    """dockerd's major version: from /info, else from `dockerd --version` of its binary."""
+    text = server_version
+    if not text:
+        exe = (process.exe if process is not None else None) or shutil.which("dockerd")
+        if exe is None:
+            return None
+        try:
+            text = subprocess.run(
+                [exe, "--version"],
+                capture_output=True,
+                text=True,
+                timeout=15,
+                stdin=subprocess.DEVNULL,
+                check=False,
+            ).stdout
+        except (OSError, subprocess.SubprocessError):
+            return None
+    found = re.search(r"(\d+)\.\d+", text or "")
+    return int(found.group(1)) if found else None
+
+
 def check_candidate_against(
     process: DockerdProcess | None,
     config_path: Path,
     candidate: dict,
     candidate_file: Path,
+    server_version: str | None = None,
 ) -> None:
     """Refuse (BadInput) a candidate the running dockerd would refuse, before it is written.
 
@@ -133,7 +169,11 @@ def check_candidate_against(
     """
     if process is not None:
         given = process.config_file()
-        if given and os.path.isabs(given) and os.path.realpath(given) != os.path.realpath(config_path):
+        if (
+            given
+            and os.path.isabs(given)
+            and os.path.realpath(given) != os.path.realpath(config_path)
+        ):
             raise BadInput(
                 f"dockerd (pid {process.pid}) reads {given} (its --config-file), not {config_path}",
                 f"pass --config {given}",
@@ -151,6 +191,8 @@ def check_candidate_against(
     runtimes = candidate.get("runtimes")
     defined = set(runtimes) if isinstance(runtimes, dict) else set()
     if isinstance(default, str) and default and default != "runc" and default not in defined:
+        if "." in default and (_dockerd_major(process, server_version) or 0) >= 23:
+            return  # from 23.0 a containerd shim name (io.containerd.runc.v2) is a valid default
         raise BadInput(
             f'{config_path}: "default-runtime" is "{default}", which "runtimes" does not define; '
             "dockerd refuses to start with it",
@@ -188,13 +230,15 @@ class Dockerd:
         self._acted = False
         self._reloads = 0
         self._restart_error: str | None = None
+        self._before: str | None = None  # runtimes/default before a reload
 
     # -- before anything is written -------------------------------------------------------
 
     def check_candidate(self, config_path: Path, candidate: dict, candidate_file: Path) -> None:
+        version = None
         if self.verifies:
             try:
-                self.client.info()
+                version = self.client.info().get("ServerVersion")
             except (EngineUnavailable, EngineError) as exc:
                 raise EnvironmentProblem(
                     f"dockerd does not answer on {self.client.host.describe()} ({exc}); "
@@ -203,8 +247,13 @@ class Dockerd:
                     "or pass --no-verify to only write the file",
                 ) from exc
         pid = self.manager.main_pid()
+        if pid is None and isinstance(self.manager, SignalManager):
+            raise EnvironmentProblem(
+                f"{self.manager.pidfile} names no running dockerd, so there is nothing to signal",
+                "start dockerd, give its pidfile with --pidfile, or use --reload systemd",
+            )
         process = read_process(pid, self.proc) if pid is not None else None
-        check_candidate_against(process, config_path, candidate, candidate_file)
+        check_candidate_against(process, config_path, candidate, candidate_file, version)
 
     # -- acting ---------------------------------------------------------------------------
 
@@ -213,6 +262,7 @@ class Dockerd:
         self.log.mark()
         self._reloads += 1
         self._restart_error = None
+        self._before = None
         if self.restart:
             self._old_pid = self.manager.main_pid()
             self._warn_before_restart()
@@ -227,8 +277,18 @@ class Dockerd:
                     raise
                 self._restart_error = exc.message
         else:
+            self._before = self._runtime_state() if self.verifies else None
             self.manager.reload()
             self._acted = True
+
+    def _runtime_state(self, info: Mapping | None = None) -> str | None:
+        """Runtimes and default as /info reports them, to tell a processed reload by."""
+        if info is None:
+            try:
+                info = self.client.info(timeout=2)
+            except (EngineUnavailable, EngineError):
+                return None
+        return json.dumps([info.get("Runtimes"), info.get("DefaultRuntime")], sort_keys=True)
 
     def _answers(self) -> bool:
         try:
@@ -245,7 +305,7 @@ class Dockerd:
         if not info.get("LiveRestoreEnabled") and running:
             self.reporter.note(
                 f"warning: live-restore is off: restarting dockerd stops the {running} running "
-                "container(s) (set \"live-restore\": true to keep them)"
+                'container(s) (set "live-restore": true to keep them)'
             )
         else:
             self.reporter.note("restarting dockerd (containers without live-restore stop)")
@@ -292,6 +352,7 @@ class Dockerd:
                     or refusal is not None
                     or isinstance(self.log, NoLog)
                     or has_marker(lines, markers)
+                    or (self._before is not None and self._runtime_state(info) != self._before)
                     or now - matched_at >= LOG_GRACE
                 )
                 if confirmed:
@@ -357,28 +418,25 @@ class NoReload:
         return None
 
 
-Daemon = Union[Dockerd, NoReload]
-
-
 def make_daemon(
     options: DaemonOptions,
     reporter: Reporter | None = None,
     *,
     proc: Path = Path("/proc"),
     environ: Mapping[str, str] | None = None,
-) -> Daemon:
+) -> Dockerd | NoReload:
     """Pick how to reload dockerd (SPEC §2 `--reload`) and say why in `.reason`.
 
     Raises BadInput for flags that cannot work together (before anything is written).
     """
     reporter = reporter or SilentReporter()
     if options.mode not in MODES:
-        raise BadInput(
-            f"--reload {options.mode}: unknown mode", f"use one of: {', '.join(MODES)}"
-        )
+        raise BadInput(f"--reload {options.mode}: unknown mode", f"use one of: {', '.join(MODES)}")
     env = os.environ if environ is None else environ
     setup = detect_setup(options.config, env)
-    host = parse_docker_host(options.docker_host or env.get("DOCKER_HOST") or setup.docker_host, env)
+    host = parse_docker_host(
+        options.docker_host or env.get("DOCKER_HOST") or setup.docker_host, env
+    )
     client = EngineClient(host)
     pidfile = Path(options.pidfile) if options.pidfile is not None else setup.pidfile
     unit = options.unit or setup.unit
@@ -431,6 +489,12 @@ def make_daemon(
         if isinstance(log, NoLog):
             log = _stderr_log(manager.main_pid(), proc)
     return Dockerd(
-        manager, client, restart=options.restart, verifies=options.verify, log=log,
-        reporter=reporter, reason=reason, proc=proc,
+        manager,
+        client,
+        restart=options.restart,
+        verifies=options.verify,
+        log=log,
+        reporter=reporter,
+        reason=reason,
+        proc=proc,
     )

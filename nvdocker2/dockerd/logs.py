@@ -85,7 +85,9 @@ class FileLog:
 class JournalLog:
     """`journalctl -u UNIT` entries newer than the mark (microsecond precision)."""
 
-    def __init__(self, unit: str = "docker", journalctl: str = "journalctl", user: bool = False) -> None:
+    def __init__(
+        self, unit: str = "docker", journalctl: str = "journalctl", user: bool = False
+    ) -> None:
         self.unit = unit
         self.journalctl = journalctl
         self.scope = ["--user"] if user else []
@@ -97,8 +99,18 @@ class JournalLog:
 
     def lines(self) -> list[str]:
         since = datetime.fromtimestamp(int(self._since)).strftime("%Y-%m-%d %H:%M:%S")
-        argv = [self.journalctl, *self.scope, "-u", self.unit, "--since", since, "-o", "json",
-                "--no-pager", "-q"]
+        argv = [
+            self.journalctl,
+            *self.scope,
+            "-u",
+            self.unit,
+            "--since",
+            since,
+            "-o",
+            "json",
+            "--no-pager",
+            "-q",
+        ]
         try:
             out = subprocess.run(argv, capture_output=True, timeout=10, check=False).stdout
         except (OSError, subprocess.SubprocessError):
@@ -113,7 +125,9 @@ class JournalLog:
                 continue
             message = entry.get("MESSAGE")
             if isinstance(message, list):  # journald's form for non-UTF-8 text
-                message = bytes(b & 0xFF for b in message if isinstance(b, int)).decode("utf-8", "replace")
+                message = bytes(b & 0xFF for b in message if isinstance(b, int)).decode(
+                    "utf-8", "replace"
+                )
             if stamp >= since_us and isinstance(message, str):
                 lines.append(message)
         return lines

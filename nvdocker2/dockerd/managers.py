@@ -10,8 +10,8 @@ import os
 import shutil
 import signal
 import subprocess
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from nvdocker2.dockerd.logs import FileLog, JournalLog, LogSource, NoLog
 from nvdocker2.dockerd.process import is_dockerd, read_pidfile
@@ -20,16 +20,22 @@ from nvdocker2.errors import EnvironmentProblem
 COMMAND_TIMEOUT = 120.0  # `systemctl restart docker` waits for containers to stop
 
 
-def run_command(argv: Sequence[str], timeout: float = COMMAND_TIMEOUT) -> subprocess.CompletedProcess:
+def run_command(
+    argv: Sequence[str], timeout: float = COMMAND_TIMEOUT
+) -> subprocess.CompletedProcess:
     """Run a service-manager command; a missing binary or a hang is an EnvironmentProblem."""
     try:
         return subprocess.run(
-            list(argv), capture_output=True, text=True, timeout=timeout, check=False,
+            list(argv),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
             stdin=subprocess.DEVNULL,
         )
     except FileNotFoundError as exc:
         raise EnvironmentProblem(
-            f"{argv[0]} not found", f"install it, or choose another --reload mode"
+            f"{argv[0]} not found", "install it, or choose another --reload mode"
         ) from exc
     except subprocess.TimeoutExpired as exc:
         raise EnvironmentProblem(
@@ -38,7 +44,9 @@ def run_command(argv: Sequence[str], timeout: float = COMMAND_TIMEOUT) -> subpro
         ) from exc
 
 
-def _failed(argv: Sequence[str], proc: subprocess.CompletedProcess, hint: str) -> EnvironmentProblem:
+def _failed(
+    argv: Sequence[str], proc: subprocess.CompletedProcess, hint: str
+) -> EnvironmentProblem:
     said = (proc.stderr or proc.stdout or "").strip().splitlines()
     detail = f": {said[-1]}" if said else ""
     return EnvironmentProblem(f"{' '.join(argv)} exited {proc.returncode}{detail}", hint)
@@ -49,7 +57,9 @@ class SystemdManager:
 
     name = "systemd"
 
-    def __init__(self, unit: str = "docker", systemctl: str = "systemctl", user: bool = False) -> None:
+    def __init__(
+        self, unit: str = "docker", systemctl: str = "systemctl", user: bool = False
+    ) -> None:
         self.unit = unit
         self.systemctl = systemctl
         self.user = user  # rootless Docker: the user's systemd instance
@@ -106,8 +116,13 @@ class SysvManager:
 
     name = "sysv"
 
-    def __init__(self, pidfile: Path, service: str = "service", unit: str = "docker",
-                 proc: Path = Path("/proc")) -> None:
+    def __init__(
+        self,
+        pidfile: Path,
+        service: str = "service",
+        unit: str = "docker",
+        proc: Path = Path("/proc"),
+    ) -> None:
         self.pidfile = Path(pidfile)
         self.service = service
         self.unit = unit
@@ -132,7 +147,6 @@ class SysvManager:
     def default_log(self) -> LogSource:
         path = Path("/var/log/docker.log")
         return FileLog(path) if path.exists() else NoLog()
-
 
 
 class SignalManager:

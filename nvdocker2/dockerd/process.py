@@ -48,10 +48,30 @@ NAMED_OPTIONS = {
 # Flags that take no value (`--debug`, `--iptables=false`): a following word is not theirs.
 BOOL_FLAGS = frozenset(
     {
-        "debug", "experimental", "icc", "init", "ip-forward", "ip-forward-no-drop", "ip-masq",
-        "iptables", "ip6tables", "ipv6", "live-restore", "no-new-privileges", "raw-logs",
-        "rootless", "selinux-enabled", "tls", "tlsverify", "userland-proxy", "cri-containerd",
-        "validate", "version", "help", "allow-direct-routing", "bridge-accept-fwmark",
+        "debug",
+        "experimental",
+        "icc",
+        "init",
+        "ip-forward",
+        "ip-forward-no-drop",
+        "ip-masq",
+        "iptables",
+        "ip6tables",
+        "ipv6",
+        "live-restore",
+        "no-new-privileges",
+        "raw-logs",
+        "rootless",
+        "selinux-enabled",
+        "tls",
+        "tlsverify",
+        "userland-proxy",
+        "cri-containerd",
+        "validate",
+        "version",
+        "help",
+        "allow-direct-routing",
+        "bridge-accept-fwmark",
     }
 )
 
@@ -62,8 +82,13 @@ MERGED_KEYS = frozenset({"runtimes"})
 # the structured keys); every other nested object is flattened, as `proxies` is.
 FLAT_OBJECTS = frozenset(
     {
-        "runtimes", "log-opts", "default-ulimits", "features", "builder",
-        "cluster-store-opts", "default-network-opts",
+        "runtimes",
+        "log-opts",
+        "default-ulimits",
+        "features",
+        "builder",
+        "cluster-store-opts",
+        "default-network-opts",
     }
 )
 
@@ -156,7 +181,7 @@ def parse_flags(args: tuple[str, ...] | list[str]) -> list[tuple[str, str | None
             while j < len(letters):
                 letter = letters[j]
                 name = SHORTHANDS.get(letter, letter)
-                rest = letters[j + 1:]
+                rest = letters[j + 1 :]
                 if name in BOOL_FLAGS:
                     out.append((name, None))
                     j += 1
@@ -205,5 +230,7 @@ def flag_conflicts(candidate: dict, process: DockerdProcess) -> list[tuple[str, 
     """(key, flag) pairs that dockerd would refuse: set in the file and on its command line."""
     by_key = process.flag_keys()
     return sorted(
-        (key, by_key[key]) for key in file_keys(candidate) if key in by_key and key not in MERGED_KEYS
+        (key, by_key[key])
+        for key in file_keys(candidate)
+        if key in by_key and key not in MERGED_KEYS
     )

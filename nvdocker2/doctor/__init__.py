@@ -5,10 +5,7 @@
 
 from __future__ import annotations
 
-import http.client
-import json
 import os
-import socket
 import sys
 from pathlib import PurePosixPath
 from typing import TextIO
@@ -20,43 +17,30 @@ from nvdocker2.doctor.render import render
 __all__ = ["CheckResult", "Context", "diagnose", "engine_info", "run_doctor"]
 
 
-class _UnixHTTPConnection(http.client.HTTPConnection):
-    def __init__(self, path: str, timeout: float) -> None:
-        super().__init__("localhost", timeout=timeout)
-        self._path = path
-
-    def connect(self) -> None:
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.settimeout(self.timeout)
-        self.sock.connect(self._path)
-
-
 def engine_info(host: str, timeout: float) -> dict:
-    """`GET /info` from the Engine API at `host` (unix:// or tcp://), as a dict."""
+    """`GET /info` from the Engine API at `host`, through the installer's client."""
+    from nvdocker2.dockerd.api import (
+        EngineClient,
+        EngineError,
+        EngineUnavailable,
+        parse_docker_host,
+    )
+    from nvdocker2.errors import NvDockerError
+
     try:
-        if host.startswith("unix://"):
-            conn: http.client.HTTPConnection = _UnixHTTPConnection(host[len("unix://"):], timeout)
-        elif host.startswith(("tcp://", "http://")):
-            conn = http.client.HTTPConnection(host.split("://", 1)[1].rstrip("/"),
-                                              timeout=timeout)
-        else:
-            raise EngineUnreachable(f"unsupported address {host}")
-        conn.request("GET", "/info")
-        resp = conn.getresponse()
-        body = resp.read()
-        conn.close()
-    except (OSError, http.client.HTTPException) as exc:
-        raise EngineUnreachable(getattr(exc, "strerror", None) or str(exc)) from None
-    if resp.status != 200:
-        raise EngineUnreachable(f"GET /info answered HTTP {resp.status}")
-    try:
-        return json.loads(body)
-    except ValueError:
-        raise EngineUnreachable("GET /info did not answer JSON") from None
+        return EngineClient(parse_docker_host(host), timeout).info(timeout)
+    except (EngineUnavailable, EngineError) as exc:
+        raise EngineUnreachable(str(exc)) from None
+    except NvDockerError as exc:  # an address the client does not speak (ssh://, TLS)
+        raise EngineUnreachable(exc.message, exc.hint) from None
 
 
-def diagnose(config: str | None = None, docker_host: str | None = None,
-             smoke: bool = False, ctx: Context | None = None) -> list[CheckResult]:
+def diagnose(
+    config: str | None = None,
+    docker_host: str | None = None,
+    smoke: bool = False,
+    ctx: Context | None = None,
+) -> list[CheckResult]:
     """Run every check against this host (or `ctx`) and return the results in report order."""
     ctx = ctx or Context(
         config_override=PurePosixPath(os.path.abspath(config)) if config else None,
@@ -68,9 +52,14 @@ def diagnose(config: str | None = None, docker_host: str | None = None,
     return run_checks(ctx)
 
 
-def run_doctor(config: str | None = None, docker_host: str | None = None,
-               as_json: bool = False, smoke: bool = False,
-               stream: TextIO | None = None, ctx: Context | None = None) -> int:
+def run_doctor(
+    config: str | None = None,
+    docker_host: str | None = None,
+    as_json: bool = False,
+    smoke: bool = False,
+    stream: TextIO | None = None,
+    ctx: Context | None = None,
+) -> int:
     """Diagnose, render to `stream` (stdout), and return the exit code: 0 when nothing
     failed, 1 otherwise."""
     results = diagnose(config, docker_host, smoke, ctx)

@@ -39,7 +39,8 @@ def config_target(ctx: Context) -> Outcome:
     if host.source in ("DOCKER_HOST",) or host.context_name is not None:
         expected = _norm_socket(
             f"unix://{ctx.env.get('XDG_RUNTIME_DIR', '')}/docker.sock"
-            if loc.kind == "rootless" else "unix:///var/run/docker.sock"
+            if loc.kind == "rootless"
+            else "unix:///var/run/docker.sock"
         )
         if _norm_socket(host.url) != expected:
             return warn(
@@ -62,18 +63,24 @@ def dockerd_major(ctx: Context) -> int | None:
 def config_parse(ctx: Context) -> Outcome:
     f = ctx.daemon_file()
     if not f.exists:
-        return warn(f"{f.path} does not exist: dockerd runs with defaults and no nvidia runtime",
-                    INSTALL_HINT)
+        return warn(
+            f"{f.path} does not exist: dockerd runs with defaults and no nvidia runtime",
+            INSTALL_HINT,
+        )
     if f.error is not None:
-        return fail(f"{f.error}; dockerd will not start with it",
-                    f.hint or f"fix the JSON in {f.path} (or restore a backup: nvdocker2 rollback)")
+        return fail(
+            f"{f.error}; dockerd will not start with it",
+            f.hint or f"fix the JSON in {f.path} (or restore a backup: nvdocker2 rollback)",
+        )
     if f.needs_repair:
         detail = "; ".join(f.warnings)
         major = dockerd_major(ctx)
         if major is not None and major >= 23:
             return warn(detail, "nvdocker2 install rewrites it as a plain JSON object")
-        return fail(f"{detail}; dockerd before 23.0 refuses to start with it",
-                    "write {} into it, or run nvdocker2 install (it rewrites the file)")
+        return fail(
+            f"{detail}; dockerd before 23.0 refuses to start with it",
+            "write {} into it, or run nvdocker2 install (it rewrites the file)",
+        )
     if f.warnings:
         return warn("; ".join(f.warnings), f"remove the duplicate keys from {f.path}")
     return ok(f"{f.path}: valid JSON, {len(f.doc or {})} top-level keys")
@@ -88,8 +95,10 @@ def config_validate(ctx: Context) -> Outcome:
         return skip("no daemon.json to validate")
     errors, warnings = validate.validate(f.doc)
     if errors:
-        return fail(f"{f.path}: " + "; ".join(errors),
-                    f"fix these keys in {f.path}: dockerd refuses the file as it is")
+        return fail(
+            f"{f.path}: " + "; ".join(errors),
+            f"fix these keys in {f.path}: dockerd refuses the file as it is",
+        )
     if warnings:
         return warn(f"{f.path}: " + "; ".join(warnings), f"review these keys in {f.path}")
     return ok(f"{f.path}: matches the daemon.json schema")
@@ -101,11 +110,16 @@ def config_runtime(ctx: Context) -> Outcome:
     runtimes = (f.doc or {}).get("runtimes")
     entry = runtimes.get(RUNTIME_NAME) if isinstance(runtimes, dict) else None
     if entry is None:
-        return fail(f"{f.path} has no runtimes.{RUNTIME_NAME} entry: "
-                    f"`docker run --runtime={RUNTIME_NAME}` will fail", INSTALL_HINT)
+        return fail(
+            f"{f.path} has no runtimes.{RUNTIME_NAME} entry: "
+            f"`docker run --runtime={RUNTIME_NAME}` will fail",
+            INSTALL_HINT,
+        )
     if not isinstance(entry, dict) or not isinstance(entry.get("path"), str):
-        return fail(f"runtimes.{RUNTIME_NAME} in {f.path} has no \"path\" string: {entry!r}",
-                    f"repair it: {INSTALL_HINT}")
+        return fail(
+            f'runtimes.{RUNTIME_NAME} in {f.path} has no "path" string: {entry!r}',
+            f"repair it: {INSTALL_HINT}",
+        )
     args = entry.get("runtimeArgs")
     extra = f" with runtimeArgs {args}" if args else ""
     return ok(f"runtimes.{RUNTIME_NAME}.path = {entry['path']}{extra}")
@@ -118,14 +132,17 @@ def config_runtime_path(ctx: Context) -> Outcome:
     found, _ = ctx.runtime_path()
     if found is None:
         where = "" if path.startswith("/") else f" on {ctx.search_path()[1]}"
-        return fail(f"{path}{where} is not an executable file: containers with "
-                    f"--runtime={RUNTIME_NAME} fail to start",
-                    "install nvdocker2's nvidia-container-runtime, or point the entry at it: "
-                    "nvdocker2 install --runtime-path PATH")
+        return fail(
+            f"{path}{where} is not an executable file: containers with "
+            f"--runtime={RUNTIME_NAME} fail to start",
+            "install nvdocker2's nvidia-container-runtime, or point the entry at it: "
+            "nvdocker2 install --runtime-path PATH",
+        )
     if not path.startswith("/"):
-        return warn(f"{path} is a bare name, found as {ctx.root.show(found)} on "
-                    f"{ctx.search_path()[1]}",
-                    "use an absolute path (dockerd's PATH may differ): nvdocker2 install")
+        return warn(
+            f"{path} is a bare name, found as {ctx.root.show(found)} on {ctx.search_path()[1]}",
+            "use an absolute path (dockerd's PATH may differ): nvdocker2 install",
+        )
     return ok(f"{path} is executable")
 
 
@@ -135,11 +152,15 @@ def config_default_runtime(ctx: Context) -> Outcome:
     doc = f.doc or {}
     default = doc.get("default-runtime")
     if default is None:
-        return ok("not set: dockerd uses runc unless a container asks for "
-                  f"--runtime={RUNTIME_NAME}")
+        return ok(
+            f"not set: dockerd uses runc unless a container asks for --runtime={RUNTIME_NAME}"
+        )
     runtimes = doc.get("runtimes") if isinstance(doc.get("runtimes"), dict) else {}
     if default in runtimes or default in BUILTIN_RUNTIMES:
         return ok(f"default-runtime = {default}")
-    return fail(f"default-runtime {default!r} names no runtime defined in {f.path}: "
-                "dockerd refuses to start", f"define runtimes.{default} or set default-runtime "
-                "to \"runc\" (nvdocker2 uninstall repairs what install did)")
+    return fail(
+        f"default-runtime {default!r} names no runtime defined in {f.path}: "
+        "dockerd refuses to start",
+        f"define runtimes.{default} or set default-runtime "
+        'to "runc" (nvdocker2 uninstall repairs what install did)',
+    )

@@ -7,6 +7,7 @@ import os
 import shlex
 from pathlib import PurePosixPath
 
+from nvdocker2.dockerd.process import MERGED_KEYS, file_keys, flags_to_keys
 from nvdocker2.doctor.checks_config import BUILTIN_RUNTIMES
 from nvdocker2.doctor.context import (
     HOOK_EXE,
@@ -17,6 +18,8 @@ from nvdocker2.doctor.context import (
 )
 from nvdocker2.doctor.registry import Outcome, check, fail, ok, skip, warn
 
+# Seconds of doubt between the hook's change time and dockerd's start time.
+START_SLACK = 0.5
 RESTART_HINT = "restart dockerd: systemctl restart docker (containers without live-restore stop)"
 
 
@@ -36,9 +39,12 @@ def dockerd_reachable(ctx: Context) -> Outcome:
     host = ctx.docker_host()
     res = ctx.info()
     if res.info is None:
-        return fail(f"no answer from dockerd at {host.url} ({host.source}): {res.error}",
-                    "start it (systemctl start docker), or name the right daemon with "
-                    "--docker-host / DOCKER_HOST")
+        return fail(
+            f"no answer from dockerd at {host.url} ({host.source}): {res.error}",
+            res.hint
+            or "start it (systemctl start docker), or name the right daemon with "
+            "--docker-host / DOCKER_HOST",
+        )
     info = res.info
     return ok(f"Docker {info.get('ServerVersion', '?')} at {host.url}")
 
@@ -51,8 +57,10 @@ def dockerd_runtimes(ctx: Context) -> Outcome:
     names = ", ".join(sorted(runtimes))
     detail = f"Runtimes: {names}; DefaultRuntime: {default}"
     if RUNTIME_NAME not in runtimes:
-        return fail(f"{detail}: no {RUNTIME_NAME} runtime loaded",
-                    "nvdocker2 install (it adds the runtime and reloads dockerd)")
+        return fail(
+            f"{detail}: no {RUNTIME_NAME} runtime loaded",
+            "nvdocker2 install (it adds the runtime and reloads dockerd)",
+        )
     path = (runtimes[RUNTIME_NAME] or {}).get("path", "?")
     return ok(f"{detail} ({RUNTIME_NAME} → {path})")
 
@@ -64,14 +72,19 @@ def dockerd_cgroup(ctx: Context) -> Outcome:
     version = info.get("CgroupVersion", "?")
     detail = f"CgroupDriver: {driver}, CgroupVersion: {version}"
     if driver == "none":
-        return warn(f"{detail}: dockerd manages no cgroups (rootless on cgroup v1?)",
-                    "GPU containers need no-cgroups = true in config.toml; use cgroup v2 "
-                    "with systemd delegation for resource limits")
+        return warn(
+            f"{detail}: dockerd manages no cgroups (rootless on cgroup v1?)",
+            "GPU containers need no-cgroups = true in config.toml; use cgroup v2 "
+            "with systemd delegation for resource limits",
+        )
     return ok(detail)
 
 
-@check("dockerd.sync", "daemon.json and the running dockerd agree",
-       needs=("dockerd.reachable", "config.parse"))
+@check(
+    "dockerd.sync",
+    "daemon.json and the running dockerd agree",
+    needs=("dockerd.reachable", "config.parse"),
+)
 def dockerd_sync(ctx: Context) -> Outcome:
     """A runtime in the file that dockerd has not loaded means the file changed since the last
     reload; one loaded but not in the file means it was removed without a reload (or came from
@@ -95,8 +108,10 @@ def dockerd_sync(ctx: Context) -> Outcome:
         if name in BUILTIN_RUNTIMES:
             continue
         if name not in loaded:
-            problems.append(f"runtime {name!r} is in {f.path} but the running dockerd has not "
-                            "loaded it (file changed, dockerd not reloaded)")
+            problems.append(
+                f"runtime {name!r} is in {f.path} but the running dockerd has not "
+                "loaded it (file changed, dockerd not reloaded)"
+            )
             continue
         want = entry.get("path") if isinstance(entry, dict) else None
         have = (loaded[name] or {}).get("path")
@@ -108,66 +123,25 @@ def dockerd_sync(ctx: Context) -> Outcome:
     want_default = doc.get("default-runtime") or "runc"
     have_default = info.get("DefaultRuntime")
     if have_default is not None and have_default != want_default:
-        problems.append(f"default-runtime is {want_default!r} in the file but dockerd uses "
-                        f"{have_default!r}")
+        problems.append(
+            f"default-runtime is {want_default!r} in the file but dockerd uses {have_default!r}"
+        )
     if problems:
         return warn("; ".join(problems), _reload_hint(ctx))
     return ok(f"dockerd runs with the runtimes and default-runtime of {f.path}")
 
 
-# Short dockerd flags and flags whose daemon.json key is another name (DOCKERD-FACTS).
-SHORT_FLAGS = {"-H": "hosts", "-D": "debug", "-l": "log-level", "-G": "group", "-g": "graph",
-               "-p": "pidfile", "-b": "bridge", "-s": "storage-driver"}
-PLURAL_KEYS = {
-    "host": "hosts", "label": "labels", "registry-mirror": "registry-mirrors",
-    "insecure-registry": "insecure-registries", "storage-opt": "storage-opts",
-    "exec-opt": "exec-opts", "dns-opt": "dns-opts", "log-opt": "log-opts",
-    "default-ulimit": "default-ulimits", "authorization-plugin": "authorization-plugins",
-    "node-generic-resource": "node-generic-resources", "add-runtime": "runtimes",
-    "default-address-pool": "default-address-pools", "cdi-spec-dir": "cdi-spec-dirs",
-}
-BOOL_FLAGS = {
-    "debug", "experimental", "icc", "init", "ip-forward", "ip-masq", "iptables", "ip6tables",
-    "ipv6", "live-restore", "no-new-privileges", "raw-logs", "rootless", "selinux-enabled",
-    "tls", "tlsverify", "userland-proxy", "cri-containerd", "validate", "version", "help",
-    "-D", "-v", "-h",
-}
-# Flags that are not daemon.json directives, or that dockerd merges with the file.
-NOT_CONFLICTING = {"config-file", "runtimes", "validate", "version", "help"}
-
-
-def flag_keys(argv: list[str] | tuple[str, ...]) -> dict[str, str]:
-    """daemon.json keys set by the dockerd flags in `argv` → the flag as written."""
-    keys: dict[str, str] = {}
-    args = list(argv[1:])
-    i = 0
-    while i < len(args):
-        arg = args[i]
-        i += 1
-        if not arg.startswith("-") or arg == "-":
-            continue
-        name, eq, _ = arg.partition("=")
-        if name.startswith("--"):
-            flag = name[2:]
-            key = PLURAL_KEYS.get(flag, flag)
-            takes_value = flag not in BOOL_FLAGS
-        elif name in SHORT_FLAGS:
-            key = SHORT_FLAGS[name]
-            takes_value = name not in BOOL_FLAGS
-        else:
-            continue
-        if takes_value and not eq and i < len(args):
-            i += 1
-        if key not in NOT_CONFLICTING:
-            keys.setdefault(key, name)
-    return keys
-
-
 def _unit_argv(ctx: Context) -> tuple[list[str] | None, str]:
     """dockerd's argv from the systemd unit (the last ExecStart after drop-ins) and its file."""
-    units = [PurePosixPath(d) / "docker.service" for d in
-             ("/etc/systemd/system", "/run/systemd/system", "/lib/systemd/system",
-              "/usr/lib/systemd/system")]
+    units = [
+        PurePosixPath(d) / "docker.service"
+        for d in (
+            "/etc/systemd/system",
+            "/run/systemd/system",
+            "/lib/systemd/system",
+            "/usr/lib/systemd/system",
+        )
+    ]
     main = next((u for u in units if ctx.root.path(u).is_file()), None)
     if main is None:
         return None, ""
@@ -210,8 +184,7 @@ def _env_file(ctx: Context, path: str) -> dict[str, str]:
     return env
 
 
-@check("dockerd.flags", "no key both as dockerd flag and in daemon.json",
-       needs=("config.parse",))
+@check("dockerd.flags", "no key both as dockerd flag and in daemon.json", needs=("config.parse",))
 def dockerd_flags(ctx: Context) -> Outcome:
     f = ctx.daemon_file()
     doc = f.doc or {}
@@ -220,25 +193,31 @@ def dockerd_flags(ctx: Context) -> Outcome:
     if proc is not None:
         files = dockerd_option_values(proc.argv, "config-file")
         if (files[-1] if files else ROOTFUL_CONFIG) == str(f.path):
-            sources.append((f"the running dockerd (pid {proc.pid})", flag_keys(proc.argv)))
+            sources.append((f"the running dockerd (pid {proc.pid})", flags_to_keys(proc.argv[1:])))
     unit_argv, unit_file = _unit_argv(ctx)
     if unit_argv is not None:
         files = dockerd_option_values(unit_argv, "config-file")
         if (files[-1] if files else ROOTFUL_CONFIG) == str(f.path):
-            sources.append((f"ExecStart in {unit_file}", flag_keys(unit_argv)))
+            sources.append((f"ExecStart in {unit_file}", flags_to_keys(unit_argv[1:])))
     if not sources:
         return skip(f"no dockerd command line found that reads {f.path} ({why or 'no unit'})")
-    conflicts = []
-    for where, keys in sources:
-        for key, flag in keys.items():
-            if key in doc:
-                conflicts.append((key, flag, where))
+    in_file = file_keys(doc)
+    conflicts = [
+        (key, flag, where)
+        for where, keys in sources
+        for key, flag in sorted(keys.items())
+        if key in in_file and key not in MERGED_KEYS
+    ]
     if conflicts:
-        detail = "; ".join(f"{key!r} is set both in {f.path} and as {flag} in {where}"
-                           for key, flag, where in conflicts)
+        detail = "; ".join(
+            f"{key!r} is set both in {f.path} and as {flag} in {where}"
+            for key, flag, where in conflicts
+        )
         key, flag, where = conflicts[0]
-        return fail(f"{detail}: dockerd refuses to start or reload with both",
-                    f"remove {key!r} from {f.path}, or the {flag} flag from {where}")
+        return fail(
+            f"{detail}: dockerd refuses to start or reload with both",
+            f"remove {key!r} from {f.path}, or the {flag} flag from {where}",
+        )
     checked = " and ".join(where for where, _ in sources)
     return ok(f"no daemon.json key repeated by the flags of {checked}")
 
@@ -255,18 +234,22 @@ def dockerd_gpus(ctx: Context) -> Outcome:
     search = proc.environ.get("PATH", "")
     hook = ctx.root.which(HOOK_EXE, search)
     if hook is None:
-        return warn(f"{HOOK_EXE} is not on dockerd's PATH ({search or 'unset'}): "
-                    "`docker run --gpus` fails with 'could not select device driver'",
-                    f"install the hook into a directory of that PATH (e.g. /usr/bin), "
-                    f"then {RESTART_HINT}")
+        return warn(
+            f"{HOOK_EXE} is not on dockerd's PATH ({search or 'unset'}): "
+            "`docker run --gpus` fails with 'could not select device driver'",
+            f"install the hook into a directory of that PATH (e.g. /usr/bin), then {RESTART_HINT}",
+        )
     shown = ctx.root.show(hook)
     if proc.start_time is not None:
         try:
             installed = max(os.lstat(hook).st_ctime, os.stat(hook).st_ctime)
         except OSError:
             installed = 0.0
-        if installed > proc.start_time:
-            return warn(f"{shown} was installed or replaced after dockerd (pid {proc.pid}) "
-                        "started: if it was not there before, dockerd has not registered it "
-                        "and `docker run --gpus` fails until a restart", RESTART_HINT)
+        if installed > proc.start_time + START_SLACK:
+            return warn(
+                f"{shown} was installed or replaced after dockerd (pid {proc.pid}) "
+                "started: if it was not there before, dockerd has not registered it "
+                "and `docker run --gpus` fails until a restart",
+                RESTART_HINT,
+            )
     return ok(f"{shown} is on dockerd's PATH (pid {proc.pid})")

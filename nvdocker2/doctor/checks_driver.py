@@ -10,14 +10,26 @@ from nvdocker2.doctor.context import Context
 from nvdocker2.doctor.registry import Outcome, check, fail, ok, skip, warn
 
 NVIDIA_MAJOR = 195
-DRIVER_HINT = ("install the NVIDIA driver for this GPU (e.g. apt-get install nvidia-driver) "
-               "and load it: modprobe nvidia")
-RELOAD_DRIVER_HINT = ("reboot, or unload and reload the modules: rmmod nvidia_uvm nvidia_drm "
-                      "nvidia_modeset nvidia && modprobe nvidia nvidia_uvm")
-PERSISTENCE_HINT = ("NVML is slow to start without persistence mode: enable it "
-                    "(systemctl enable --now nvidia-persistenced, or nvidia-smi -pm 1)")
-LIB_DIRS = ("/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib64", "/usr/lib",
-            "/lib/x86_64-linux-gnu", "/lib64")
+DRIVER_HINT = (
+    "install the NVIDIA driver for this GPU (e.g. apt-get install nvidia-driver) "
+    "and load it: modprobe nvidia"
+)
+RELOAD_DRIVER_HINT = (
+    "reboot, or unload and reload the modules: rmmod nvidia_uvm nvidia_drm "
+    "nvidia_modeset nvidia && modprobe nvidia nvidia_uvm"
+)
+PERSISTENCE_HINT = (
+    "NVML is slow to start without persistence mode: enable it "
+    "(systemctl enable --now nvidia-persistenced, or nvidia-smi -pm 1)"
+)
+LIB_DIRS = (
+    "/usr/lib/x86_64-linux-gnu",
+    "/usr/lib/aarch64-linux-gnu",
+    "/usr/lib64",
+    "/usr/lib",
+    "/lib/x86_64-linux-gnu",
+    "/lib64",
+)
 WSL_LIB_DIR = "/usr/lib/wsl/lib"
 
 
@@ -35,8 +47,10 @@ def wsl(ctx: Context) -> Outcome:
     if not ctx.is_wsl():
         return skip("not WSL2 (no /dev/dxg)")
     if not ctx.root.path(f"{WSL_LIB_DIR}/libnvidia-ml.so.1").exists():
-        return warn(f"WSL2, but {WSL_LIB_DIR}/libnvidia-ml.so.1 is missing",
-                    "install or update the NVIDIA driver on the Windows side")
+        return warn(
+            f"WSL2, but {WSL_LIB_DIR}/libnvidia-ml.so.1 is missing",
+            "install or update the NVIDIA driver on the Windows side",
+        )
     return ok(f"WSL2: GPU through /dev/dxg, driver libraries in {WSL_LIB_DIR}")
 
 
@@ -46,8 +60,11 @@ def driver_kernel(ctx: Context) -> Outcome:
         return skip("WSL2 has no /proc/driver/nvidia; the Windows driver serves /dev/dxg")
     version = kernel_version(ctx)
     if version is None:
-        return fail("no /proc/driver/nvidia/version: the NVIDIA kernel module is not loaded "
-                    "(or no driver is installed)", DRIVER_HINT)
+        return fail(
+            "no /proc/driver/nvidia/version: the NVIDIA kernel module is not loaded "
+            "(or no driver is installed)",
+            DRIVER_HINT,
+        )
     return ok(f"kernel module {version}")
 
 
@@ -55,8 +72,10 @@ def driver_kernel(ctx: Context) -> Outcome:
 def driver_nvidia_smi(ctx: Context) -> Outcome:
     res = ctx.nvidia_smi()
     if res is None:
-        return fail("nvidia-smi not found on the system PATH",
-                    "install the driver's utilities (e.g. apt-get install nvidia-smi)")
+        return fail(
+            "nvidia-smi not found on the system PATH",
+            "install the driver's utilities (e.g. apt-get install nvidia-smi)",
+        )
     if not res.ok:
         msg = res.first_line()
         if "version mismatch" in msg.lower():
@@ -66,7 +85,9 @@ def driver_nvidia_smi(ctx: Context) -> Outcome:
         return fail(f"nvidia-smi failed: {msg}", DRIVER_HINT)
     gpus = [line.strip() for line in res.stdout.splitlines() if line.strip()]
     if not gpus:
-        return warn("nvidia-smi lists no GPU", "check that the GPU is visible: lspci | grep -i nvidia")
+        return warn(
+            "nvidia-smi lists no GPU", "check that the GPU is visible: lspci | grep -i nvidia"
+        )
     return ok(f"{len(gpus)} GPU(s): " + "; ".join(gpus))
 
 
@@ -91,19 +112,26 @@ def driver_libraries(ctx: Context) -> Outcome:
     versions = _library_versions(ctx)
     kernel = kernel_version(ctx)
     if not versions:
-        return fail("no libnvidia-ml.so.<version> in " + ", ".join(LIB_DIRS),
-                    "install the driver's user-space libraries (e.g. apt-get install "
-                    "libnvidia-ml1 / the driver package)")
+        return fail(
+            "no libnvidia-ml.so.<version> in " + ", ".join(LIB_DIRS),
+            "install the driver's user-space libraries (e.g. apt-get install "
+            "libnvidia-ml1 / the driver package)",
+        )
     found = ", ".join(sorted(versions))
     if kernel is None:
         return skip(f"user-space libraries {found}; no kernel module to compare with")
     if kernel not in versions:
-        return fail(f"kernel module {kernel} but user-space libraries {found}: the driver was "
-                    "upgraded without reloading the module", RELOAD_DRIVER_HINT)
+        return fail(
+            f"kernel module {kernel} but user-space libraries {found}: the driver was "
+            "upgraded without reloading the module",
+            RELOAD_DRIVER_HINT,
+        )
     if len(versions) > 1:
         others = ", ".join(p for v, ps in sorted(versions.items()) if v != kernel for p in ps)
-        return warn(f"kernel module {kernel}; libraries of other versions remain: {others}",
-                    "remove the leftover libraries of the old driver")
+        return warn(
+            f"kernel module {kernel}; libraries of other versions remain: {others}",
+            "remove the leftover libraries of the old driver",
+        )
     return ok(f"kernel module and libnvidia-ml both {kernel}")
 
 
@@ -116,16 +144,23 @@ def driver_modules(ctx: Context) -> Outcome:
         loaded = {line.split()[0] for line in text.splitlines() if line.strip()}
         source = "/proc/modules"
     else:
-        loaded = {m for m in ("nvidia", "nvidia_uvm", "nvidia_modeset")
-                  if ctx.root.path(f"/sys/module/{m}").is_dir()}
+        loaded = {
+            m
+            for m in ("nvidia", "nvidia_uvm", "nvidia_modeset")
+            if ctx.root.path(f"/sys/module/{m}").is_dir()
+        }
         source = "/sys/module (no /proc/modules)"
     missing = [m for m in ("nvidia", "nvidia_uvm") if m not in loaded]
     if missing:
-        return fail(f"not loaded ({source}): {', '.join(missing)}",
-                    "load them: modprobe nvidia && modprobe nvidia_uvm (or nvidia-modprobe -u -c=0)")
+        return fail(
+            f"not loaded ({source}): {', '.join(missing)}",
+            "load them: modprobe nvidia && modprobe nvidia_uvm (or nvidia-modprobe -u -c=0)",
+        )
     if "nvidia_modeset" not in loaded:
-        return warn("nvidia and nvidia_uvm loaded; nvidia_modeset is not (display "
-                    "capability unavailable)", "modprobe nvidia_modeset if containers need it")
+        return warn(
+            "nvidia and nvidia_uvm loaded; nvidia_modeset is not (display capability unavailable)",
+            "modprobe nvidia_modeset if containers need it",
+        )
     return ok("nvidia, nvidia_uvm, nvidia_modeset loaded")
 
 
@@ -155,30 +190,37 @@ def driver_devices(ctx: Context) -> Outcome:
     for n in ["nvidiactl"] + gpus:
         st = ctx.root.is_char_device(f"/dev/{n}")
         if st is None:
-            problems.append(f"/dev/{n} " + ("missing" if n not in names else
-                                             "is not a character device"))
+            problems.append(
+                f"/dev/{n} " + ("missing" if n not in names else "is not a character device")
+            )
         elif os.major(st.st_rdev) != NVIDIA_MAJOR:
             problems.append(f"/dev/{n} has major {os.major(st.st_rdev)}, not {NVIDIA_MAJOR}")
     for n in ("nvidia-uvm", "nvidia-uvm-tools"):
         st = ctx.root.is_char_device(f"/dev/{n}")
         if st is None:
-            problems.append(f"/dev/{n} " + ("missing" if n not in names else
-                                             "is not a character device"))
+            problems.append(
+                f"/dev/{n} " + ("missing" if n not in names else "is not a character device")
+            )
         else:
             major = _uvm_major(ctx)
             if major is not None and os.major(st.st_rdev) != major:
-                problems.append(f"/dev/{n} has major {os.major(st.st_rdev)}, but /proc/devices "
-                                f"gives nvidia-uvm {major}")
+                problems.append(
+                    f"/dev/{n} has major {os.major(st.st_rdev)}, but /proc/devices "
+                    f"gives nvidia-uvm {major}"
+                )
     if not gpus:
         problems.insert(0, "no /dev/nvidia0, /dev/nvidia1, ...")
     if problems:
-        return fail("; ".join(problems),
-                    "create the nodes: nvidia-modprobe -u -c=0 (or run nvidia-smi once as root)")
+        return fail(
+            "; ".join(problems),
+            "create the nodes: nvidia-modprobe -u -c=0 (or run nvidia-smi once as root)",
+        )
     return ok(f"{len(gpus)} GPU node(s) and nvidiactl (major {NVIDIA_MAJOR}), nvidia-uvm")
 
 
-@check("driver.dev-char", "/dev/char links for the systemd cgroup driver",
-       needs=("dockerd.reachable",))
+@check(
+    "driver.dev-char", "/dev/char links for the systemd cgroup driver", needs=("dockerd.reachable",)
+)
 def driver_dev_char(ctx: Context) -> Outcome:
     """With the systemd cgroup driver, `systemctl daemon-reload` rewrites device rules from
     /dev/char/MAJOR:MINOR; without those links running GPU containers lose their devices."""
@@ -202,8 +244,10 @@ def driver_dev_char(ctx: Context) -> Outcome:
         if not same:
             missing.append(f"{link} → /dev/{n}")
     if missing:
-        return warn("missing: " + ", ".join(missing) + " (a systemd daemon-reload then takes "
-                    "GPU access from running containers)",
-                    "create them: nvidia-ctk system create-dev-char-symlinks --create-all "
-                    "(or ln -s ../nvidiaN /dev/char/MAJOR:MINOR for each)")
+        return warn(
+            "missing: " + ", ".join(missing) + " (a systemd daemon-reload then takes "
+            "GPU access from running containers)",
+            "create them: nvidia-ctk system create-dev-char-symlinks --create-all "
+            "(or ln -s ../nvidiaN /dev/char/MAJOR:MINOR for each)",
+        )
     return ok("every /dev/nvidia* node has its /dev/char link")

@@ -8,68 +8,62 @@ from pathlib import Path
 
 import nvdocker2
 from nvdocker2.doctor.checks_driver import PERSISTENCE_HINT
-from nvdocker2.doctor.context import CLI_EXE, HOOK_EXE, RUNTIME_EXE, Context, _toolkit_value
+from nvdocker2.doctor.context import BROKEN, CLI_EXE, HOOK_EXE, RUNTIME_EXE, Context
 from nvdocker2.doctor.registry import Outcome, check, fail, ok, skip, warn
 
 REINSTALL_HINT = "reinstall the nvdocker2 package so every executable comes from one version"
 
 
-def _version_outcome(ctx: Context, exe: str, found: tuple[Path | None, str],
-                     version: tuple[str | None, str], missing_hint: str) -> Outcome:
+def _version_outcome(
+    ctx: Context,
+    exe: str,
+    found: tuple[Path | None, str],
+    version: tuple[str | None, str],
+    missing_hint: str,
+) -> Outcome:
     path, where = found
     if path is None:
         return fail(f"{exe} not found ({where})", missing_hint)
     shown = ctx.root.show(path)
     ver, how = version
+    if how.startswith(BROKEN):
+        return fail(
+            f"{shown} cannot start: {how[len(BROKEN) :]}",
+            REINSTALL_HINT,
+        )
     if ver is None:
-        return warn(f"{shown} ({where}) is not nvdocker2's: {how}",
-                    f"{REINSTALL_HINT} (another toolkit's {exe} may shadow it)")
+        return warn(
+            f"{shown} ({where}) is not nvdocker2's: {how}",
+            f"{REINSTALL_HINT} (another toolkit's {exe} may shadow it)",
+        )
     if ver != nvdocker2.__version__:
-        return warn(f"{shown} is nvdocker2 {ver}, this nvdocker2 is {nvdocker2.__version__}",
-                    REINSTALL_HINT)
-    return ok(f"{shown} ({where}), nvdocker2 {ver}")
+        return warn(
+            f"{shown} is nvdocker2 {ver}, this nvdocker2 is {nvdocker2.__version__}", REINSTALL_HINT
+        )
+    return ok(f"{shown} ({where}): {how}")
 
 
 @check("runtime.installed", f"{RUNTIME_EXE} installed, same version")
 def runtime_installed(ctx: Context) -> Outcome:
-    return _version_outcome(ctx, RUNTIME_EXE, ctx.runtime_path(), ctx.runtime_version(),
-                            "install the nvdocker2 package (it ships the runtime)")
+    return _version_outcome(
+        ctx,
+        RUNTIME_EXE,
+        ctx.runtime_path(),
+        ctx.runtime_version(),
+        "install the nvdocker2 package (it ships the runtime)",
+    )
 
 
 @check("hook.installed", f"{HOOK_EXE} installed, same version")
 def hook_installed(ctx: Context) -> Outcome:
-    return _version_outcome(ctx, HOOK_EXE, ctx.hook_path(), ctx.hook_version(),
-                            "install the nvdocker2 package (it ships the hook), or set "
-                            "[nvidia-container-runtime-hook] path in config.toml")
-
-
-# config.toml keys and their types (SPEC §3): section → key → type.
-_TOOLKIT_TYPES: dict[str, dict[str, type | tuple[type, ...]]] = {
-    "": {"disable-require": bool, "supported-driver-capabilities": str,
-         "accept-nvidia-visible-devices-envvar-when-unprivileged": bool,
-         "accept-nvidia-visible-devices-as-volume-mounts": bool, "swarm-resource": str},
-    "nvidia-container-runtime": {"runtimes": list, "debug": str, "log-level": str,
-                                 "mode": str, "driver-root": str},
-    "nvidia-container-runtime-hook": {"path": str},
-    "nvidia-container-cli": {"path": str, "root": str, "ldconfig": str, "load-kmods": bool,
-                             "no-cgroups": bool, "user": str, "debug": str,
-                             "environment": list},
-}
-
-
-def _toolkit_errors(data: dict) -> list[str]:
-    errors = []
-    for section, types in _TOOLKIT_TYPES.items():
-        table = data.get(section, {}) if section else data
-        if not isinstance(table, dict):
-            errors.append(f"[{section}] is not a table")
-            continue
-        for key, want in types.items():
-            if key in table and not isinstance(table[key], want):
-                name = f"[{section}] {key}" if section else key
-                errors.append(f"{name} should be a {getattr(want, '__name__', want)}, "
-                              f"not {table[key]!r}")
-    return errors
+    return _version_outcome(
+        ctx,
+        HOOK_EXE,
+        ctx.hook_path(),
+        ctx.hook_version(),
+        "install the nvdocker2 package (it ships the hook), or set "
+        "[nvidia-container-runtime-hook] path in config.toml",
+    )
 
 
 @check("toolkit.config", "config.toml parses, values valid")
@@ -78,38 +72,47 @@ def toolkit_config(ctx: Context) -> Outcome:
     via = " (from NVIDIA_CONTAINER_RUNTIME_CONFIG)" if cfg.from_env else ""
     if not cfg.exists:
         return ok(f"{cfg.path}{via} absent: the runtime and hook use the defaults")
-    if cfg.data is None:
-        return fail(f"{cfg.path}{via}: {cfg.error}; every GPU container start fails",
-                    f"fix the TOML in {cfg.path}")
-    errors = _toolkit_errors(cfg.data)
-    if errors:
-        return fail(f"{cfg.path}: " + "; ".join(errors), f"correct these keys in {cfg.path}")
+    if cfg.error is not None:
+        return fail(
+            f"{cfg.error}{via}: the runtime and the hook refuse it, so every GPU container "
+            "fails to start",
+            f"correct that key in {cfg.path}, or remove the file to use the defaults",
+        )
     return ok(f"{cfg.path}{via}: valid")
 
 
-@check("toolkit.rootless", "no-cgroups matches rootless/rootful Docker",
-       needs=("toolkit.config",))
+@check("toolkit.rootless", "no-cgroups matches rootless/rootful Docker", needs=("toolkit.config",))
 def toolkit_rootless(ctx: Context) -> Outcome:
-    no_cgroups = _toolkit_value(ctx, "nvidia-container-cli", "no-cgroups", False)
+    no_cgroups = ctx.toolkit_config().config.cli.no_cgroups
     path = ctx.toolkit_config().path
     if ctx.rootless():
-        if no_cgroups is not True:
-            return fail("rootless Docker, but [nvidia-container-cli] no-cgroups is not true: "
-                        "the hook cannot write device cgroups and GPU containers fail",
-                        f"set no-cgroups = true under [nvidia-container-cli] in {path}")
+        if not no_cgroups:
+            return fail(
+                "rootless Docker, but [nvidia-container-cli] no-cgroups is not true: "
+                "the hook cannot write device cgroups and GPU containers fail",
+                f"set no-cgroups = true under [nvidia-container-cli] in {path}",
+            )
         return ok("rootless Docker with no-cgroups = true")
-    if no_cgroups is True:
-        return warn("rootful Docker with no-cgroups = true: GPUs are not added to the "
-                    "containers' device cgroup, so CUDA sees no device",
-                    f"remove no-cgroups (or set it false) in {path}")
+    if no_cgroups:
+        return warn(
+            "rootful Docker with no-cgroups = true: GPUs are not added to the "
+            "containers' device cgroup, so CUDA sees no device",
+            f"remove no-cgroups (or set it false) in {path}",
+        )
     return ok("rootful Docker, no-cgroups = false")
 
 
 @check("toolkit.debug-logs", "debug log files writable", needs=("toolkit.config",))
 def toolkit_debug_logs(ctx: Context) -> Outcome:
-    logs = [(f"[{s}] debug", _toolkit_value(ctx, s, "debug", None))
-            for s in ("nvidia-container-runtime", "nvidia-container-cli")]
-    logs = [(k, v) for k, v in logs if isinstance(v, str) and v]
+    cfg = ctx.toolkit_config().config
+    logs = [
+        (key, value)
+        for key, value in (
+            ("[nvidia-container-runtime] debug", cfg.runtime.debug),
+            ("[nvidia-container-cli] debug", cfg.cli.debug),
+        )
+        if value
+    ]
     if not logs:
         return ok("no debug log configured")
     bad = []
@@ -121,13 +124,15 @@ def toolkit_debug_logs(ctx: Context) -> Outcome:
         elif not os.access(target, os.W_OK):
             bad.append(f"{key} = {value} is not writable")
     if bad:
-        return warn("; ".join(bad) + ": the runtime/hook cannot log there",
-                    "create the directory or point the debug key at a writable absolute path")
+        return warn(
+            "; ".join(bad) + ": the runtime/hook cannot log there",
+            "create the directory or point the debug key at a writable absolute path",
+        )
     return ok(", ".join(f"{k} = {v}" for k, v in logs))
 
 
 def _direct_mode(ctx: Context) -> bool:
-    return _toolkit_value(ctx, "nvidia-container-runtime", "mode", "legacy") == "direct"
+    return ctx.toolkit_config().config.runtime.mode == "direct"
 
 
 @check("cli.installed", f"{CLI_EXE} (libnvidia-container) present")
@@ -135,17 +140,27 @@ def cli_installed(ctx: Context) -> Outcome:
     path, where = ctx.cli_path()
     if path is None:
         if _direct_mode(ctx):
-            return skip(f"{CLI_EXE} not found, not needed: config.toml sets mode = \"direct\"")
-        return fail(f"{CLI_EXE} not found ({where}): the hook cannot set up GPU containers",
-                    "install libnvidia-container-tools from NVIDIA's repository, or set "
-                    "mode = \"direct\" under [nvidia-container-runtime] in config.toml")
+            return skip(f'{CLI_EXE} not found, not needed: config.toml sets mode = "direct"')
+        return fail(
+            f"{CLI_EXE} not found ({where}): the hook cannot set up GPU containers",
+            "install libnvidia-container-tools from NVIDIA's repository, or set "
+            'mode = "direct" under [nvidia-container-runtime] in config.toml',
+        )
     res = ctx.cli_version()
     shown = ctx.root.show(path)
     if res is None or not res.ok:
-        return fail(f"{shown} --version failed: {res.first_line() if res else '?'}",
-                    "reinstall libnvidia-container-tools")
-    version = next((line.split(":", 1)[1].strip() for line in res.stdout.splitlines()
-                    if line.startswith("cli-version:")), res.first_line())
+        return fail(
+            f"{shown} --version failed: {res.first_line() if res else '?'}",
+            "reinstall libnvidia-container-tools",
+        )
+    version = next(
+        (
+            line.split(":", 1)[1].strip()
+            for line in res.stdout.splitlines()
+            if line.startswith("cli-version:")
+        ),
+        res.first_line(),
+    )
     return ok(f"{shown} version {version}")
 
 
@@ -164,22 +179,59 @@ def cli_info(ctx: Context) -> Outcome:
         elif "load library" in msg.lower():
             hint = "install the driver's user-space libraries (libnvidia-ml, libcuda)"
         return fail(f"`{CLI_EXE} info` failed: {msg}", hint)
-    nvrm = next((line.split(":", 1)[1].strip() for line in res.stdout.splitlines()
-                 if line.startswith("NVRM version:")), "?")
+    nvrm = next(
+        (
+            line.split(":", 1)[1].strip()
+            for line in res.stdout.splitlines()
+            if line.startswith("NVRM version:")
+        ),
+        "?",
+    )
     gpus = sum(1 for line in res.stdout.splitlines() if line.startswith("Device Index:"))
     return ok(f"driver {nvrm}, {gpus} GPU(s)")
+
+
+@check("direct.driver", "direct mode finds the driver under driver-root", needs=("toolkit.config",))
+def direct_driver(ctx: Context) -> Outcome:
+    """In direct mode the runtime itself reads GPUs, device nodes and driver files from
+    driver-root on every `create` (SPEC §7): the same discovery, run once here."""
+    from nvdocker2.direct.discover import discover
+    from nvdocker2.direct.errors import DirectError
+
+    if not _direct_mode(ctx):
+        return skip('mode is "legacy": the hook and nvidia-container-cli set up GPUs')
+    driver_root = ctx.toolkit_config().config.runtime.driver_root
+    try:
+        found = discover(str(ctx.root.path(driver_root)))
+    except DirectError as exc:
+        return fail(ctx.root.unroot(exc.message), exc.hint or "install and load the NVIDIA driver")
+    detail = (
+        f"driver-root {driver_root}: driver {found.driver_version or '?'}, "
+        f"{len(found.gpus)} GPU(s), {len(found.files)} driver files"
+    )
+    if found.problems:
+        return warn(
+            detail + "; " + "; ".join(f"{p}: {why}" for p, why in found.problems),
+            "create the device nodes: nvidia-modprobe -u -c=0",
+        )
+    if not found.gpus:
+        return warn(detail, "check that the GPUs are visible to the driver (nvidia-smi)")
+    return ok(detail)
 
 
 @check("runtime.low-level", "low-level runtime (runc/crun)")
 def runtime_low_level(ctx: Context) -> Outcome:
     path, where, res = ctx.low_level_runtime()
-    names = _toolkit_value(ctx, "nvidia-container-runtime", "runtimes",
-                           ["docker-runc", "runc", "crun"])
+    names = ", ".join(ctx.toolkit_config().config.runtime.runtimes)
     if path is None:
-        return fail(f"none of {names} found on {where}: the runtime shim has nothing to exec",
-                    "install runc (apt-get install runc) or crun")
+        return fail(
+            f"none of {names} found on {where}: the runtime shim has nothing to exec",
+            "install runc (apt-get install runc) or crun",
+        )
     shown = ctx.root.show(path)
     if res is None or not res.ok:
-        return fail(f"{shown} --version failed: {res.first_line() if res else '?'}",
-                    f"reinstall {path.name}")
+        return fail(
+            f"{shown} --version failed: {res.first_line() if res else '?'}",
+            f"reinstall {path.name}",
+        )
     return ok(f"{shown}: {res.stdout.splitlines()[0].strip() if res.stdout else '?'}")

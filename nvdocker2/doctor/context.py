@@ -14,14 +14,15 @@ import json
 import os
 import re
 import shlex
-import sys
 import threading
+import time
 from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any, Callable
 
+from nvdocker2 import toolkit_config
 from nvdocker2.doctor.host import SYSTEM_PATH, CommandResult, HostRoot, Runner, run_command
 from nvdocker2.locations import ROOTFUL_CONFIG
 
@@ -31,7 +32,9 @@ HOOK_EXE = "nvidia-container-runtime-hook"
 CLI_EXE = "nvidia-container-cli"
 DEFAULT_SOCKET = "/var/run/docker.sock"
 DEFAULT_PIDFILE = "/var/run/docker.pid"
-TOOLKIT_CONFIG = "/etc/nvidia-container-runtime/config.toml"
+
+# dockerd flags that make it print something and exit instead of serving.
+ONE_SHOT_FLAGS = frozenset({"version", "validate", "help"})
 
 # Each external command gets this long; the Engine API call a little more.
 COMMAND_TIMEOUT = 1.5
@@ -41,7 +44,12 @@ EngineInfo = Callable[[str, float], "dict[str, Any]"]
 
 
 class EngineUnreachable(Exception):
-    """The Engine API did not answer `GET /info`; the message says what happened."""
+    """The Engine API did not answer `GET /info`; the message says what happened, `hint`
+    (when set) what to do instead of starting dockerd."""
+
+    def __init__(self, message: str, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.hint = hint
 
 
 @dataclass(frozen=True)
@@ -75,6 +83,7 @@ class DockerHost:
 class InfoResult:
     info: dict | None
     error: str | None = None
+    hint: str | None = None
 
 
 @dataclass(frozen=True)
@@ -87,10 +96,13 @@ class DockerdProcess:
 
 
 @dataclass(frozen=True)
-class ToolkitConfig:
+class ToolkitFile:
+    """config.toml as the runtime and hook read it: `config` holds the defaults when the file
+    is missing or refused (`error`, one line naming the file and the key)."""
+
     path: PurePosixPath
     exists: bool
-    data: dict | None
+    config: toolkit_config.ToolkitConfig
     error: str | None = None
     from_env: bool = False
 
@@ -152,8 +164,12 @@ class Context:
         if self._pool is not None:
             self._pool.shutdown(wait=True)
 
-    def run(self, argv: list[str], timeout: float = COMMAND_TIMEOUT,
-            env: Mapping[str, str] | None = None) -> CommandResult:
+    def run(
+        self,
+        argv: list[str],
+        timeout: float = COMMAND_TIMEOUT,
+        env: Mapping[str, str] | None = None,
+    ) -> CommandResult:
         """Run a command through the injected runner, memoised by its argv."""
         return self.fact("cmd:" + "\0".join(argv), lambda: self.runner(argv, timeout, env))
 
@@ -162,8 +178,11 @@ class Context:
     def config_location(self) -> ConfigLocation:
         def compute() -> ConfigLocation:
             if self.config_override is not None:
-                return ConfigLocation(PurePosixPath(self.config_override), "given with --config",
-                                      _kind_of(self, PurePosixPath(self.config_override)))
+                return ConfigLocation(
+                    PurePosixPath(self.config_override),
+                    "given with --config",
+                    _kind_of(self, PurePosixPath(self.config_override)),
+                )
             locate = self.locate_config or default_location
             return locate(self)
 
@@ -182,7 +201,7 @@ class Context:
             try:
                 return InfoResult(self.engine_info(self.docker_host().url, ENGINE_TIMEOUT))
             except EngineUnreachable as exc:
-                return InfoResult(None, str(exc))
+                return InfoResult(None, str(exc), exc.hint)
 
         return self.fact("info", compute)
 
@@ -190,7 +209,7 @@ class Context:
         """The local dockerd serving `docker_host()`, or None and why it was not found."""
         return self.fact("dockerd_process", lambda: _find_dockerd(self))
 
-    def toolkit_config(self) -> ToolkitConfig:
+    def toolkit_config(self) -> ToolkitFile:
         return self.fact("toolkit_config", lambda: _read_toolkit_config(self))
 
     def rootless(self) -> bool:
@@ -228,10 +247,11 @@ class Context:
 
     def hook_path(self) -> tuple[Path | None, str]:
         def compute() -> tuple[Path | None, str]:
-            section = (self.toolkit_config().data or {}).get("nvidia-container-runtime-hook")
-            path = section.get("path") if isinstance(section, dict) else None
-            if isinstance(path, str) and path:
-                return self.root.which(path, None), "config.toml [nvidia-container-runtime-hook] path"
+            path = self.toolkit_config().config.hook.path
+            if path:
+                return self.root.which(
+                    path, None
+                ), "config.toml [nvidia-container-runtime-hook] path"
             runtime, _ = self.runtime_path()
             if runtime is not None and (runtime.parent / HOOK_EXE).exists():
                 found = self.root.which(self.root.show(runtime.parent / HOOK_EXE), None)
@@ -242,9 +262,8 @@ class Context:
 
     def cli_path(self) -> tuple[Path | None, str]:
         def compute() -> tuple[Path | None, str]:
-            section = (self.toolkit_config().data or {}).get("nvidia-container-cli")
-            path = section.get("path") if isinstance(section, dict) else None
-            if isinstance(path, str) and path:
+            path = self.toolkit_config().config.cli.path
+            if path:
                 return self.root.which(path, None), "config.toml [nvidia-container-cli] path"
             return self.root.which(CLI_EXE, SYSTEM_PATH), "the standard system PATH"
 
@@ -275,19 +294,16 @@ class Context:
         path = self.root.which("nvidia-smi", SYSTEM_PATH)
         if path is None:
             return None
-        return self.run([str(path), "--query-gpu=index,name,driver_version,uuid",
-                         "--format=csv,noheader"])
+        return self.run(
+            [str(path), "--query-gpu=index,name,driver_version,uuid", "--format=csv,noheader"]
+        )
 
     def low_level_runtime(self) -> tuple[Path | None, str, CommandResult | None]:
         """The low-level runtime the shim would exec (first of config.toml's list found)."""
 
         def compute() -> tuple[Path | None, str, CommandResult | None]:
-            names = _toolkit_value(self, "nvidia-container-runtime", "runtimes",
-                                   ["docker-runc", "runc", "crun"])
             search, where = self.search_path()
-            for name in names if isinstance(names, list) else []:
-                if not isinstance(name, str):
-                    continue
+            for name in self.toolkit_config().config.runtime.runtimes:
                 found = self.root.which(name, search)
                 if found is not None:
                     return found, where, self.run([str(found), "--version"])
@@ -342,9 +358,14 @@ def _read_daemon_file(ctx: Context) -> DaemonFile:
     except NvDockerError as exc:
         message = exc.message.replace(str(real), str(path))
         return DaemonFile(path, True, None, message, hint=exc.hint)
-    return DaemonFile(path, doc.existed, doc.data, None,
-                      tuple(w.replace(str(real), str(path)) for w in doc.warnings),
-                      needs_repair=doc.existed and (doc.had_bom or not doc.raw.strip()))
+    return DaemonFile(
+        path,
+        doc.existed,
+        doc.data,
+        None,
+        tuple(w.replace(str(real), str(path)) for w in doc.warnings),
+        needs_repair=doc.existed and (doc.had_bom or not doc.raw.strip()),
+    )
 
 
 def _docker_config_dir(ctx: Context) -> str:
@@ -396,31 +417,19 @@ def _norm_socket(url: str) -> str | None:
     if url.startswith("fd://"):
         path = "/run/docker.sock"
     elif url.startswith("unix://"):
-        path = url[len("unix://"):]
+        path = url[len("unix://") :]
     else:
         return None
     if path.startswith("/var/run/"):
-        path = path[len("/var"):]
+        path = path[len("/var") :]
     return path
 
 
-def dockerd_option_values(argv: tuple[str, ...] | list[str], long: str,
-                          short: str | None = None) -> list[str]:
-    """The values given to one dockerd option in `argv` (`--x v`, `--x=v`, `-x v`, `-x=v`)."""
-    values = []
-    names = {f"--{long}"} | ({f"-{short}"} if short else set())
-    i = 0
-    while i < len(argv):
-        arg = argv[i]
-        name, eq, value = arg.partition("=")
-        if name in names:
-            if eq:
-                values.append(value)
-            elif i + 1 < len(argv):
-                values.append(argv[i + 1])
-                i += 1
-        i += 1
-    return values
+def dockerd_option_values(argv: tuple[str, ...] | list[str], long: str) -> list[str]:
+    """The values given to one dockerd option (`--host`, `-H` …) in `argv`, in order."""
+    from nvdocker2.dockerd.process import parse_flags
+
+    return [v for name, v in parse_flags(tuple(argv[1:])) if name == long and v is not None]
 
 
 def _proc_argv(ctx: Context, pid: int) -> tuple[str, ...] | None:
@@ -431,7 +440,12 @@ def _proc_argv(ctx: Context, pid: int) -> tuple[str, ...] | None:
 
 
 def _is_dockerd(argv: tuple[str, ...] | None) -> bool:
-    return bool(argv) and os.path.basename(argv[0]) == "dockerd"
+    """A dockerd daemon (not a `dockerd --version` or `--validate` run)."""
+    if not argv or os.path.basename(argv[0]) != "dockerd":
+        return False
+    from nvdocker2.dockerd.process import parse_flags
+
+    return not any(name in ONE_SHOT_FLAGS for name, _ in parse_flags(tuple(argv[1:])))
 
 
 def _find_dockerd(ctx: Context) -> tuple[DockerdProcess | None, str]:
@@ -462,7 +476,7 @@ def _find_dockerd(ctx: Context) -> tuple[DockerdProcess | None, str]:
 def _dockerd_hosts(ctx: Context, argv: tuple[str, ...]) -> list[str]:
     """Where a dockerd listens: its -H flags, else `hosts` in its daemon.json, else the
     default socket."""
-    hosts = dockerd_option_values(argv, "host", "H")
+    hosts = dockerd_option_values(argv, "host")
     if hosts:
         return hosts
     files = dockerd_option_values(argv, "config-file")
@@ -489,48 +503,90 @@ def _process(ctx: Context, pid: int, argv: tuple[str, ...], how: str) -> Dockerd
 
 
 def _start_time(ctx: Context, pid: int) -> float | None:
-    """When the process started (epoch seconds), from /proc/PID/stat and /proc/stat btime."""
+    """When the process started (epoch seconds), from /proc/PID/stat's start tick and
+    /proc/uptime (to 10 ms), else /proc/stat's btime (whole seconds)."""
     stat_text = ctx.root.read_text(f"/proc/{pid}/stat")
-    boot_text = ctx.root.read_text("/proc/stat")
-    if not stat_text or not boot_text:
+    if not stat_text:
         return None
     try:
-        ticks = int(stat_text.rsplit(")", 1)[1].split()[19])
-        btime = next(int(line.split()[1]) for line in boot_text.splitlines()
-                     if line.startswith("btime "))
-    except (IndexError, ValueError, StopIteration):
+        since_boot = int(stat_text.rsplit(")", 1)[1].split()[19]) / os.sysconf("SC_CLK_TCK")
+    except (IndexError, ValueError):
         return None
-    return btime + ticks / os.sysconf("SC_CLK_TCK")
-
-
-def _read_toolkit_config(ctx: Context) -> ToolkitConfig:
-    env_path = ctx.env.get("NVIDIA_CONTAINER_RUNTIME_CONFIG")
-    path = PurePosixPath(env_path or TOOLKIT_CONFIG)
+    uptime = ctx.root.read_text("/proc/uptime")
     try:
-        raw = ctx.root.path(path).read_bytes()
+        return time.time() - float(uptime.split()[0]) + since_boot  # type: ignore[union-attr]
+    except (AttributeError, IndexError, ValueError):
+        pass
+    for line in (ctx.root.read_text("/proc/stat") or "").splitlines():
+        if line.startswith("btime "):
+            try:
+                return int(line.split()[1]) + since_boot
+            except (IndexError, ValueError):
+                return None
+    return None
+
+
+def _read_toolkit_config(ctx: Context) -> ToolkitFile:
+    """config.toml through the runtime's own reader, so doctor refuses what the runtime would."""
+    env_path = ctx.env.get(toolkit_config.CONFIG_ENV)
+    path = PurePosixPath(env_path or toolkit_config.DEFAULT_CONFIG_PATH)
+    real = ctx.root.path(path)
+    defaults = toolkit_config.ToolkitConfig(path=str(path), from_env=bool(env_path))
+    try:
+        raw = real.read_bytes()
     except FileNotFoundError:
-        return ToolkitConfig(path, False, {}, None, bool(env_path))
+        return ToolkitFile(path, False, defaults, None, bool(env_path))
     except OSError as exc:
-        return ToolkitConfig(path, True, None, f"cannot read it: {exc.strerror}", bool(env_path))
+        return ToolkitFile(
+            path, True, defaults, f"{path}: cannot read: {exc.strerror}", bool(env_path)
+        )
     try:
-        if sys.version_info >= (3, 11):
-            import tomllib
-        else:  # pragma: no cover - Python < 3.11
-            import tomli as tomllib
-        data = tomllib.loads(raw.decode("utf-8"))
-    except (ValueError, UnicodeDecodeError) as exc:
-        return ToolkitConfig(path, True, None, str(exc), bool(env_path))
-    return ToolkitConfig(path, True, data, None, bool(env_path))
+        cfg = toolkit_config.parse(raw, str(path), bool(env_path))
+    except toolkit_config.ConfigError as exc:
+        return ToolkitFile(path, True, defaults, str(exc), bool(env_path))
+    return ToolkitFile(path, True, cfg, None, bool(env_path))
 
 
-def _toolkit_value(ctx: Context, section: str, key: str, default: Any) -> Any:
-    data = ctx.toolkit_config().data or {}
-    table = data.get(section)
-    return table.get(key, default) if isinstance(table, dict) else default
-
-
-_SYS_PATH_LINE = re.compile(r"sys\.path\[len\(sys\.path\):\] = (\[[^\]]*\])")
+# How nvdocker2's launchers put the package on sys.path: the package's launchers
+# (nvdocker2.runtime.launcher) append a list, the rpm's insert one directory.
+_SYS_PATH_LINE = re.compile(
+    r"sys\.path\[len\(sys\.path\):\] = (\[[^\]]*\])|sys\.path\.insert\(\s*0\s*,\s*(['\"][^'\"]+['\"])\s*\)"
+)
+# Prefix of a `_program_version` answer for an nvdocker2 launcher that cannot start.
+BROKEN = "broken: "
 _VERSION_LINE = re.compile(r"""^__version__ = ["']([^"']+)["']""", re.MULTILINE)
+
+
+def _launcher_sys_path(text: str) -> list[str]:
+    """The directories a launcher puts on sys.path (the first well-formed list found)."""
+    for m in _SYS_PATH_LINE.finditer(text):
+        try:
+            dirs = ast.literal_eval(m.group(1) or f"[{m.group(2)}]")
+        except (ValueError, SyntaxError):
+            continue
+        if (
+            isinstance(dirs, list)
+            and dirs
+            and all(isinstance(d, str) and d.startswith("/") for d in dirs)
+        ):
+            return dirs
+    return []
+
+
+def _sh_assignments(text: str) -> dict[str, str]:
+    """`NAME=value` lines of a sh launcher, unquoted (the sh runtime launcher keeps the Python
+    code it runs in a quoted `code=` variable)."""
+    values = {}
+    for line in text.splitlines():
+        m = re.match(r"([A-Za-z_]\w*)=(\S.*)$", line)
+        if m:
+            try:
+                words = shlex.split(m.group(2))
+            except ValueError:
+                continue
+            if len(words) == 1:
+                values[m.group(1)] = words[0]
+    return values
 
 
 def _program_version(ctx: Context, path: Path | None) -> tuple[str | None, str]:
@@ -549,18 +605,14 @@ def _program_version(ctx: Context, path: Path | None) -> tuple[str | None, str]:
     except OSError as exc:
         return None, f"cannot read it: {exc.strerror}"
     if head.startswith("#!") and "nvdocker2" in head:
-        m = _SYS_PATH_LINE.search(head)
-        if m:
-            try:
-                dirs = ast.literal_eval(m.group(1))
-            except (ValueError, SyntaxError):
-                dirs = []
-            for d in dirs if isinstance(dirs, list) else []:
-                text = ctx.root.read_text(f"{d}/nvdocker2/__init__.py")
-                found = _VERSION_LINE.search(text or "")
+        text = "\n".join(_sh_assignments(head).values()) + "\n" + head
+        dirs = _launcher_sys_path(text)
+        if dirs:
+            for d in dirs:
+                found = _VERSION_LINE.search(ctx.root.read_text(f"{d}/nvdocker2/__init__.py") or "")
                 if found:
                     return found.group(1), f"nvdocker2 {found.group(1)} in {d}"
-            return None, f"none of {dirs} holds nvdocker2"
+            return None, f"{BROKEN}none of {', '.join(dirs)} holds the nvdocker2 package"
         words = shlex.split(head[2:].split("\n", 1)[0])
         if words and os.path.basename(words[0]) == "env":
             words = words[1:]
@@ -568,7 +620,7 @@ def _program_version(ctx: Context, path: Path | None) -> tuple[str | None, str]:
         res = ctx.run(interp + ["-c", "import nvdocker2; print(nvdocker2.__version__)"])
         if res.ok and res.stdout.strip():
             return res.stdout.strip(), f"nvdocker2 {res.stdout.strip()} (read from the script)"
-        return None, f"its Python cannot import nvdocker2: {res.first_line()}"
+        return None, f"{BROKEN}its Python cannot import nvdocker2: {res.first_line()}"
     res = ctx.run([str(path), "--version"])
     if not res.ok:
         return None, f"`{path.name} --version` failed: {res.first_line()}"

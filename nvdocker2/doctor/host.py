@@ -42,6 +42,11 @@ class HostRoot:
             return str(real)
         return "/" + str(rel) if str(rel) != "." else "/"
 
+    def unroot(self, text: str) -> str:
+        """`text` (a message naming real paths) with the root taken off, as the host says it."""
+        prefix = str(self.root).rstrip("/")
+        return text.replace(prefix + "/", "/") if prefix else text
+
     def read_text(self, host_path: str | PurePosixPath) -> str | None:
         """The file's text, or None when it is missing or unreadable."""
         try:

@@ -124,8 +124,7 @@ def run_checks(ctx: Context, checks: Iterable[Check] | None = None) -> list[Chec
                         f"the check itself crashed: {type(exc).__name__}: {exc}",
                         "run with NVDOCKER2_DEBUG=1 for a traceback and report it as a bug",
                     )
-            results[c.id] = CheckResult(c.id, c.title, outcome.status, outcome.detail,
-                                        outcome.hint)
+            results[c.id] = CheckResult(c.id, c.title, outcome.status, outcome.detail, outcome.hint)
     finally:
         ctx.close()
     return list(results.values())

@@ -49,11 +49,14 @@ def render_table(results: Sequence[CheckResult], stream: TextIO) -> None:
     for r in results:
         name = Text(r.title)
         name.append(f"\n{r.id}", style="dim")
-        table.add_row(name, Text(r.status, style=STYLES[r.status]), Text(r.detail),
-                      Text(r.hint or ""))
+        table.add_row(
+            name, Text(r.status, style=STYLES[r.status]), Text(r.detail), Text(r.hint or "")
+        )
     console.print(table)
-    console.print(summary(results), style="bold red" if any(r.status == FAIL for r in results)
-                  else "bold green")
+    console.print(
+        summary(results),
+        style="bold red" if any(r.status == FAIL for r in results) else "bold green",
+    )
 
 
 def render(results: Sequence[CheckResult], stream: TextIO, as_json: bool) -> None:

@@ -17,13 +17,18 @@ HOOK_NAME = "nvidia-container-runtime-hook"
 CONFIG_ENV = "NVIDIA_CONTAINER_RUNTIME_CONFIG"
 DEFAULT_CONFIG_PATH = "/etc/nvidia-container-runtime/config.toml"
 DEFAULT_RUNTIMES = ("docker-runc", "runc", "crun")
+DIRECT_HOOK = "direct-hook"
 # What a pass-through needs from config.toml; a file whose non-comment lines never mention
 # these (nor a backslash, which could spell them as an escape) needs no TOML parser.
 _PASSTHROUGH_KEYS = (b"runtimes", b"debug", b"log-level", b"\\")
 
 
 class RuntimeFailure(Exception):
-    """The shim cannot do its job; reported as one line, exit 1."""
+    """The shim cannot do its job; reported as one `error:` line (and a `hint:`), exit 1."""
+
+    def __init__(self, message: str, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.hint = hint
 
 
 def main(args: list[str] | None = None, self_path: str | None = None) -> int:
@@ -33,6 +38,11 @@ def main(args: list[str] | None = None, self_path: str | None = None) -> int:
         args = sys.argv[1:]
     if self_path is None:
         self_path = sys.argv[0]
+    if args[:1] == [DIRECT_HOOK]:
+        # Direct mode's createContainer hook role (SPEC §7): runc runs this executable.
+        from nvdocker2.direct.hook import main as direct_hook
+
+        return direct_hook(args[1:])
     from nvdocker2.runtime.args import parse_args
 
     log_path = None
@@ -57,8 +67,42 @@ def main(args: list[str] | None = None, self_path: str | None = None) -> int:
         return _exec(runtime, args)
     except RuntimeFailure as e:
         print(f"{PROG}: error: {e}", file=sys.stderr)
+        if e.hint:
+            print(f"{PROG}: hint: {e.hint}", file=sys.stderr)
         _log(log_path, f"error: {e}")
+        _report_to_runtime_log(args, f"{PROG}: {e}")
         return 1
+
+
+def _report_to_runtime_log(args: list[str], message: str) -> None:
+    """Write the error where containerd looks for a runtime's error: runc's `--log FILE` in
+    `--log-format json`. Without it, docker shows "unable to retrieve OCI runtime error"."""
+    from nvdocker2.runtime.args import subcommand
+
+    _, end = subcommand([PROG, *args])
+    globals_ = args[: end - 1] if end > 0 else args
+    values: dict[str, str] = {}
+    i = 0
+    while i < len(globals_):
+        name, sep, value = globals_[i].lstrip("-").partition("=")
+        if name in ("log", "log-format"):
+            if not sep and i + 1 < len(globals_):
+                value = globals_[i + 1]
+                i += 1
+            values[name] = value
+        i += 1
+    if not values.get("log") or values.get("log-format") != "json":
+        return
+    import json
+    import time
+
+    line = json.dumps({"level": "error", "msg": message,
+                       "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+    try:
+        with open(values["log"], "a", encoding="utf-8") as f:
+            f.write(line + "\n")
+    except OSError:
+        pass
 
 
 def _prepare_bundle(config, bundle: str, self_path: str, log_path: str | None) -> None:
@@ -68,7 +112,7 @@ def _prepare_bundle(config, bundle: str, self_path: str, log_path: str | None) -
     try:
         spec = read_spec(spec_path)
         if config.runtime.mode == "direct":
-            changed = _direct_mode(spec, bundle, config)
+            changed = _direct_mode(spec, bundle, config, self_path)
         else:
             hook = hook_path(config, self_path)
             config_file = config.path if config.from_env else None
@@ -77,19 +121,24 @@ def _prepare_bundle(config, bundle: str, self_path: str, log_path: str | None) -
             write_spec(spec_path, spec)
     except SpecError as e:
         raise RuntimeFailure(str(e)) from None
-    _log(log_path, f"{spec_path}: {'updated' if changed else 'unchanged'}")
+    _log(log_path, f"{spec_path}: {'updated' if changed else 'unchanged'} ({config.runtime.mode})")
 
 
-def _direct_mode(spec: dict, bundle: str, config) -> bool:
-    """SPEC §7: the spec is edited here instead of by the hook (nvdocker2.direct)."""
+def _direct_mode(spec: dict, bundle: str, config, self_path: str) -> bool:
+    """SPEC §7: the spec is edited here instead of by the hook (nvdocker2.direct). The whole
+    edit is computed first; `spec` changes only when all of it resolved."""
+    from nvdocker2.direct.create import edit_for_create
+    from nvdocker2.direct.errors import DirectError
+
     try:
-        from nvdocker2 import direct
-    except ImportError:
-        raise RuntimeFailure(
-            f"{config.path}: mode = \"direct\" but this build has no direct mode;"
-            " set mode = \"legacy\""
-        ) from None
-    return bool(direct.edit_spec(spec, bundle, config))
+        new = edit_for_create(spec, bundle, config, self_path)
+    except DirectError as e:
+        raise RuntimeFailure(e.message, e.hint) from None
+    if new is None:
+        return False
+    spec.clear()
+    spec.update(new)
+    return True
 
 
 def hook_path(config, self_path: str) -> str:

@@ -38,6 +38,13 @@ def pytest_collection_modifyitems(items):
 
 
 @pytest.fixture(scope="session")
+def e2e_prerequisites():
+    """Skip (fail under CI=true) when a private dockerd cannot run here; for module fixtures
+    that start their own daemon."""
+    _require_prerequisites()
+
+
+@pytest.fixture(scope="session")
 def private_dockerd():
     """One private dockerd for the whole test session."""
     _require_prerequisites()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -20,21 +21,34 @@ def doctor(*args: str, env: dict | None = None) -> tuple[int, str, str, float]:
     start = time.monotonic()
     proc = subprocess.run(
         [sys.executable, "-m", "nvdocker2", "doctor", *args],
-        capture_output=True, text=True, timeout=60, env=env, check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+        check=False,
     )
     return proc.returncode, proc.stdout, proc.stderr, time.monotonic() - start
 
 
-def doctor_json(daemon, *extra: str) -> tuple[int, dict]:
-    code, out, _, _ = doctor("--config", str(daemon.config_file), "--docker-host",
-                             daemon.host, "--json", *extra)
+def doctor_json(daemon, *extra: str, env: dict | None = None) -> tuple[int, dict]:
+    """`doctor --json` for `daemon` and its file: exit code, results by id."""
+    code, out, _, _ = doctor(
+        "--config",
+        str(daemon.config_file),
+        "--docker-host",
+        daemon.host,
+        "--json",
+        *extra,
+        env=env,
+    )
     results = json.loads(out)
     return code, {r["id"]: r for r in results}
 
 
 def write_runtime(daemon) -> None:
-    daemon.config_file.write_text(json.dumps({"runtimes": {"nvidia": {"path": RUNTIME}}},
-                                             indent=4) + "\n")
+    daemon.config_file.write_text(
+        json.dumps({"runtimes": {"nvidia": {"path": RUNTIME}}}, indent=4) + "\n"
+    )
 
 
 def test_installed_and_loaded_runtime_is_ok(dockerd):
@@ -42,14 +56,26 @@ def test_installed_and_loaded_runtime_is_ok(dockerd):
     dockerd.sighup()
     dockerd.wait_info(lambda i: "nvidia" in i["Runtimes"])
     _, r = doctor_json(dockerd)
-    for check_id in ("config.target", "config.parse", "config.validate", "config.runtime",
-                     "config.runtime-path", "config.default-runtime", "dockerd.reachable",
-                     "dockerd.runtimes", "dockerd.sync", "dockerd.flags", "runtime.installed"):
+    for check_id in (
+        "config.target",
+        "config.parse",
+        "config.validate",
+        "config.runtime",
+        "config.runtime-path",
+        "config.default-runtime",
+        "dockerd.reachable",
+        "dockerd.runtimes",
+        "dockerd.sync",
+        "dockerd.flags",
+        "runtime.installed",
+    ):
         assert r[check_id]["status"] == "ok", r[check_id]
     assert f"nvidia → {RUNTIME}" in r["dockerd.runtimes"]["detail"]
     assert f"pid {dockerd.pid}" in r["config.target"]["detail"]
-    assert r["dockerd.reachable"]["detail"].startswith("Docker 20.10") or \
-        "Docker " in r["dockerd.reachable"]["detail"]
+    assert (
+        r["dockerd.reachable"]["detail"].startswith("Docker 20.10")
+        or "Docker " in r["dockerd.reachable"]["detail"]
+    )
 
 
 def test_file_changed_but_not_reloaded_warns_stale_naming_the_runtime(dockerd):
@@ -79,8 +105,9 @@ def test_flag_and_file_conflict_fails_naming_the_key(make_dockerd):
 def test_stopped_dockerd_fails_with_hint_and_the_rest_still_runs(make_dockerd):
     daemon = make_dockerd()
     daemon.stop()
-    code, out, err, _ = doctor("--config", str(daemon.config_file), "--docker-host",
-                               daemon.host, "--json")
+    code, out, err, _ = doctor(
+        "--config", str(daemon.config_file), "--docker-host", daemon.host, "--json"
+    )
     results = json.loads(out)
     r = {x["id"]: x for x in results}
     assert code == 1
@@ -95,8 +122,10 @@ def test_stopped_dockerd_fails_with_hint_and_the_rest_still_runs(make_dockerd):
     assert err == ""
 
 
-@pytest.mark.skipif(os.path.exists("/proc/driver/nvidia/version"),
-                    reason="this test describes a host without an NVIDIA driver")
+@pytest.mark.skipif(
+    os.path.exists("/proc/driver/nvidia/version"),
+    reason="this test describes a host without an NVIDIA driver",
+)
 def test_full_run_on_this_host_exits_1_with_hints_within_2_seconds():
     env = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "COLUMNS")}
     code, out, err, seconds = doctor("--json", env=env)
@@ -117,8 +146,10 @@ def test_full_run_on_this_host_exits_1_with_hints_within_2_seconds():
     assert seconds <= 2.0
 
 
-@pytest.mark.skipif(os.path.exists("/proc/driver/nvidia/version"),
-                    reason="this test describes a host without an NVIDIA driver")
+@pytest.mark.skipif(
+    os.path.exists("/proc/driver/nvidia/version"),
+    reason="this test describes a host without an NVIDIA driver",
+)
 def test_smoke_runs_a_gpu_container_and_reports_what_happened(dockerd):
     write_runtime(dockerd)
     dockerd.sighup()
@@ -126,9 +157,7 @@ def test_smoke_runs_a_gpu_container_and_reports_what_happened(dockerd):
     _, r = doctor_json(dockerd)
     assert not any(i.startswith("smoke.") for i in r), "smoke runs only with --smoke"
     env = dict(os.environ, NVDOCKER2_SMOKE_IMAGE=dockerd.image)
-    code, out, _, _ = doctor("--config", str(dockerd.config_file), "--docker-host",
-                             dockerd.host, "--json", "--smoke", env=env)
-    r = {x["id"]: x for x in json.loads(out)}
+    code, r = doctor_json(dockerd, "--smoke", env=env)
     assert code == 1
     smoke = r["smoke.runtime"]
     assert smoke["status"] == "fail"
@@ -143,12 +172,43 @@ def test_smoke_runs_a_gpu_container_and_reports_what_happened(dockerd):
 
 def test_smoke_with_an_image_not_present_says_to_pull_it(dockerd):
     env = dict(os.environ, NVDOCKER2_SMOKE_IMAGE="nvd2-absent:1")
-    _, out, _, _ = doctor("--config", str(dockerd.config_file), "--docker-host",
-                          dockerd.host, "--json", "--smoke", env=env)
-    r = {x["id"]: x for x in json.loads(out)}
+    _, r = doctor_json(dockerd, "--smoke", env=env)
     assert r["smoke.gpus"]["status"] == "fail"
     assert "nvd2-absent:1 is not present locally" in r["smoke.gpus"]["detail"]
     assert "docker pull nvd2-absent:1" in r["smoke.gpus"]["hint"]
     # no nvidia runtime loaded in this daemon: the runtime smoke test is skipped, saying why
     assert r["smoke.runtime"]["status"] == "skip"
     assert "dockerd.runtimes" in r["smoke.runtime"]["detail"]
+
+
+def test_gpus_support_follows_the_hook_on_dockerds_own_path(make_dockerd, tmp_path):
+    hook = Path(sys.executable).parent / "nvidia-container-runtime-hook"
+    early = tmp_path / "early"
+    early.mkdir()
+    shutil.copy2(hook, early / hook.name)
+    daemon = make_dockerd(path_prepend=[early])
+    _, r = doctor_json(daemon)
+    assert r["dockerd.gpus"]["status"] == "ok", r["dockerd.gpus"]
+    assert str(early / hook.name) in r["dockerd.gpus"]["detail"]
+
+    late = tmp_path / "late"
+    late.mkdir()
+    other = make_dockerd(path_prepend=[late])
+    time.sleep(0.6)
+    shutil.copy2(hook, late / hook.name)  # installed while dockerd runs
+    _, r = doctor_json(other)
+    gpus = r["dockerd.gpus"]
+    assert gpus["status"] == "warn"
+    assert f"after dockerd (pid {other.pid}) started" in gpus["detail"]
+    assert "restart" in gpus["hint"]
+
+
+def test_checking_a_daemon_without_its_file_warns_which_file_it_reads(dockerd):
+    code, out, _, _ = doctor("--docker-host", dockerd.host, "--json")
+    r = {x["id"]: x for x in json.loads(out)}
+    target = r["config.target"]
+    assert target["status"] == "warn"
+    assert f"reads {dockerd.config_file}, not /etc/docker/daemon.json" in target["detail"]
+    assert f"--config {dockerd.config_file}" in target["hint"]
+    assert r["dockerd.sync"]["status"] == "skip"
+    assert str(dockerd.config_file) in r["dockerd.sync"]["detail"]

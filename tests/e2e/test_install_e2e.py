@@ -5,59 +5,31 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
-RUNTIME = "/usr/bin/nvidia-container-runtime"
-
-
-def nvdocker2(daemon, *args: str, env: dict | None = None, daemon_flags: bool = True):
-    """Run the CLI against `daemon` (its config file, socket and pidfile)."""
-    argv = [sys.executable, "-m", "nvdocker2", *args]
-    if daemon is not None:
-        argv += ["--config", str(daemon.config_file)]
-        if daemon_flags:
-            argv += ["--docker-host", daemon.host, "--pidfile", str(daemon.pidfile)]
-    return subprocess.run(argv, capture_output=True, text=True, timeout=120,
-                          env=dict(os.environ, **(env or {})))
-
-
-def reloads(daemon) -> int:
-    """How many SIGHUPs dockerd has acted on (its log says so each time)."""
-    return daemon.log_file.read_text(errors="replace").count("Got signal to reload configuration")
-
-
-def sleeper(daemon) -> str:
-    return daemon.docker("run", "-d", "--network=none", daemon.image, "sleep", "1000").stdout.strip()
-
-
-def state(daemon, cid: str) -> str:
-    return daemon.docker("inspect", "-f", "{{.State.Running}} {{.State.StartedAt}}", cid).stdout.strip()
+from dockerd_cli import (
+    INSTALL,
+    RUNTIME,
+    make_stand_ins,
+    nvdocker2,
+    reloads,
+    sleeper,
+    state,
+    systemd_env,
+)
 
 
 @pytest.fixture
 def stand_ins(tmp_path):
-    """systemctl/service/journalctl stand-ins (tests/fixtures/systemctl) in a bin dir."""
-    bindir = tmp_path / "bin"
-    bindir.mkdir()
-    for name in ("systemctl", "service", "journalctl"):
-        (bindir / name).symlink_to(FIXTURES / "systemctl")
-    return bindir
-
-
-def systemd_env(stand_ins: Path, daemon, **extra: str) -> dict:
-    return {"PATH": f"{stand_ins}:{os.environ['PATH']}", "NVD2_DOCKERD_ROOT": str(daemon.root), **extra}
+    return make_stand_ins(tmp_path)
 
 
 def test_install_makes_dockerd_report_the_runtime_and_a_running_container_keeps_running(dockerd):
     cid = sleeper(dockerd)
     before = state(dockerd, cid)
     count = reloads(dockerd)
-    out = nvdocker2(dockerd, "install", "--runtime-path", RUNTIME)
+    out = nvdocker2(dockerd, *INSTALL)
     assert out.returncode == 0, out.stderr
     assert dockerd.info()["Runtimes"]["nvidia"] == {"path": RUNTIME}
     assert dockerd.info()["DefaultRuntime"] == "runc"
@@ -69,7 +41,7 @@ def test_install_makes_dockerd_report_the_runtime_and_a_running_container_keeps_
 
 def test_set_default_then_uninstall_restores_the_default_and_the_file(dockerd):
     original = dockerd.config_file.read_bytes()
-    out = nvdocker2(dockerd, "install", "--runtime-path", RUNTIME, "--set-default", "--json")
+    out = nvdocker2(dockerd, *INSTALL, "--set-default", "--json")
     assert out.returncode == 0, out.stderr
     result = json.loads(out.stdout)
     assert (result["changed"], result["reload"], result["verified"]) == (True, "signal", True)
@@ -84,10 +56,10 @@ def test_set_default_then_uninstall_restores_the_default_and_the_file(dockerd):
 
 
 def test_an_idempotent_rerun_does_not_signal_dockerd(dockerd):
-    assert nvdocker2(dockerd, "install", "--runtime-path", RUNTIME).returncode == 0
+    assert nvdocker2(dockerd, *INSTALL).returncode == 0
     written = dockerd.config_file.read_bytes()
     count = reloads(dockerd)
-    out = nvdocker2(dockerd, "install", "--runtime-path", RUNTIME, "--json")
+    out = nvdocker2(dockerd, *INSTALL, "--json")
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["changed"] is False
     assert json.loads(out.stdout)["reload"] == "none"
@@ -98,9 +70,11 @@ def test_an_idempotent_rerun_does_not_signal_dockerd(dockerd):
 def test_a_flag_conflict_the_installer_can_see_exits_2_before_writing(make_dockerd):
     daemon = make_dockerd(extra_args=["--default-runtime=runc"])
     original = daemon.config_file.read_bytes()
-    out = nvdocker2(daemon, "install", "--runtime-path", RUNTIME, "--set-default")
+    out = nvdocker2(daemon, *INSTALL, "--set-default")
     assert out.returncode == 2
-    assert out.stderr.startswith(f"error: {daemon.config_file}: \"default-runtime\" (flag --default-runtime)")
+    assert out.stderr.startswith(
+        f'error: {daemon.config_file}: "default-runtime" (flag --default-runtime)'
+    )
     assert "hint: remove the key from daemon.json, or the flag" in out.stderr
     assert daemon.config_file.read_bytes() == original
     assert reloads(daemon) == 0
@@ -117,11 +91,20 @@ def test_a_conflict_the_installer_cannot_see_is_rolled_back_exit_4(make_dockerd,
     before = state(daemon, cid)
     original = daemon.config_file.read_bytes()
     env = systemd_env(stand_ins, daemon, NVD2_FAKE_HIDE_PID="1")
-    out = nvdocker2(daemon, "install", "--runtime-path", RUNTIME, "--set-default",
-                    "--docker-host", daemon.host, env=env, daemon_flags=False)
+    out = nvdocker2(
+        daemon,
+        *INSTALL,
+        "--set-default",
+        "--docker-host",
+        daemon.host,
+        env=env,
+        daemon_flags=False,
+    )
     assert out.returncode == 4, out.stderr
-    assert "the following directives are specified both as a flag and in the configuration " \
-           "file: default-runtime" in out.stderr
+    assert (
+        "the following directives are specified both as a flag and in the configuration "
+        "file: default-runtime" in out.stderr
+    )
     assert "previous file was restored" in out.stderr
     assert daemon.config_file.read_bytes() == original
     assert daemon.docker("version").returncode == 0
@@ -129,15 +112,19 @@ def test_a_conflict_the_installer_cannot_see_is_rolled_back_exit_4(make_dockerd,
     assert state(daemon, cid) == before
 
 
+NO_SYSTEMD = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
+
+
 def test_dockerd_not_running_with_verify_exits_3_with_a_hint(tmp_path):
     config = tmp_path / "daemon.json"
     config.write_bytes(b"{}\n")
-    out = subprocess.run(
-        [sys.executable, "-m", "nvdocker2", "install", "--config", str(config), "--runtime-path",
-         RUNTIME, "--pidfile", str(tmp_path / "docker.pid"), "--docker-host", f"unix://{tmp_path}/d.sock"],
-        capture_output=True, text=True, timeout=60,
-        env=dict(os.environ, PATH="/usr/sbin:/usr/bin:/sbin:/bin"),
-    )
+    where = [
+        "--pidfile",
+        str(tmp_path / "docker.pid"),
+        "--docker-host",
+        f"unix://{tmp_path}/d.sock",
+    ]
+    out = nvdocker2(None, *INSTALL, "--config", str(config), *where, env=NO_SYSTEMD)
     assert out.returncode == 3
     assert out.stderr.splitlines()[0].startswith("error: no running dockerd found")
     assert "hint: start dockerd (systemctl start docker)" in out.stderr
@@ -147,15 +134,15 @@ def test_dockerd_not_running_with_verify_exits_3_with_a_hint(tmp_path):
 
 def test_dockerd_not_running_with_no_verify_writes_and_says_what_to_run(tmp_path):
     config = tmp_path / "daemon.json"
-    out = subprocess.run(
-        [sys.executable, "-m", "nvdocker2", "install", "--config", str(config), "--runtime-path",
-         RUNTIME, "--no-verify", "--pidfile", str(tmp_path / "docker.pid"), "--json"],
-        capture_output=True, text=True, timeout=60,
-        env=dict(os.environ, PATH="/usr/sbin:/usr/bin:/sbin:/bin"),
+    where = ["--pidfile", str(tmp_path / "docker.pid")]
+    out = nvdocker2(
+        None, *INSTALL, "--config", str(config), "--no-verify", *where, "--json", env=NO_SYSTEMD
     )
     assert out.returncode == 0, out.stderr
     result = json.loads(out.stdout)
     assert (result["changed"], result["reload"], result["verified"]) == (True, "none", False)
-    assert any(n.startswith("dockerd was not reloaded; to apply the change run:") for n in result["notes"])
+    assert any(
+        n.startswith("dockerd was not reloaded; to apply the change run:") for n in result["notes"]
+    )
     assert any(n.startswith("reload mode none: no running dockerd found") for n in result["notes"])
     assert json.loads(config.read_text())["runtimes"]["nvidia"] == {"path": RUNTIME}

@@ -5,7 +5,13 @@ from __future__ import annotations
 
 import json
 
-from test_install_e2e import RUNTIME, nvdocker2, reloads, stand_ins, systemd_env  # noqa: F401
+import pytest
+from dockerd_cli import INSTALL, RUNTIME, make_stand_ins, nvdocker2, reloads, systemd_env
+
+
+@pytest.fixture
+def stand_ins(tmp_path):
+    return make_stand_ins(tmp_path)
 
 
 def test_auto_uses_systemd_when_it_runs_docker_and_verifies(dockerd, stand_ins, tmp_path):
@@ -13,12 +19,22 @@ def test_auto_uses_systemd_when_it_runs_docker_and_verifies(dockerd, stand_ins, 
     count = reloads(daemon)
     calls = tmp_path / "calls"
     env = systemd_env(stand_ins, daemon, NVD2_FAKE_CALLS=str(calls))
-    out = nvdocker2(daemon, "install", "--runtime-path", RUNTIME, "--docker-host", daemon.host,
-                    "--json", env=env, daemon_flags=False)
+    out = nvdocker2(
+        daemon,
+        *INSTALL,
+        "--docker-host",
+        daemon.host,
+        "--json",
+        env=env,
+        daemon_flags=False,
+    )
     assert out.returncode == 0, out.stderr
     result = json.loads(out.stdout)
     assert (result["reload"], result["verified"]) == ("systemd", True)
-    assert "reload mode systemd: systemd runs docker.service (systemctl is-active docker)" in result["notes"]
+    assert (
+        "reload mode systemd: systemd runs docker.service (systemctl is-active docker)"
+        in result["notes"]
+    )
     assert "systemctl reload docker" in calls.read_text().splitlines()
     assert daemon.info()["Runtimes"]["nvidia"] == {"path": RUNTIME}
     assert reloads(daemon) == count + 1
@@ -28,31 +44,47 @@ def test_sysv_reloads_through_service(dockerd, stand_ins, tmp_path):
     daemon = dockerd
     calls = tmp_path / "calls"
     env = systemd_env(stand_ins, daemon, NVD2_FAKE_CALLS=str(calls))
-    out = nvdocker2(daemon, "install", "--runtime-path", RUNTIME, "--reload", "sysv", env=env)
+    out = nvdocker2(daemon, *INSTALL, "--reload", "sysv", env=env)
     assert out.returncode == 0, out.stderr
     assert "service docker reload" in calls.read_text().splitlines()
     assert daemon.info()["Runtimes"]["nvidia"] == {"path": RUNTIME}
 
 
-def test_restart_gives_a_new_dockerd_and_verification_waits_for_it(make_dockerd, stand_ins, tmp_path):
+def test_restart_gives_a_new_dockerd_and_verification_waits_for_it(
+    make_dockerd, stand_ins, tmp_path
+):
     daemon = make_dockerd()
+    # `sleep` as PID 1 ignores SIGTERM: let dockerd kill it after 1 s instead of 10.
+    daemon.docker("run", "-d", "--network=none", "--stop-timeout=1", daemon.image, "sleep", "1000")
     old_pid = daemon.pid
     # systemctl returns at once and dockerd only starts 2 s later.
     env = systemd_env(stand_ins, daemon, NVD2_FAKE_NO_WAIT="1", NVD2_FAKE_START_DELAY="2")
-    out = nvdocker2(daemon, "install", "--runtime-path", RUNTIME, "--set-default", "--restart",
-                    "--reload", "systemd", "--json", env=env)
+    out = nvdocker2(
+        daemon,
+        *INSTALL,
+        "--set-default",
+        "--restart",
+        "--reload",
+        "systemd",
+        "--json",
+        env=env,
+    )
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["verified"] is True
     assert daemon.pid != old_pid
     info = daemon.info()
     assert info["Runtimes"]["nvidia"] == {"path": RUNTIME} and info["DefaultRuntime"] == "nvidia"
     assert "waiting for dockerd" in out.stderr and "not answering" in out.stderr
+    assert (
+        "warning: live-restore is off: restarting dockerd stops the 1 running container(s)"
+        in out.stderr
+    )
     assert reloads(daemon) == 0
 
 
 def test_restart_with_signal_reload_is_refused_before_writing(dockerd):
     original = dockerd.config_file.read_bytes()
-    out = nvdocker2(dockerd, "install", "--runtime-path", RUNTIME, "--restart", "--reload", "signal")
+    out = nvdocker2(dockerd, *INSTALL, "--restart", "--reload", "signal")
     assert out.returncode == 2
     assert out.stderr.startswith("error: --restart: --reload signal")
     assert dockerd.config_file.read_bytes() == original
@@ -61,8 +93,17 @@ def test_restart_with_signal_reload_is_refused_before_writing(dockerd):
 def test_uninstall_with_restart_takes_the_runtime_out_of_dockerd(make_dockerd, stand_ins):
     daemon = make_dockerd()
     env = systemd_env(stand_ins, daemon)
-    assert nvdocker2(daemon, "install", "--runtime-path", RUNTIME, "--set-default", "--reload", "systemd",
-                     env=env).returncode == 0
+    assert (
+        nvdocker2(
+            daemon,
+            *INSTALL,
+            "--set-default",
+            "--reload",
+            "systemd",
+            env=env,
+        ).returncode
+        == 0
+    )
     pid = daemon.pid
     out = nvdocker2(daemon, "uninstall", "--restart", "--reload", "systemd", env=env)
     assert out.returncode == 0, out.stderr
@@ -78,8 +119,16 @@ def test_a_restart_dockerd_refuses_is_rolled_back_with_the_journal_words(make_do
     daemon = make_dockerd(extra_args=["--default-runtime=runc"])
     original = daemon.config_file.read_bytes()
     env = systemd_env(stand_ins, daemon, NVD2_FAKE_HIDE_PID="1")
-    out = nvdocker2(daemon, "install", "--runtime-path", RUNTIME, "--set-default", "--restart",
-                    "--docker-host", daemon.host, env=env, daemon_flags=False)
+    out = nvdocker2(
+        daemon,
+        *INSTALL,
+        "--set-default",
+        "--restart",
+        "--docker-host",
+        daemon.host,
+        env=env,
+        daemon_flags=False,
+    )
     assert out.returncode == 4, out.stderr
     assert "unable to configure the Docker daemon with file" in out.stderr
     assert "default-runtime: (from flag: runc, from file: nvidia)" in out.stderr

@@ -24,6 +24,7 @@ from pkgtest import (
     CACHE,
     INCLUDE,
     MIRROR,
+    RECIPE,
     REPO,
     SUITE,
     UPGRADE_VERSION,
@@ -98,7 +99,7 @@ def packages(root_user, tmp_path_factory) -> Packages:
 
 @pytest.fixture(scope="session")
 def chroot_tarball(root_user) -> Path:
-    key = hashlib.sha256(" ".join([SUITE, MIRROR, *INCLUDE]).encode()).hexdigest()[:12]
+    key = hashlib.sha256(" ".join([RECIPE, SUITE, MIRROR, *INCLUDE]).encode()).hexdigest()[:12]
     CACHE.mkdir(parents=True, exist_ok=True)
     tarball = CACHE / f"{SUITE}-minbase-{key}.tar"
     with open(CACHE / ".lock", "w") as lock:

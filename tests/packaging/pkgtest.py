@@ -16,6 +16,8 @@ REPO = Path(__file__).resolve().parents[2]
 CACHE = Path(os.environ.get("NVDOCKER2_TEST_CACHE", "/var/cache/nvdocker2-tests"))
 MIRROR = os.environ.get("NVDOCKER2_TEST_MIRROR", "http://deb.debian.org/debian")
 SUITE = "bookworm"
+# Part of the cache key: change it when bootstrap() changes what goes into the tarball.
+RECIPE = "2"
 # The package's Depends, so that `apt-get install ./x.deb` needs no network.
 INCLUDE = [
     "python3",
@@ -42,11 +44,11 @@ PROGRAMS = [
     "nvidia-docker",
 ]
 
-# A hand-written daemon.json: each "key": value below must survive install byte for byte
-# (odd spacing, an integer past 2**53, non-ASCII text, a nested object, a multi-line list).
+# A hand-written daemon.json: each value below must survive install byte for byte (odd
+# spacing inside a value, an integer past 2**53, non-ASCII text, a multi-line list).
 USER_SNIPPETS = [
     '"data-root": "/srv/docker"',
-    '"log-driver":"json-file"',
+    '"log-driver": "json-file"',
     '"log-opts": { "max-size": "10m",  "max-file": "3" }',
     '"labels": ["owner=Zoë", "rack=β-7"]',
     '"max-concurrent-downloads": 9007199254740993',
@@ -61,10 +63,9 @@ def runtimes(raw: bytes) -> dict:
 
 
 def backups(chroot) -> list[str]:
-    directory = chroot.path("/var/lib/nvdocker2/backups")
-    if not directory.is_dir():
-        return []
-    return sorted(p.name for p in directory.iterdir() if not p.name.endswith(".meta.json"))
+    """The backup ids `nvdocker2 backups` lists inside the chroot."""
+    listing = json.loads(chroot.ok("nvdocker2 backups --json 2>/dev/null"))
+    return [backup["id"] for backup in listing["backups"]]
 
 
 def missing(reason: str) -> None:
@@ -75,6 +76,7 @@ def missing(reason: str) -> None:
 
 
 def run(cmd: list[str], timeout: int = 600, **kwargs) -> subprocess.CompletedProcess:
+    """Run a command on this machine (text, output captured, no check)."""
     return subprocess.run(
         cmd, capture_output=True, text=True, timeout=timeout, check=False, **kwargs
     )
@@ -109,10 +111,22 @@ def bootstrap(tarball: Path) -> None:
     if proc.returncode != 0:
         shutil.rmtree(work, ignore_errors=True)
         missing(f"debootstrap {SUITE} from {MIRROR} failed: {(proc.stdout + proc.stderr)[-800:]}")
-    # Downloaded .debs and package lists: not needed to install a local .deb, and big.
-    for junk in ("var/cache/apt/archives", "var/lib/apt/lists"):
+    # Downloaded .debs, package lists, documentation and translations: not needed to install
+    # a local .deb, and a quarter of the tree.
+    for junk in (
+        "var/cache/apt/archives",
+        "var/lib/apt/lists",
+        "usr/share/doc",
+        "usr/share/locale",
+        "usr/share/man",
+        "usr/share/info",
+    ):
         for entry in (root / junk).glob("*"):
-            if entry.is_file():
+            if entry.name == "partial":  # apt wants these directories
+                continue
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry)
+            else:
                 entry.unlink()
     partial = Path(f"{tarball}.partial")
     subprocess.run(["tar", "-C", str(root), "-cf", str(partial), "."], check=True)
@@ -136,6 +150,11 @@ class Chroot:
             env={**CHROOT_ENV, **(env or {})},
             timeout=timeout,
         )
+
+    def host(self, cmd: list[str]) -> subprocess.CompletedProcess:
+        """A command of this machine acting on the chroot (rpm --root) with the same clean
+        environment, so scriptlets run inside see none of the tests' variables."""
+        return run(cmd, env=dict(CHROOT_ENV))
 
     def ok(self, command: str, env: dict | None = None) -> str:
         """Run, assert exit 0, return stdout and stderr together (what apt shows)."""

@@ -23,7 +23,18 @@ from nvdocker2 import __version__
 
 def test_build_leaves_the_checkout_clean_and_lintian_finds_no_errors(packages):
     assert packages.checkout_after == packages.checkout_before, "the build wrote into the checkout"
-    proc = run(["lintian", "--fail-on", "error", "--no-tag-display-limit", str(packages.deb)])
+    proc = run(
+        [
+            "lintian",
+            "--fail-on",
+            "error",
+            "--tag-display-limit",
+            "0",
+            "-I",
+            "--pedantic",
+            str(packages.deb),
+        ]
+    )
     print(f"lintian ({packages.build_seconds:.0f} s to build the three packages):\n{proc.stdout}")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert not [line for line in proc.stdout.splitlines() if line.startswith("E:")]

@@ -25,7 +25,7 @@ def test_scriptlets_install_on_post_and_uninstall_only_on_erase(packages):
     preun = scripts["preuninstall"]
     assert "/usr/bin/nvdocker2 uninstall --json --no-verify --reload auto" in preun
     assert preun.index('if [ "$1" -eq 0 ]') < preun.index("nvdocker2 uninstall")
-    assert "rm -rf /var/lib/nvdocker2" in scripts["postuninstall"]
+    assert "rm -rf /var/lib/nvdocker2 /usr/share/nvdocker2" in scripts["postuninstall"]
 
 
 def test_file_list_has_no_docker_file_and_a_noreplace_config(packages):
@@ -58,6 +58,7 @@ def test_rpm_install_upgrade_erase_in_a_chroot(packages, chroot):
     config = chroot.path("/etc/docker/daemon.json")
     config.write_bytes(USER_DAEMON_JSON)
     rpm = ["rpm", "--root", str(chroot.root), "--nodeps", "--nosignature"]
+    run = chroot.host
 
     proc = run([*rpm, "-i", str(packages.rpm)])
     assert proc.returncode == 0, proc.stdout + proc.stderr

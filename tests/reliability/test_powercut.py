@@ -344,7 +344,8 @@ def test_backup_and_journal_are_on_disk_before_daemon_json_can_change(
     the backup of the old bytes and the journal entry are certainly there."""
     rec = _record(root, monkeypatch, lambda: _install(root))
     new = (root / "etc" / "daemon.json").read_bytes()
-    etc, backups, journal = str(root / "etc"), str(root / "state/backups"), str(root / "state/journal")
+    etc = str(root / "etc")
+    backups, journal = str(root / "state/backups"), str(root / "state/journal")
     checked = 0
     for p in range(len(rec.ops) + 1):
         if new not in crash_states(rec, p, etc, "daemon.json"):

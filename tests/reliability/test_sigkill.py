@@ -2,8 +2,9 @@
 
 Real `nvdocker2 install/uninstall` processes run one after another against one daemon.json and
 are killed with SIGKILL at a random instant spread over their whole run time (the typical run
-time is measured first). After every kill the file must be byte-identical to one of the two
-allowed states: the original, or the original plus the runtime (and default). A temp file a
+time is measured first), until 100 of them were killed. After every kill the file must be
+byte-identical to one of the two allowed states: the original, or the original plus the runtime
+(and default). A temp file a
 killed run left beside daemon.json is allowed until the next run, which must remove it; after
 one clean run nothing of ours is left besides backups/, journal/ and the lock.
 
@@ -46,7 +47,7 @@ ORIGINAL = (
 ).encode()
 MODE = 0o640
 RUNTIME = "/usr/bin/runc"  # any absolute path: --reload none never runs it
-KILLS = int(os.environ.get("NVDOCKER2_SIGKILL_RUNS", "110"))
+KILLS = int(os.environ.get("NVDOCKER2_SIGKILL_RUNS", "100"))  # processes killed
 
 
 def _cli(config: Path, action: str) -> list[str]:
@@ -121,9 +122,11 @@ def test_sigkill_at_random_instants_leaves_old_or_new_file(config: Path, install
 
     seed = int(os.environ.get("NVDOCKER2_SIGKILL_SEED", str(random.randrange(1 << 32))))
     rng = random.Random(seed)
-    print(f"\nSIGKILL loop: seed {seed}, typical run {typical:.3f} s, {KILLS} processes")
+    print(f"\nSIGKILL loop: seed {seed}, typical run {typical:.3f} s, killing {KILLS} processes")
     killed = finished = changed_by_killed = 0
-    for i in range(KILLS):
+    i = 0
+    while killed < KILLS and i < 3 * KILLS:
+        i += 1
         before = config.read_bytes()
         action = _action_for(before, ORIGINAL)
         delay = rng.uniform(0.0, 1.2 * typical)
@@ -152,7 +155,9 @@ def test_sigkill_at_random_instants_leaves_old_or_new_file(config: Path, install
 
     print(f"SIGKILL loop: {killed} killed ({changed_by_killed} of them after the rename), "
           f"{finished} finished before their kill instant")
-    assert killed >= 0.75 * KILLS
+    # Processes that finished before their instant (about 1 in 6) are checked too, and more are
+    # started until KILLS of them were killed.
+    assert killed == KILLS, f"only {killed} of {i} processes were still running at their instant"
     # The kill instants must cover the whole run: some before the file changed, some after.
     assert 0 < changed_by_killed < killed
 
@@ -183,6 +188,30 @@ def test_sigkill_leaves_no_temp_files_in_the_state_dir(config: Path, installed: 
     r = _run(config, "install")
     assert r.returncode == 0, r.stderr
     assert _temps_in_state(state) == []
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "store.py Backups: a backup whose .meta.json was never written (killed between the two "
+    "writes) is ignored by all() and so never pruned: each such kill leaks one file for good"))
+def test_a_backup_left_without_its_metadata_is_removed_by_a_later_run(
+    config: Path, installed: bytes
+) -> None:
+    state = Path(os.environ["NVDOCKER2_STATE_DIR"])
+    proc = subprocess.Popen(_cli(config, "install"), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE,
+                            env={**os.environ, store.PAUSE_HOOK: "0.25"})
+    seen: list[str] = []
+    _wait_for_pause(proc, lambda path: bool(seen.append(path)) or len(seen) == 2)
+    assert ".meta.json" + store.TMP_MARK in Path(seen[1]).name, seen
+    proc.kill()
+    proc.wait()
+    for _ in range(2):
+        r = _run(config, _action_for(config.read_bytes(), ORIGINAL))
+        assert r.returncode == 0, r.stderr
+    listed = {b.file.name for b in store.Backups(state).all()} | {
+        f"{b.id}.meta.json" for b in store.Backups(state).all()}
+    on_disk = {n for n in os.listdir(state / "backups") if store.TMP_MARK not in n}
+    assert on_disk <= listed, sorted(on_disk - listed)
 
 
 # --- killed exactly between the complete temp file and the rename ----------------------------

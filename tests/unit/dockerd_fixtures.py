@@ -1,14 +1,14 @@
-"""Fixtures for the dockerd unit tests (imported by test_dockerd_*.py)."""
+"""Helpers for the dockerd unit tests (test_dockerd_*.py build their fixtures from them)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 
@@ -27,8 +27,9 @@ class NamedDockerd:
             "print('ready', flush=True)\n"
             "while True: time.sleep(1)\n"
         )
-        self.proc = subprocess.Popen([str(link), "-c", code, str(self.hups)], stdout=subprocess.PIPE,
-                                     stderr=stderr)
+        self.proc = subprocess.Popen(
+            [str(link), "-c", code, str(self.hups)], stdout=subprocess.PIPE, stderr=stderr
+        )
         assert self.proc.stdout.readline() == b"ready\n"
         self.pid = self.proc.pid
         self.pidfile = tmp_path / "docker.pid"
@@ -47,17 +48,22 @@ class NamedDockerd:
         self.proc.wait()
 
 
-@pytest.fixture
-def named_dockerd(tmp_path):
-    d = NamedDockerd(tmp_path)
-    yield d
-    d.stop()
-
-
-@pytest.fixture
-def engine(tmp_path):
+@contextlib.contextmanager
+def running_engine(tmp_path: Path) -> Iterator:
+    """A FakeEngine serving on tmp_path/api.sock for the duration of the block."""
     from fake_engine import FakeEngine
 
     fake = FakeEngine(tmp_path / "api.sock").start()
-    yield fake
-    fake.stop()
+    try:
+        yield fake
+    finally:
+        fake.stop()
+
+
+@contextlib.contextmanager
+def named_dockerd_in(tmp_path: Path) -> Iterator[NamedDockerd]:
+    d = NamedDockerd(tmp_path)
+    try:
+        yield d
+    finally:
+        d.stop()

@@ -19,9 +19,13 @@ class FakeEngine:
 
     def __init__(self, socket_path: Path) -> None:
         self.socket_path = Path(socket_path)
-        self.info: dict = {"Runtimes": {"runc": {"path": "runc"}}, "DefaultRuntime": "runc",
-                           "ServerVersion": "20.10.24", "LiveRestoreEnabled": False,
-                           "ContainersRunning": 0}
+        self.info: dict = {
+            "Runtimes": {"runc": {"path": "runc"}},
+            "DefaultRuntime": "runc",
+            "ServerVersion": "20.10.24",
+            "LiveRestoreEnabled": False,
+            "ContainersRunning": 0,
+        }
         self.containers: list = []
         self.responder: Callable[[str, int], tuple[int, bytes]] | None = None
         self.delay = 0.0
@@ -29,7 +33,7 @@ class FakeEngine:
         engine = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802
+            def do_GET(self) -> None:
                 engine.requests.append(self.path)
                 if engine.delay:
                     time.sleep(engine.delay)
@@ -66,7 +70,7 @@ class FakeEngine:
     def host(self) -> str:
         return f"unix://{self.socket_path}"
 
-    def start(self) -> "FakeEngine":
+    def start(self) -> FakeEngine:
         self.thread.start()
         return self
 

@@ -208,6 +208,8 @@ def test_parent_is_a_file(tmp_path):
         (["--runtime-name", "runc"], "reserved"),
         (["--runtime-name", "io.containerd.runc.v2"], "reserved"),
         (["--reload", "sometimes"], "Invalid value for '--reload'"),
+        (["--reload", "signal", "--restart"], "--restart: --reload signal"),
+        (["--reload", "none", "--restart"], "--restart: --reload none"),
         (["--timeout", "-1"], "Invalid value for '--timeout'"),
         (["--set-default", "--runtime-name", ""], "empty"),
     ],

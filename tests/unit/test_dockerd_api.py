@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from dockerd_fixtures import engine  # noqa: F401
+from dockerd_fixtures import running_engine
 
 from nvdocker2.dockerd.api import (
     EngineClient,
@@ -12,6 +12,12 @@ from nvdocker2.dockerd.api import (
     parse_docker_host,
 )
 from nvdocker2.errors import BadInput
+
+
+@pytest.fixture
+def engine(tmp_path):
+    with running_engine(tmp_path) as fake:
+        yield fake
 
 
 def test_docker_host_defaults_to_the_rootful_socket():
@@ -24,7 +30,9 @@ def test_docker_host_flag_wins_over_the_environment():
 
 
 def test_docker_host_comes_from_the_environment_when_no_flag():
-    assert parse_docker_host(None, {"DOCKER_HOST": "unix:///run/b.sock"}).socket_path == "/run/b.sock"
+    assert (
+        parse_docker_host(None, {"DOCKER_HOST": "unix:///run/b.sock"}).socket_path == "/run/b.sock"
+    )
 
 
 def test_plain_tcp_docker_host_is_used():

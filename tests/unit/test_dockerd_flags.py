@@ -33,12 +33,19 @@ from nvdocker2.errors import BadInput
         (["--host=unix:///x.sock", "-H", "tcp://0.0.0.0:2375"], {"hosts"}),
         (["--label", "a=b", "--registry-mirror=https://m"], {"labels", "registry-mirrors"}),
         (["--add-runtime", "x=/bin/x"], {"runtimes"}),
-        (["--debug", "--iptables=false", "--default-runtime", "runc"],
-         {"debug", "iptables", "default-runtime"}),
+        (
+            ["--debug", "--iptables=false", "--default-runtime", "runc"],
+            {"debug", "iptables", "default-runtime"},
+        ),
         (["--containerd=/run/containerd/containerd.sock"], {"containerd"}),
-        (["-s", "overlay2", "-p", "/run/d.pid", "-G", "docker"], {"storage-driver", "pidfile", "group"}),
-        (["--exec-opt", "native.cgroupdriver=systemd", "--log-opt", "max-size=1m"],
-         {"exec-opts", "log-opts"}),
+        (
+            ["-s", "overlay2", "-p", "/run/d.pid", "-G", "docker"],
+            {"storage-driver", "pidfile", "group"},
+        ),
+        (
+            ["--exec-opt", "native.cgroupdriver=systemd", "--log-opt", "max-size=1m"],
+            {"exec-opts", "log-opts"},
+        ),
     ],
 )
 def test_flags_map_to_the_daemon_json_keys_dockerd_compares(argv, keys):
@@ -46,8 +53,14 @@ def test_flags_map_to_the_daemon_json_keys_dockerd_compares(argv, keys):
 
 
 def test_a_bool_flag_does_not_swallow_the_next_word():
-    assert parse_flags(["--debug", "--log-level", "info"]) == [("debug", None), ("log-level", "info")]
-    assert parse_flags(["--live-restore", "-H", "fd://"]) == [("live-restore", None), ("host", "fd://")]
+    assert parse_flags(["--debug", "--log-level", "info"]) == [
+        ("debug", None),
+        ("log-level", "info"),
+    ]
+    assert parse_flags(["--live-restore", "-H", "fd://"]) == [
+        ("live-restore", None),
+        ("host", "fd://"),
+    ]
 
 
 def _process(*flags: str) -> DockerdProcess:
@@ -73,8 +86,10 @@ def test_a_candidate_conflicting_with_a_flag_is_bad_input_naming_file_key_and_fl
     config = tmp_path / "daemon.json"
     with pytest.raises(BadInput) as err:
         check_candidate_against(
-            _process("--default-runtime=runc"), config,
-            {"runtimes": {"nvidia": {"path": "/x"}}, "default-runtime": "nvidia"}, config,
+            _process("--default-runtime=runc"),
+            config,
+            {"runtimes": {"nvidia": {"path": "/x"}}, "default-runtime": "nvidia"},
+            config,
         )
     assert str(config) in err.value.message
     assert '"default-runtime" (flag --default-runtime)' in err.value.message
@@ -86,15 +101,28 @@ def test_a_default_runtime_the_file_does_not_define_is_refused(tmp_path, default
     # dockerd 20.10 refuses "nvidia" here, and crashes on a reload to io.containerd.runc.v2.
     config = tmp_path / "daemon.json"
     with pytest.raises(BadInput, match=f'"default-runtime" is "{default}"'):
-        check_candidate_against(None, config, {"runtimes": {}, "default-runtime": default}, config)
+        check_candidate_against(
+            None, config, {"runtimes": {}, "default-runtime": default}, config, "20.10.24+dfsg1"
+        )
+
+
+def test_a_containerd_shim_name_is_a_valid_default_from_docker_23(tmp_path):
+    config = tmp_path / "daemon.json"
+    check_candidate_against(
+        None, config, {"default-runtime": "io.containerd.runc.v2"}, config, "24.0.7"
+    )
+    with pytest.raises(BadInput):
+        check_candidate_against(None, config, {"default-runtime": "nvidia"}, config, "24.0.7")
 
 
 def test_runc_and_defined_runtimes_are_fine_as_default(tmp_path):
     config = tmp_path / "daemon.json"
     check_candidate_against(None, config, {"default-runtime": "runc"}, config)
     check_candidate_against(
-        _process("--log-level=info"), config,
-        {"runtimes": {"nvidia": {"path": "/x"}}, "default-runtime": "nvidia"}, config,
+        _process("--log-level=info"),
+        config,
+        {"runtimes": {"nvidia": {"path": "/x"}}, "default-runtime": "nvidia"},
+        config,
     )
 
 

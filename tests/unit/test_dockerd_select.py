@@ -6,12 +6,17 @@ from __future__ import annotations
 import json
 
 import pytest
-from dockerd_fixtures import FIXTURES, NamedDockerd, named_dockerd  # noqa: F401
+from dockerd_fixtures import FIXTURES, NamedDockerd, named_dockerd_in
 
 from nvdocker2.dockerd.daemon import DaemonOptions, Dockerd, NoReload, make_daemon
 from nvdocker2.dockerd.logs import FileLog
-from nvdocker2.dockerd.progress import RecordingReporter
 from nvdocker2.errors import BadInput, EnvironmentProblem
+
+
+@pytest.fixture
+def named_dockerd(tmp_path):
+    with named_dockerd_in(tmp_path) as d:
+        yield d
 
 
 @pytest.fixture
@@ -37,7 +42,9 @@ def no_systemd(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(bindir))
 
 
-def test_auto_picks_systemd_when_systemd_runs_the_docker_unit(stand_in_path, named_dockerd, tmp_path):
+def test_auto_picks_systemd_when_systemd_runs_the_docker_unit(
+    stand_in_path, named_dockerd, tmp_path
+):
     daemon = make_daemon(DaemonOptions(docker_host=f"unix://{tmp_path}/api.sock"))
     assert isinstance(daemon, Dockerd)
     assert daemon.strategy == "systemd"
@@ -138,7 +145,10 @@ def test_setups_give_the_pidfile_socket_and_unit_of_dockerd_facts(tmp_path):
 
     snap = detect_setup(Path("/var/snap/docker/current/config/daemon.json"), {}, euid=0)
     assert (snap.name, snap.unit, snap.pidfile) == (
-        "snap", "snap.docker.dockerd", Path("/run/snap.docker/docker.pid"))
+        "snap",
+        "snap.docker.dockerd",
+        Path("/run/snap.docker/docker.pid"),
+    )
 
     (tmp_path / "docker.sock").touch()
     env = {"XDG_RUNTIME_DIR": str(tmp_path)}
@@ -158,5 +168,16 @@ def test_a_user_unit_is_driven_with_systemctl_user(stand_in_path, tmp_path, monk
     assert manager.is_active()
     manager.reload()
     assert calls.read_text().splitlines() == [
-        "systemctl --user is-active --quiet docker", "systemctl --user reload docker"]
+        "systemctl --user is-active --quiet docker",
+        "systemctl --user reload docker",
+    ]
     assert manager.describe() == "systemctl --user is-active docker"
+
+
+def test_signal_with_a_pidfile_naming_no_dockerd_is_refused_before_writing(no_systemd, tmp_path):
+    pidfile = tmp_path / "docker.pid"
+    pidfile.write_text("1\n")  # not a dockerd
+    daemon = make_daemon(DaemonOptions(mode="signal", pidfile=pidfile, verify=False))
+    with pytest.raises(EnvironmentProblem) as err:
+        daemon.check_candidate(tmp_path / "daemon.json", {}, tmp_path / "daemon.json")
+    assert err.value.message == f"{pidfile} names no running dockerd, so there is nothing to signal"

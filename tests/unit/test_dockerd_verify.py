@@ -7,21 +7,34 @@ import json
 import time
 
 import pytest
-from dockerd_fixtures import engine, named_dockerd  # noqa: F401
+from dockerd_fixtures import FIXTURES, named_dockerd_in, running_engine
 
 from nvdocker2.dockerd import daemon as daemon_module
-from nvdocker2.transaction import Expectation, VerifyFailed
 from nvdocker2.dockerd.api import EngineClient, parse_docker_host
 from nvdocker2.dockerd.daemon import Dockerd
 from nvdocker2.dockerd.logs import FileLog, JournalLog, NoLog, find_refusal, message_of
 from nvdocker2.dockerd.managers import SignalManager
 from nvdocker2.dockerd.progress import PlainReporter, RecordingReporter
 from nvdocker2.errors import EnvironmentProblem
+from nvdocker2.transaction import Expectation, VerifyFailed
+
+
+@pytest.fixture
+def engine(tmp_path):
+    with running_engine(tmp_path) as fake:
+        yield fake
+
+
+@pytest.fixture
+def named_dockerd(tmp_path):
+    with named_dockerd_in(tmp_path) as d:
+        yield d
+
 
 NVIDIA = Expectation({"nvidia": "/usr/bin/nvidia-container-runtime"}, (), "nvidia")
 REFUSED = (
     'time="2026-01-01T00:00:00.000000000Z" level=error msg="unable to configure the Docker daemon '
-    'with file /etc/docker/daemon.json: the following directives are specified both as a flag and '
+    "with file /etc/docker/daemon.json: the following directives are specified both as a flag and "
     'in the configuration file: log-level: (from flag: info, from file: debug)"\n'
 )
 
@@ -33,8 +46,12 @@ def _info(runtimes: dict, default: str = "runc") -> bytes:
 def _daemon(engine, named_dockerd, log=None, restart=False, verifies=True):
     reporter = RecordingReporter()
     d = Dockerd(
-        SignalManager(named_dockerd.pidfile), EngineClient(parse_docker_host(engine.host, {})),
-        restart=restart, verifies=verifies, log=log or NoLog(), reporter=reporter,
+        SignalManager(named_dockerd.pidfile),
+        EngineClient(parse_docker_host(engine.host, {})),
+        restart=restart,
+        verifies=verifies,
+        log=log or NoLog(),
+        reporter=reporter,
     )
     return d, reporter
 
@@ -43,8 +60,10 @@ def test_verify_waits_until_dockerd_reports_the_runtime_and_default(engine, name
     def responder(path, count):
         if count < 4:
             return 200, _info({"runc": {"path": "runc"}})
-        return 200, _info({"runc": {"path": "runc"},
-                           "nvidia": {"path": "/usr/bin/nvidia-container-runtime"}}, "nvidia")
+        return 200, _info(
+            {"runc": {"path": "runc"}, "nvidia": {"path": "/usr/bin/nvidia-container-runtime"}},
+            "nvidia",
+        )
 
     engine.responder = responder
     d, reporter = _daemon(engine, named_dockerd)
@@ -61,7 +80,9 @@ def test_a_wrong_path_or_a_runtime_still_listed_is_not_verified(engine, named_do
     d, _ = _daemon(engine, named_dockerd)
     with pytest.raises(VerifyFailed) as err:
         d.verify(NVIDIA, timeout=0.3)
-    assert "runtime nvidia has path /old/nvidia, not /usr/bin/nvidia-container-runtime" in str(err.value)
+    assert "runtime nvidia has path /old/nvidia, not /usr/bin/nvidia-container-runtime" in str(
+        err.value
+    )
     with pytest.raises(VerifyFailed, match="runtime nvidia still listed"):
         d.verify(Expectation({}, ("nvidia",), "runc"), timeout=0.3)
 
@@ -88,7 +109,9 @@ def test_timeout_says_what_was_expected_what_dockerd_reports_and_what_it_logged(
 def test_a_refusal_in_the_log_fails_at_once_even_when_info_looks_right(
     engine, named_dockerd, tmp_path
 ):
-    engine.info = json.loads(_info({"nvidia": {"path": "/usr/bin/nvidia-container-runtime"}}, "nvidia"))
+    engine.info = json.loads(
+        _info({"nvidia": {"path": "/usr/bin/nvidia-container-runtime"}}, "nvidia")
+    )
     log = tmp_path / "dockerd.log"
     log.write_text(REFUSED)  # an old refusal, before the reload: ignored
     d, reporter = _daemon(engine, named_dockerd, log=FileLog(log))
@@ -108,7 +131,9 @@ def test_a_refusal_in_the_log_fails_at_once_even_when_info_looks_right(
 
 
 def test_an_old_refusal_before_the_reload_does_not_fail_verify(engine, named_dockerd, tmp_path):
-    engine.info = json.loads(_info({"nvidia": {"path": "/usr/bin/nvidia-container-runtime"}}, "nvidia"))
+    engine.info = json.loads(
+        _info({"nvidia": {"path": "/usr/bin/nvidia-container-runtime"}}, "nvidia")
+    )
     log = tmp_path / "dockerd.log"
     log.write_text(REFUSED)
     d, _ = _daemon(engine, named_dockerd, log=FileLog(log))
@@ -122,7 +147,9 @@ def test_without_the_reload_line_verify_trusts_info_after_a_short_grace(
     engine, named_dockerd, tmp_path, monkeypatch
 ):
     monkeypatch.setattr(daemon_module, "LOG_GRACE", 0.4)
-    engine.info = json.loads(_info({"nvidia": {"path": "/usr/bin/nvidia-container-runtime"}}, "nvidia"))
+    engine.info = json.loads(
+        _info({"nvidia": {"path": "/usr/bin/nvidia-container-runtime"}}, "nvidia")
+    )
     log = tmp_path / "dockerd.log"
     log.write_text("")
     d, _ = _daemon(engine, named_dockerd, log=FileLog(log))
@@ -163,8 +190,10 @@ def test_restart_warns_when_live_restore_is_off_and_containers_run(engine, named
     d, reporter = _daemon(engine, named_dockerd, restart=True)
     d._warn_before_restart()
     assert reporter.notes == [
-        'warning: live-restore is off: restarting dockerd stops the 2 running container(s) '
-        '(set "live-restore": true to keep them)'
+        (
+            "warning: live-restore is off: restarting dockerd stops the 2 running container(s) "
+            '(set "live-restore": true to keep them)'
+        )
     ]
 
 
@@ -207,14 +236,12 @@ def test_file_log_reads_only_lines_after_the_mark_and_survives_truncation(tmp_pa
 def test_refusal_messages_are_unescaped_from_logrus_lines():
     line = 'time="t" level=error msg="unable to configure the Docker daemon with file \\"x\\""'
     assert message_of(line) == 'unable to configure the Docker daemon with file "x"'
-    assert find_refusal(["level=info msg=\"Reloaded configuration\""]) is None
+    assert find_refusal(['level=info msg="Reloaded configuration"']) is None
     plain = "unable to configure the Docker daemon with file /d.json: EOF"
     assert find_refusal([plain]) == plain
 
 
 def test_journal_log_reads_entries_after_the_mark_through_journalctl(tmp_path, monkeypatch):
-    from dockerd_fixtures import FIXTURES
-
     bindir = tmp_path / "bin"
     bindir.mkdir()
     (bindir / "journalctl").symlink_to(FIXTURES / "systemctl")
@@ -222,14 +249,18 @@ def test_journal_log_reads_entries_after_the_mark_through_journalctl(tmp_path, m
     (tmp_path / "dockerd.json").write_text(json.dumps({"argv": [], "env": {}, "log": str(log)}))
     monkeypatch.setenv("NVD2_DOCKERD_ROOT", str(tmp_path))
     old = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(time.time() - 5))
-    log.write_text(f'time="{old}.000000000Z" level=error msg="unable to configure the Docker daemon: old"\n')
+    log.write_text(
+        f'time="{old}.000000000Z" level=error msg="unable to configure the Docker daemon: old"\n'
+    )
     journal = JournalLog("docker", journalctl=str(bindir / "journalctl"))
     journal.mark()
     time.sleep(0.01)
     now = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime())
     frac = f"{time.time() % 1:.6f}"[1:]
     with log.open("a") as f:
-        f.write(f'time="{now}{frac}000Z" level=error msg="unable to configure the Docker daemon: new"\n')
+        f.write(
+            f'time="{now}{frac}000Z" level=error msg="unable to configure the Docker daemon: new"\n'
+        )
     assert find_refusal(journal.lines()) == "unable to configure the Docker daemon: new"
 
 
@@ -262,10 +293,32 @@ def test_a_restart_command_that_fails_while_dockerd_still_answers_is_an_environm
 
     bindir = tmp_path / "bin"
     bindir.mkdir()
-    (bindir / "systemctl").write_text("#!/bin/sh\necho 'Failed to restart docker.service: Access denied' >&2\nexit 1\n")
+    (bindir / "systemctl").write_text(
+        "#!/bin/sh\necho 'Failed to restart docker.service: Access denied' >&2\nexit 1\n"
+    )
     (bindir / "systemctl").chmod(0o755)
     monkeypatch.setenv("PATH", str(bindir))
     d = Dockerd(SystemdManager(), EngineClient(parse_docker_host(engine.host, {})), restart=True)
     with pytest.raises(EnvironmentProblem) as err:
         d.reload()
-    assert err.value.message == "systemctl restart docker exited 1: Failed to restart docker.service: Access denied"
+    assert (
+        err.value.message
+        == "systemctl restart docker exited 1: Failed to restart docker.service: Access denied"
+    )
+
+
+def test_a_change_in_info_after_the_reload_confirms_it_without_the_log_line(
+    engine, named_dockerd, tmp_path, monkeypatch
+):
+    # dockerd at --log-level=warn never logs "Reloaded configuration"; /info changing is proof.
+    monkeypatch.setattr(daemon_module, "LOG_GRACE", 5.0)
+    state = {"info": _info({"runc": {"path": "runc"}})}
+    engine.responder = lambda path, n: (200, state["info"])
+    log = tmp_path / "dockerd.log"
+    log.write_text("")
+    d, _ = _daemon(engine, named_dockerd, log=FileLog(log))
+    d.reload()
+    state["info"] = _info({"nvidia": {"path": "/usr/bin/nvidia-container-runtime"}}, "nvidia")
+    started = time.monotonic()
+    d.verify(NVIDIA, timeout=10)
+    assert time.monotonic() - started < 1

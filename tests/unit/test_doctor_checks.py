@@ -41,9 +41,11 @@ class FakeHost:
         self.uid = 0
         self.info: dict | None = {
             "ServerVersion": "20.10.24",
-            "Runtimes": {"runc": {"path": "runc"},
-                         "io.containerd.runc.v2": {"path": "runc"},
-                         "nvidia": {"path": "/usr/bin/nvidia-container-runtime"}},
+            "Runtimes": {
+                "runc": {"path": "runc"},
+                "io.containerd.runc.v2": {"path": "runc"},
+                "nvidia": {"path": "/usr/bin/nvidia-container-runtime"},
+            },
             "DefaultRuntime": "runc",
             "CgroupDriver": "cgroupfs",
             "CgroupVersion": "2",
@@ -51,33 +53,50 @@ class FakeHost:
         }
         self.daemon_json({"runtimes": {"nvidia": {"path": "/usr/bin/nvidia-container-runtime"}}})
         # The GPU boundary: driver, modules, device nodes, libraries, tools (test fixtures).
-        self.file("/proc/driver/nvidia/version",
-                  f"NVRM version: NVIDIA UNIX x86_64 Kernel Module  {DRIVER}  Sat Aug 19 "
-                  "01:15:15 UTC 2023\nGCC version:  gcc version 12.2.0 (Debian 12.2.0-14)\n")
-        self.file("/proc/modules", "nvidia_uvm 1531904 0 - Live 0x0\nnvidia_modeset 1290240 0 - "
-                  "Live 0x0\nnvidia 56381440 2 nvidia_uvm,nvidia_modeset, Live 0x0\n")
+        self.file(
+            "/proc/driver/nvidia/version",
+            f"NVRM version: NVIDIA UNIX x86_64 Kernel Module  {DRIVER}  Sat Aug 19 "
+            "01:15:15 UTC 2023\nGCC version:  gcc version 12.2.0 (Debian 12.2.0-14)\n",
+        )
+        self.file(
+            "/proc/modules",
+            "nvidia_uvm 1531904 0 - Live 0x0\nnvidia_modeset 1290240 0 - "
+            "Live 0x0\nnvidia 56381440 2 nvidia_uvm,nvidia_modeset, Live 0x0\n",
+        )
         self.file("/proc/devices", "Character devices:\n  1 mem\n195 nvidia\n511 nvidia-uvm\n")
         self.file("/proc/stat", f"cpu  1 2 3 4\nbtime {BTIME}\n")
-        for name, major, minor in (("nvidia0", 195, 0), ("nvidiactl", 195, 255),
-                                   ("nvidia-modeset", 195, 254), ("nvidia-uvm", 511, 0),
-                                   ("nvidia-uvm-tools", 511, 1)):
+        for name, major, minor in (
+            ("nvidia0", 195, 0),
+            ("nvidiactl", 195, 255),
+            ("nvidia-modeset", 195, 254),
+            ("nvidia-uvm", 511, 0),
+            ("nvidia-uvm-tools", 511, 1),
+        ):
             self.chardev(f"/dev/{name}", major, minor)
         self.file(f"/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.{DRIVER}", "")
         self.exe("/usr/bin/nvidia-smi", sh(f'echo "0, NVIDIA H200, {DRIVER}, GPU-0f00"'))
-        self.exe("/usr/bin/nvidia-container-cli", sh(
-            'case "$1" in --version) echo "cli-version: 1.14.3";;\n'
-            f'info) printf "NVRM version:   {DRIVER}\\nCUDA version:   12.2\\n\\n'
-            'Device Index:   0\\nModel:          NVIDIA H200\\n";; esac'))
+        self.exe(
+            "/usr/bin/nvidia-container-cli",
+            sh(
+                'case "$1" in --version) echo "cli-version: 1.14.3";;\n'
+                f'info) printf "NVRM version:   {DRIVER}\\nCUDA version:   12.2\\n\\n'
+                'Device Index:   0\\nModel:          NVIDIA H200\\n";; esac'
+            ),
+        )
         self.exe("/usr/sbin/runc", sh('echo "runc version 1.1.5"'))
-        # nvdocker2's own executables, shaped like pip's console scripts.
-        for exe, module in (("nvidia-container-runtime", "runtime"),
-                            ("nvidia-container-runtime-hook", "hook")):
-            self.exe(f"/usr/bin/{exe}", f"#!{sys.executable}\nimport sys\n"
-                     f"from nvdocker2.{module} import main\nsys.exit(main())\n")
+        # nvdocker2's own executables: the package's launchers, its package directory.
+        from nvdocker2.runtime import launcher
+
+        site = "/usr/lib/python3/dist-packages"
+        self.file(f"{site}/nvdocker2/__init__.py", f'__version__ = "{nvdocker2.__version__}"\n')
+        for name, text in launcher.render("/usr/bin/python3", [site]).items():
+            self.exe(f"/usr/bin/{name}", text)
         # dockerd, started after everything above was installed, with the hook on its PATH.
-        self.dockerd(["dockerd", "-H", "unix:///var/run/docker.sock"],
-                     {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
-                     start=time.time() + 1)
+        self.dockerd(
+            ["dockerd", "-H", "unix:///var/run/docker.sock"],
+            {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
+            start=time.time() + 1,
+        )
 
     def path(self, host_path: str) -> Path:
         return self.root / host_path.lstrip("/")
@@ -120,8 +139,13 @@ class FakeHost:
         return self.info
 
     def context(self, **kw) -> Context:
-        args = {"root": HostRoot(self.root), "env": self.env, "uid": self.uid,
-                "engine_info": self.engine, "bin_dir": PurePosixPath("/usr/bin")}
+        args = {
+            "root": HostRoot(self.root),
+            "env": self.env,
+            "uid": self.uid,
+            "engine_info": self.engine,
+            "bin_dir": PurePosixPath("/usr/bin"),
+        }
         args.update(kw)
         return Context(**args)
 
@@ -171,6 +195,7 @@ def test_dockerd_unreachable_fails_with_hint_and_dependents_say_why(host):
     assert_status(results, "dockerd.reachable", FAIL, "connection refused", "systemctl start")
     for dep in ("dockerd.runtimes", "dockerd.cgroup", "dockerd.sync", "driver.dev-char"):
         assert_status(results, dep, SKIP, "dockerd.reachable", "failed")
+    assert all(r.hint for r in results.values() if r.status in (WARN, FAIL))
     # everything that does not need dockerd still ran
     assert_status(results, "driver.kernel", OK, DRIVER)
     assert_status(results, "runtime.installed", OK)
@@ -182,12 +207,14 @@ def test_a_crashing_check_is_reported_and_the_rest_still_run(host, monkeypatch):
     def boom(ctx):
         raise RuntimeError("unexpected layout")
 
-    checks = [c if c.id != "driver.kernel" else c.__class__(c.id, c.title, boom)
-              for c in all_checks()]
+    checks = [
+        c if c.id != "driver.kernel" else c.__class__(c.id, c.title, boom) for c in all_checks()
+    ]
     monkeypatch.setattr(checks_driver, "kernel_version", lambda ctx: DRIVER)
     results = {r.id: r for r in run_checks(host.context(), checks)}
-    assert_status(results, "driver.kernel", FAIL, "RuntimeError: unexpected layout",
-                  "NVDOCKER2_DEBUG=1")
+    assert_status(
+        results, "driver.kernel", FAIL, "RuntimeError: unexpected layout", "NVDOCKER2_DEBUG=1"
+    )
     assert_status(results, "driver.modules", OK)
 
 
@@ -195,8 +222,9 @@ def test_a_crashing_check_is_reported_and_the_rest_still_run(host, monkeypatch):
 
 
 def test_location_default_rootful_and_given(host):
-    assert_status(host.run(), "config.location", OK, "/etc/docker/daemon.json",
-                  "rootful", "present")
+    assert_status(
+        host.run(), "config.location", OK, "/etc/docker/daemon.json", "rootful", "present"
+    )
     host.daemon_json({}, "/srv/d.json")
     r = host.run(config_override=PurePosixPath("/srv/d.json"))
     assert_status(r, "config.location", OK, "/srv/d.json", "--config")
@@ -213,21 +241,22 @@ def test_location_rootless_user(host, tmp_path):
     assert ctx.config_location().kind == "rootless"
     assert ctx.docker_host().url == f"unix://{runtime_dir}/docker.sock"
     results = {r.id: r for r in run_checks(ctx)}
-    assert_status(results, "config.location", OK, "/home/u/.config/docker/daemon.json",
-                  "rootless")
+    assert_status(results, "config.location", OK, "/home/u/.config/docker/daemon.json", "rootless")
 
 
 def test_location_snap(host):
     host.daemon_json({}, "/var/snap/docker/current/config/daemon.json")
-    assert_status(host.run(), "config.location", OK,
-                  "/var/snap/docker/current/config/daemon.json", "snap")
+    assert_status(
+        host.run(), "config.location", OK, "/var/snap/docker/current/config/daemon.json", "snap"
+    )
 
 
 def test_docker_host_pointing_elsewhere_warns(host):
     host.env["DOCKER_HOST"] = "tcp://10.0.0.5:2375"
     host.info = None
-    assert_status(host.run(), "config.target", WARN, "DOCKER_HOST", "tcp://10.0.0.5:2375",
-                  "--docker-host")
+    assert_status(
+        host.run(), "config.target", WARN, "DOCKER_HOST", "tcp://10.0.0.5:2375", "--docker-host"
+    )
 
 
 def test_non_default_docker_context_warns(host):
@@ -235,21 +264,33 @@ def test_non_default_docker_context_warns(host):
 
     host.file("/root/.docker/config.json", json.dumps({"currentContext": "remote"}))
     digest = hashlib.sha256(b"remote").hexdigest()
-    host.file(f"/root/.docker/contexts/meta/{digest}/meta.json",
-              json.dumps({"Name": "remote", "Endpoints": {"docker": {"Host": "ssh://gpu1"}}}))
+    host.file(
+        f"/root/.docker/contexts/meta/{digest}/meta.json",
+        json.dumps({"Name": "remote", "Endpoints": {"docker": {"Host": "ssh://gpu1"}}}),
+    )
     host.info = None
     ctx = host.context()
     assert ctx.docker_host().url == "ssh://gpu1"
     results = {r.id: r for r in run_checks(ctx)}
-    assert_status(results, "config.target", WARN, "docker context 'remote'", "ssh://gpu1",
-                  "docker context use default")
+    assert_status(
+        results,
+        "config.target",
+        WARN,
+        "docker context 'remote'",
+        "ssh://gpu1",
+        "docker context use default",
+    )
 
 
 def test_running_dockerd_reading_another_file_warns(host):
-    host.dockerd(["/usr/sbin/dockerd", "--config-file", "/srv/other.json"], {"PATH": "/usr/bin"},
-                 start=BTIME + 100)
-    assert_status(host.run(), "config.target", WARN, "reads /srv/other.json",
-                  "--config /srv/other.json")
+    host.dockerd(
+        ["/usr/sbin/dockerd", "--config-file", "/srv/other.json"],
+        {"PATH": "/usr/bin"},
+        start=BTIME + 100,
+    )
+    assert_status(
+        host.run(), "config.target", WARN, "reads /srv/other.json", "--config /srv/other.json"
+    )
 
 
 def test_missing_daemon_json_warns(host):
@@ -262,8 +303,13 @@ def test_missing_daemon_json_warns(host):
 def test_syntax_error_fails_with_line_and_column(host):
     host.daemon_json('{\n    "debug": true,\n}\n')
     results = host.run()
-    r = assert_status(results, "config.parse", FAIL, "/etc/docker/daemon.json line 2, column 18: trailing comma",
-                      "remove the comma")
+    r = assert_status(
+        results,
+        "config.parse",
+        FAIL,
+        "/etc/docker/daemon.json line 2, column 18: trailing comma",
+        "remove the comma",
+    )
     assert str(host.root) not in r.detail
     assert_status(results, "config.validate", SKIP, "config.parse")
 
@@ -281,8 +327,9 @@ def test_runtimes_of_wrong_type_fail_validation(host):
 
 
 def test_unknown_key_warns_in_validation(host):
-    host.daemon_json({"runtimes": {"nvidia": {"path": "/usr/bin/nvidia-container-runtime"}},
-                      "gpus": "all"})
+    host.daemon_json(
+        {"runtimes": {"nvidia": {"path": "/usr/bin/nvidia-container-runtime"}}, "gpus": "all"}
+    )
     assert_status(host.run(), "config.validate", WARN, 'unknown key "gpus"')
 
 
@@ -303,8 +350,13 @@ def test_runtime_entry_without_path_fails(host):
 
 def test_runtime_path_not_executable_fails(host):
     host.path("/usr/bin/nvidia-container-runtime").chmod(0o644)
-    assert_status(host.run(), "config.runtime-path", FAIL, "/usr/bin/nvidia-container-runtime",
-                  "not an executable")
+    assert_status(
+        host.run(),
+        "config.runtime-path",
+        FAIL,
+        "/usr/bin/nvidia-container-runtime",
+        "not an executable",
+    )
 
 
 def test_runtime_path_bare_name_warns(host):
@@ -315,8 +367,12 @@ def test_runtime_path_bare_name_warns(host):
 def test_default_runtime_naming_undefined_runtime_fails(host):
     host.daemon_json({"default-runtime": "nvidia"})
     assert_status(host.run(), "config.default-runtime", FAIL, "'nvidia'", "refuses to start")
-    host.daemon_json({"default-runtime": "nvidia",
-                      "runtimes": {"nvidia": {"path": "/usr/bin/nvidia-container-runtime"}}})
+    host.daemon_json(
+        {
+            "default-runtime": "nvidia",
+            "runtimes": {"nvidia": {"path": "/usr/bin/nvidia-container-runtime"}},
+        }
+    )
     host.info["DefaultRuntime"] = "nvidia"
     assert_status(host.run(), "config.default-runtime", OK, "default-runtime = nvidia")
 
@@ -328,8 +384,14 @@ def test_runtime_not_loaded_fails_and_stale_file_warns_naming_it(host):
     del host.info["Runtimes"]["nvidia"]
     results = host.run()
     assert_status(results, "dockerd.runtimes", FAIL, "no nvidia runtime loaded")
-    assert_status(results, "dockerd.sync", WARN, "runtime 'nvidia' is in", "not reloaded",
-                  "systemctl reload docker")
+    assert_status(
+        results,
+        "dockerd.sync",
+        WARN,
+        "runtime 'nvidia' is in",
+        "not reloaded",
+        "systemctl reload docker",
+    )
 
 
 def test_runtime_loaded_but_removed_from_file_warns(host):
@@ -347,35 +409,62 @@ def test_cgroup_reported(host):
 
 
 def test_flag_and_file_conflict_from_running_dockerd_fails_naming_key(host):
-    host.dockerd(["dockerd", "--log-level", "debug", "-H", "unix:///var/run/docker.sock"],
-                 {"PATH": "/usr/bin"}, start=BTIME + 100)
-    host.daemon_json({"log-level": "info",
-                      "runtimes": {"nvidia": {"path": "/usr/bin/nvidia-container-runtime"}}})
-    assert_status(host.run(), "dockerd.flags", FAIL, "'log-level'", "--log-level",
-                  f"pid {DOCKERD_PID}")
+    host.dockerd(
+        ["dockerd", "--log-level", "debug", "-H", "unix:///var/run/docker.sock"],
+        {"PATH": "/usr/bin"},
+        start=BTIME + 100,
+    )
+    host.daemon_json(
+        {"log-level": "info", "runtimes": {"nvidia": {"path": "/usr/bin/nvidia-container-runtime"}}}
+    )
+    assert_status(
+        host.run(), "dockerd.flags", FAIL, "'log-level'", "--log-level", f"pid {DOCKERD_PID}"
+    )
 
 
 def test_flag_and_file_conflict_from_systemd_drop_in_fails(host):
-    host.file("/lib/systemd/system/docker.service",
-              "[Service]\nEnvironmentFile=-/etc/default/docker\n"
-              "ExecStart=/usr/sbin/dockerd --containerd=/run/containerd/containerd.sock "
-              "$DOCKER_OPTS\n")
+    host.file(
+        "/lib/systemd/system/docker.service",
+        "[Service]\nEnvironmentFile=-/etc/default/docker\n"
+        "ExecStart=/usr/sbin/dockerd --containerd=/run/containerd/containerd.sock "
+        "$DOCKER_OPTS\n",
+    )
     host.file("/etc/default/docker", 'DOCKER_OPTS="--debug"\n')
     host.daemon_json({"debug": True, "hosts": ["unix:///var/run/docker.sock"]})
+    host.dockerd(["dockerd"], {"PATH": "/usr/bin"}, start=time.time() + 60)
     results = host.run()
     assert_status(results, "dockerd.flags", FAIL, "'debug'", "/lib/systemd/system/docker.service")
-    host.file("/etc/systemd/system/docker.service.d/override.conf",
-              "[Service]\nExecStart=\nExecStart=/usr/sbin/dockerd -H fd://\n")
-    r = assert_status(host.run(), "dockerd.flags", FAIL, "'hosts'", "-H",
-                      "/etc/systemd/system/docker.service.d/override.conf")
+    host.file(
+        "/etc/systemd/system/docker.service.d/override.conf",
+        "[Service]\nExecStart=\nExecStart=/usr/sbin/dockerd -H fd://\n",
+    )
+    r = assert_status(
+        host.run(),
+        "dockerd.flags",
+        FAIL,
+        "'hosts'",
+        "as --host in ExecStart in /etc/systemd/system/docker.service.d/override.conf",
+    )
     assert "'debug'" not in r.detail
 
 
+def test_flag_conflict_inside_a_nested_object_is_found(host):
+    host.dockerd(
+        ["dockerd", "--http-proxy=http://p:3128"], {"PATH": "/usr/bin"}, start=time.time() + 60
+    )
+    host.daemon_json({"proxies": {"http-proxy": "http://q:3128"}})
+    assert_status(host.run(), "dockerd.flags", FAIL, "'http-proxy'", "--http-proxy")
+
+
 def test_flags_ok_when_no_key_repeated(host):
-    host.dockerd(["dockerd", "--iptables=false", "--add-runtime", "x=/bin/x"], {"PATH": "/usr/bin"},
-                 start=BTIME + 100)
-    host.daemon_json({"runtimes": {"nvidia": {"path": "/usr/bin/nvidia-container-runtime"}},
-                      "iptables-x": 1})
+    host.dockerd(
+        ["dockerd", "--iptables=false", "--add-runtime", "x=/bin/x"],
+        {"PATH": "/usr/bin"},
+        start=BTIME + 100,
+    )
+    host.daemon_json(
+        {"runtimes": {"nvidia": {"path": "/usr/bin/nvidia-container-runtime"}}, "iptables-x": 1}
+    )
     assert_status(host.run(), "dockerd.flags", OK, f"pid {DOCKERD_PID}")
 
 
@@ -392,19 +481,38 @@ def test_hook_older_than_dockerd_is_ok(host):
 
 def test_hook_not_on_dockerds_path_warns(host):
     host.dockerd(["dockerd"], {"PATH": "/opt/bin"}, start=time.time() + 60)
-    assert_status(host.run(), "dockerd.gpus", WARN, "not on dockerd's PATH (/opt/bin)",
-                  "could not select device driver", "restart")
+    assert_status(
+        host.run(),
+        "dockerd.gpus",
+        WARN,
+        "not on dockerd's PATH (/opt/bin)",
+        "could not select device driver",
+        "restart",
+    )
 
 
 def test_dockerd_found_by_the_hosts_key_of_its_config_file(host):
-    host.dockerd(["dockerd", "--config-file=/srv/d.json"], {"PATH": "/usr/bin"},
-                 start=time.time() + 60)
+    host.dockerd(
+        ["dockerd", "--config-file=/srv/d.json"], {"PATH": "/usr/bin"}, start=time.time() + 60
+    )
     host.daemon_json({"hosts": ["unix:///srv/docker.sock"]}, "/srv/d.json")
-    ctx = host.context(docker_host_override="unix:///srv/docker.sock",
-                       config_override=PurePosixPath("/srv/d.json"))
+    ctx = host.context(
+        docker_host_override="unix:///srv/docker.sock", config_override=PurePosixPath("/srv/d.json")
+    )
     proc, _ = ctx.dockerd_process()
     assert proc is not None and proc.pid == DOCKERD_PID
     assert host.context().dockerd_process()[0] is None  # not on the default socket
+
+
+def test_a_dockerd_version_run_is_not_taken_for_the_daemon(host):
+    host.dockerd(["dockerd", "--version"], {"PATH": "/usr/bin"}, start=time.time())
+    assert host.context().dockerd_process()[0] is None
+    host.dockerd(
+        ["dockerd", "--validate", "--config-file", "/etc/docker/daemon.json"],
+        {"PATH": "/usr/bin"},
+        start=time.time(),
+    )
+    assert host.context().dockerd_process()[0] is None
 
 
 def test_gpus_skipped_when_no_local_dockerd(host):
@@ -415,6 +523,27 @@ def test_gpus_skipped_when_no_local_dockerd(host):
 # -- runtime, hook, config.toml, libnvidia-container, runc ---------------------------------
 
 
+def test_console_scripts_report_their_interpreters_nvdocker2_version(host):
+    for exe, module in (
+        ("nvidia-container-runtime", "runtime"),
+        ("nvidia-container-runtime-hook", "hook"),
+    ):
+        host.exe(
+            f"/usr/bin/{exe}",
+            f"#!{sys.executable}\nimport sys\n"
+            f"from nvdocker2.{module} import main\nsys.exit(main())\n",
+        )
+    results = host.run()
+    assert_status(
+        results,
+        "runtime.installed",
+        OK,
+        f"nvdocker2 {nvdocker2.__version__}",
+        "read from the script",
+    )
+    assert_status(results, "hook.installed", OK, "read from the script")
+
+
 def test_runtime_and_hook_report_the_nvdocker2_version(host):
     results = host.run()
     assert_status(results, "runtime.installed", OK, f"nvdocker2 {nvdocker2.__version__}")
@@ -423,16 +552,21 @@ def test_runtime_and_hook_report_the_nvdocker2_version(host):
 
 def test_runtime_of_another_version_warns(host):
     # test fixture: an interpreter whose nvdocker2 is an older release
-    host.exe("/opt/oldpy/python", sh('echo 0.0.9'))
-    host.exe("/usr/bin/nvidia-container-runtime",
-             f"#!{host.path('/opt/oldpy/python')}\nfrom nvdocker2.runtime import main\n")
-    assert_status(host.run(), "runtime.installed", WARN, "nvdocker2 0.0.9",
-                  nvdocker2.__version__, "reinstall")
+    host.exe("/opt/oldpy/python", sh("echo 0.0.9"))
+    host.exe(
+        "/usr/bin/nvidia-container-runtime",
+        f"#!{host.path('/opt/oldpy/python')}\nfrom nvdocker2.runtime import main\n",
+    )
+    assert_status(
+        host.run(), "runtime.installed", WARN, "nvdocker2 0.0.9", nvdocker2.__version__, "reinstall"
+    )
 
 
 def test_foreign_hook_warns(host):
-    host.exe("/usr/bin/nvidia-container-runtime-hook",
-             sh('echo "NVIDIA Container Runtime Hook version 1.14.3"'))
+    host.exe(
+        "/usr/bin/nvidia-container-runtime-hook",
+        sh('echo "NVIDIA Container Runtime Hook version 1.14.3"'),
+    )
     assert_status(host.run(), "hook.installed", WARN, "not nvdocker2's", "1.14.3")
 
 
@@ -444,39 +578,54 @@ def test_missing_hook_fails(host):
 def test_toolkit_config_bad_toml_and_bad_types_fail(host):
     host.file("/etc/nvidia-container-runtime/config.toml", "[nvidia-container-cli\n")
     assert_status(host.run(), "toolkit.config", FAIL, "config.toml")
-    host.file("/etc/nvidia-container-runtime/config.toml",
-              '[nvidia-container-cli]\nno-cgroups = "yes"\n')
-    assert_status(host.run(), "toolkit.config", FAIL, "[nvidia-container-cli] no-cgroups",
-                  "'yes'")
+    host.file(
+        "/etc/nvidia-container-runtime/config.toml", '[nvidia-container-cli]\nno-cgroups = "yes"\n'
+    )
+    assert_status(host.run(), "toolkit.config", FAIL, "'nvidia-container-cli.no-cgroups'", "'yes'")
+    host.file(
+        "/etc/nvidia-container-runtime/config.toml", '[nvidia-container-runtime]\nmode = "fast"\n'
+    )
+    assert_status(
+        host.run(),
+        "toolkit.config",
+        FAIL,
+        "'nvidia-container-runtime.mode'",
+        "'fast'",
+        "correct that key",
+    )
 
 
 def test_toolkit_config_from_env_is_used(host):
-    host.file("/srv/tk.toml", "[nvidia-container-runtime]\nruntimes = [\"crun\"]\n")
+    host.file("/srv/tk.toml", '[nvidia-container-runtime]\nruntimes = ["crun"]\n')
     host.env["NVIDIA_CONTAINER_RUNTIME_CONFIG"] = "/srv/tk.toml"
     results = host.run()
     assert_status(results, "toolkit.config", OK, "/srv/tk.toml", "NVIDIA_CONTAINER_RUNTIME_CONFIG")
-    assert_status(results, "runtime.low-level", FAIL, "['crun']", "install runc")
+    assert_status(results, "runtime.low-level", FAIL, "none of crun", "install runc")
 
 
 def test_rootless_needs_no_cgroups(host):
     host.info["SecurityOptions"].append("name=rootless")
     assert_status(host.run(), "toolkit.rootless", FAIL, "rootless", "no-cgroups = true")
-    host.file("/etc/nvidia-container-runtime/config.toml",
-              "[nvidia-container-cli]\nno-cgroups = true\n")
+    host.file(
+        "/etc/nvidia-container-runtime/config.toml", "[nvidia-container-cli]\nno-cgroups = true\n"
+    )
     assert_status(host.run(), "toolkit.rootless", OK, "rootless")
 
 
 def test_no_cgroups_on_rootful_warns(host):
-    host.file("/etc/nvidia-container-runtime/config.toml",
-              "[nvidia-container-cli]\nno-cgroups = true\n")
+    host.file(
+        "/etc/nvidia-container-runtime/config.toml", "[nvidia-container-cli]\nno-cgroups = true\n"
+    )
     assert_status(host.run(), "toolkit.rootless", WARN, "rootful", "no-cgroups")
 
 
 def test_debug_log_in_missing_directory_warns(host):
     host.path("/var/log").mkdir(parents=True)
-    host.file("/etc/nvidia-container-runtime/config.toml",
-              '[nvidia-container-runtime]\ndebug = "/var/log/nvidia-container-runtime.log"\n'
-              '[nvidia-container-cli]\ndebug = "/nope/cli.log"\n')
+    host.file(
+        "/etc/nvidia-container-runtime/config.toml",
+        '[nvidia-container-runtime]\ndebug = "/var/log/nvidia-container-runtime.log"\n'
+        '[nvidia-container-cli]\ndebug = "/nope/cli.log"\n',
+    )
     r = assert_status(host.run(), "toolkit.debug-logs", WARN, "/nope/cli.log", "writable")
     assert "nvidia-container-runtime.log" not in r.detail
 
@@ -486,24 +635,31 @@ def test_cli_missing_fails_unless_direct_mode(host):
     results = host.run()
     assert_status(results, "cli.installed", FAIL, "not found", "libnvidia-container-tools")
     assert_status(results, "cli.info", SKIP, "cli.installed")
-    host.file("/etc/nvidia-container-runtime/config.toml",
-              '[nvidia-container-runtime]\nmode = "direct"\n')
+    host.file(
+        "/etc/nvidia-container-runtime/config.toml", '[nvidia-container-runtime]\nmode = "direct"\n'
+    )
     assert_status(host.run(), "cli.installed", SKIP, "direct")
 
 
 def test_cli_info_failure_fails_with_driver_hint(host):
-    host.exe("/usr/bin/nvidia-container-cli", sh(
-        'case "$1" in --version) echo "cli-version: 1.14.3";;\n'
-        'info) echo "nvidia-container-cli: initialization error: nvml error: driver not loaded" '
-        '>&2; exit 1;; esac'))
+    host.exe(
+        "/usr/bin/nvidia-container-cli",
+        sh(
+            'case "$1" in --version) echo "cli-version: 1.14.3";;\n'
+            'info) echo "nvidia-container-cli: initialization error: nvml error: driver not loaded" '
+            ">&2; exit 1;; esac"
+        ),
+    )
     results = host.run()
     assert_status(results, "cli.installed", OK, "1.14.3")
     assert_status(results, "cli.info", FAIL, "driver not loaded", "modprobe nvidia")
 
 
 def test_cli_that_hangs_is_cut_short(host):
-    host.exe("/usr/bin/nvidia-container-cli", sh('case "$1" in --version) echo "cli-version: 1";;'
-                                                  '\ninfo) exec sleep 30;; esac'))
+    host.exe(
+        "/usr/bin/nvidia-container-cli",
+        sh('case "$1" in --version) echo "cli-version: 1";;\ninfo) exec sleep 30;; esac'),
+    )
     start = time.monotonic()
     results = host.run()
     assert time.monotonic() - start < 5
@@ -538,8 +694,9 @@ def test_no_driver_fails_everything_driver_with_hints(host):
 def test_library_version_mismatch_fails(host):
     host.remove(f"/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.{DRIVER}")
     host.file("/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.535.129.03", "")
-    assert_status(host.run(), "driver.libraries", FAIL, f"kernel module {DRIVER}",
-                  "535.129.03", "reboot")
+    assert_status(
+        host.run(), "driver.libraries", FAIL, f"kernel module {DRIVER}", "535.129.03", "reboot"
+    )
 
 
 def test_leftover_libraries_warn(host):
@@ -548,8 +705,10 @@ def test_leftover_libraries_warn(host):
 
 
 def test_nvidia_smi_version_mismatch_fails_with_reboot_hint(host):
-    host.exe("/usr/bin/nvidia-smi", sh('echo "Failed to initialize NVML: Driver/library version '
-                                       'mismatch"; exit 18'))
+    host.exe(
+        "/usr/bin/nvidia-smi",
+        sh('echo "Failed to initialize NVML: Driver/library version mismatch"; exit 18'),
+    )
     assert_status(host.run(), "driver.nvidia-smi", FAIL, "version mismatch", "reboot")
 
 
@@ -564,18 +723,33 @@ def test_device_node_with_wrong_major_or_type_fails(host):
     host.chardev("/dev/nvidia0", 10, 0)
     host.remove("/dev/nvidiactl")
     host.file("/dev/nvidiactl", "")
-    r = assert_status(host.run(), "driver.devices", FAIL, "/dev/nvidia0 has major 10",
-                      "/dev/nvidiactl is not a character device")
+    r = assert_status(
+        host.run(),
+        "driver.devices",
+        FAIL,
+        "/dev/nvidia0 has major 10",
+        "/dev/nvidiactl is not a character device",
+    )
     assert "nvidia-uvm" not in r.detail
 
 
 def test_dev_char_links_with_systemd_cgroup_driver(host):
     host.info["CgroupDriver"] = "systemd"
-    assert_status(host.run(), "driver.dev-char", WARN, "/dev/char/195:0 → /dev/nvidia0",
-                  "create-dev-char-symlinks")
+    assert_status(
+        host.run(),
+        "driver.dev-char",
+        WARN,
+        "/dev/char/195:0 → /dev/nvidia0",
+        "create-dev-char-symlinks",
+    )
     host.path("/dev/char").mkdir()
-    for link, node in (("195:0", "nvidia0"), ("195:255", "nvidiactl"), ("195:254",
-                       "nvidia-modeset"), ("511:0", "nvidia-uvm"), ("511:1", "nvidia-uvm-tools")):
+    for link, node in (
+        ("195:0", "nvidia0"),
+        ("195:255", "nvidiactl"),
+        ("195:254", "nvidia-modeset"),
+        ("511:0", "nvidia-uvm"),
+        ("511:1", "nvidia-uvm-tools"),
+    ):
         os.symlink(f"../{node}", host.path(f"/dev/char/{link}"))
     assert_status(host.run(), "driver.dev-char", OK)
     host.info["CgroupDriver"] = "cgroupfs"
@@ -594,3 +768,71 @@ def test_wsl2_skips_native_driver_checks(host):
     assert_status(results, "wsl", OK, "/dev/dxg")
     for i in ("driver.kernel", "driver.modules", "driver.devices", "driver.libraries"):
         assert_status(results, i, SKIP, "WSL2")
+
+
+def _package_dir(host: FakeHost, d: str, version: str) -> None:
+    host.file(f"{d}/nvdocker2/__init__.py", f'"""nvdocker2."""\n\n__version__ = "{version}"\n')
+
+
+def test_version_of_the_package_launchers_is_read_from_their_package_dir(host):
+    from nvdocker2.runtime import launcher
+
+    _package_dir(host, "/usr/lib/python3/dist-packages", nvdocker2.__version__)
+    for name, text in launcher.render(
+        "/usr/bin/python3", ["/usr/lib/python3/dist-packages"]
+    ).items():
+        host.exe(f"/usr/bin/{name}", text)
+    results = host.run()
+    assert_status(results, "runtime.installed", OK, f"nvdocker2 {nvdocker2.__version__}")
+    assert_status(results, "hook.installed", OK, f"nvdocker2 {nvdocker2.__version__}")
+    _package_dir(host, "/usr/lib/python3/dist-packages", "0.0.7")
+    assert_status(host.run(), "hook.installed", WARN, "nvdocker2 0.0.7", "reinstall")
+    host.remove("/usr/lib/python3/dist-packages/nvdocker2/__init__.py")
+    assert_status(
+        host.run(),
+        "runtime.installed",
+        FAIL,
+        "cannot start",
+        "/usr/lib/python3/dist-packages holds",
+        "reinstall",
+    )
+
+
+def test_version_of_the_rpm_launcher_is_read_from_its_package_dir(host):
+    _package_dir(host, "/usr/lib/nvdocker2", "9.9.9")
+    host.exe(
+        "/usr/bin/nvidia-container-runtime",
+        '#!/usr/bin/python3 -s\nimport sys\nsys.path.insert(0, "/usr/lib/nvdocker2")\n'
+        "from nvdocker2.runtime import main\nsys.exit(main())\n",
+    )
+    assert_status(host.run(), "runtime.installed", WARN, "nvdocker2 9.9.9", nvdocker2.__version__)
+
+
+def test_direct_mode_finds_the_driver_under_driver_root(host):
+    from fixtures.fake_driver import build_fake_driver
+
+    assert_status(host.run(), "direct.driver", SKIP, "legacy")
+    host.file(
+        "/etc/nvidia-container-runtime/config.toml",
+        '[nvidia-container-runtime]\nmode = "direct"\ndriver-root = "/drv"\n',
+    )
+    r = assert_status(
+        host.run(), "direct.driver", FAIL, "/drv/proc/driver/nvidia/gpus", "driver-root"
+    )
+    assert str(host.root) not in r.detail
+    build_fake_driver(host.path("/drv"))
+    results = host.run()
+    assert_status(results, "direct.driver", OK, "driver-root /drv", f"driver {DRIVER}", "2 GPU(s)")
+    host.remove("/usr/bin/nvidia-container-cli")
+    assert_status(host.run(), "cli.installed", SKIP, "direct")
+
+
+def test_open_kernel_module_version_line_is_read(host):
+    host.file(
+        "/proc/driver/nvidia/version",
+        "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  550.54.15  Release Build  "
+        "(dvs-builder@U16-I3-B13-4-3)  Tue Mar  5 22:15:33 UTC 2024\n",
+    )
+    results = host.run()
+    assert_status(results, "driver.kernel", OK, "kernel module 550.54.15")
+    assert_status(results, "driver.libraries", FAIL, "kernel module 550.54.15", DRIVER)

@@ -15,11 +15,17 @@ from nvdocker2.doctor.render import render, render_json, render_plain
 
 RESULTS = [
     CheckResult("config.parse", "daemon.json parses", "ok", "/etc/docker/daemon.json: valid"),
-    CheckResult("dockerd.reachable", "dockerd answers", "fail", "no answer from dockerd",
-                "start it: systemctl start docker"),
+    CheckResult(
+        "dockerd.reachable",
+        "dockerd answers",
+        "fail",
+        "no answer from dockerd",
+        "start it: systemctl start docker",
+    ),
     CheckResult("dockerd.sync", "agree", "skip", "skipped: needs dockerd.reachable, which failed"),
-    CheckResult("driver.modules", "modules", "warn", "nvidia_modeset not loaded",
-                "modprobe nvidia_modeset"),
+    CheckResult(
+        "driver.modules", "modules", "warn", "nvidia_modeset not loaded", "modprobe nvidia_modeset"
+    ),
 ]
 
 
@@ -36,9 +42,12 @@ def test_json_is_a_list_of_id_status_detail_hint():
     out = io.StringIO()
     render(RESULTS, out, as_json=True)
     data = json.loads(out.getvalue())
-    assert data[1] == {"id": "dockerd.reachable", "status": "fail",
-                       "detail": "no answer from dockerd",
-                       "hint": "start it: systemctl start docker"}
+    assert data[1] == {
+        "id": "dockerd.reachable",
+        "status": "fail",
+        "detail": "no answer from dockerd",
+        "hint": "start it: systemctl start docker",
+    }
     assert data[0]["hint"] is None
     assert [set(d) for d in data] == [{"id", "status", "detail", "hint"}] * 4
 
@@ -83,8 +92,10 @@ def _checks(*outcomes):
 def test_exit_code_is_1_only_when_something_failed(tmp_path, monkeypatch):
     from nvdocker2.doctor import registry
 
-    for outcomes, code in (((ok("a"), warn("b", "h"), skip("c")), 0),
-                           ((ok("a"), fail("b", "h")), 1)):
+    for outcomes, code in (
+        ((ok("a"), warn("b", "h"), skip("c")), 0),
+        ((ok("a"), fail("b", "h")), 1),
+    ):
         monkeypatch.setattr(registry, "all_checks", lambda smoke=False, o=outcomes: _checks(*o))
         out = io.StringIO()
         assert run_doctor(as_json=True, stream=out, ctx=Context(root=HostRoot(tmp_path))) == code

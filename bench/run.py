@@ -1,0 +1,509 @@
+#!/usr/bin/env python3
+"""Benchmarks of what users feel, measured in one run on this machine; writes bench/RESULTS.md.
+
+Every figure is a median of at least --runs (default 10) runs or a ratio of two such medians.
+The dockerd figures use a private dockerd (tests/e2e/privatedockerd.py: its own config, data
+root and socket; the host's Docker is never touched), so they need root, dockerd, containerd,
+runc and busybox-static; without them those figures are reported as not measured, with why.
+
+    .venv/bin/python bench/run.py [--runs N] [--out bench/RESULTS.md] [--no-dockerd]
+
+Not a test: nothing here fails on a slow figure. The targets are printed beside the figures
+and RESULTS.md says which were missed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime as _dt
+import json
+import os
+import platform
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Sequence
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+import nvdocker2  # noqa: E402
+from nvdocker2 import transaction  # noqa: E402
+
+# A daemon.json as a host might have it before install.
+TYPICAL = (
+    b'{\n    "log-driver": "json-file",\n    "log-opts": {"max-size": "10m", "max-file": "3"},\n'
+    b'    "data-root": "/var/lib/docker",\n    "live-restore": true\n}\n'
+)
+RUNTIME_SIZES = (1250, 2500, 5000, 10000)
+MIB_SIZES = (0.125, 0.25, 0.5, 1.0)
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One measured figure: `value` in `unit`; `target` and `ok` when the issue sets one."""
+
+    section: str
+    name: str
+    value: float | None
+    unit: str
+    how: str
+    target: str = ""
+    ok: bool | None = None
+    note: str = ""
+    cpu: float | None = None  # median CPU seconds, for timed figures
+
+    def cell(self) -> str:
+        if self.value is None:
+            return "not measured"
+        if self.unit == "s":
+            return f"{self.value:.3f} s"
+        if self.unit == "ms":
+            return f"{self.value:.2f} ms"
+        if self.unit == "x":
+            return f"{self.value:.3f}"
+        return f"{self.value:.4g} {self.unit}"
+
+
+@dataclass
+class Report:
+    figures: list[Figure] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def add(self, f: Figure, cpu: float | None = None) -> None:
+        if cpu is not None:
+            f = dataclasses.replace(f, cpu=cpu)
+        self.figures.append(f)
+        status = "" if f.ok is None else ("  (target met)" if f.ok else "  (TARGET MISSED)")
+        target = f"  target {f.target}" if f.target else ""
+        cpu = f"  (CPU {f.cpu:.3f} s)" if f.cpu is not None else ""
+        print(f"  {f.name}: {f.cell()}{cpu}{target}{status}{('  ' + f.note) if f.note else ''}",
+              flush=True)
+
+
+def median_time(fn: Callable[[], object], runs: int, setup: Callable[[], object] | None = None
+                ) -> tuple[float, float]:
+    """Median wall time and median CPU time (user + system, this process and its children) of
+    `fn` over `runs` runs (`setup` before each, not timed). The CPU figure does not count
+    waiting for a core, so it stays steady on a shared machine when the wall time does not."""
+    times, cpus = [], []
+    for _ in range(runs):
+        if setup is not None:
+            setup()
+        r0 = _cpu()
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+        cpus.append(_cpu() - r0)
+    return statistics.median(times), statistics.median(cpus)
+
+
+def _cpu() -> float:
+    total = 0.0
+    for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN):
+        r = resource.getrusage(who)
+        total += r.ru_utime + r.ru_stime
+    return total
+
+
+def nvdocker2_argv() -> list[str]:
+    """The installed `nvdocker2` beside this interpreter, else `python -m nvdocker2`."""
+    script = Path(sys.executable).parent / "nvdocker2"
+    return [str(script)] if script.exists() else [sys.executable, "-m", "nvdocker2"]
+
+
+def cli(*args: str, env: dict | None = None, check: bool = True) -> subprocess.CompletedProcess:
+    r = subprocess.run(nvdocker2_argv() + list(args), capture_output=True, text=True,
+                       timeout=300, env=env)
+    if check and r.returncode != 0:
+        raise RuntimeError(f"nvdocker2 {' '.join(args)} exited {r.returncode}: {r.stderr}")
+    return r
+
+
+def linear_fit(xs: Sequence[float], ys: Sequence[float]) -> tuple[float, float, float]:
+    """Least-squares slope, intercept and R² of ys against xs."""
+    n = len(xs)
+    mx, my = sum(xs) / n, sum(ys) / n
+    sxx = sum((x - mx) ** 2 for x in xs)
+    sxy = sum((x - mx) * (y - my) for x, y in zip(xs, ys))
+    slope = sxy / sxx
+    intercept = my - slope * mx
+    ss_tot = sum((y - my) ** 2 for y in ys)
+    ss_res = sum((y - (intercept + slope * x)) ** 2 for x, y in zip(xs, ys))
+    return slope, intercept, (1 - ss_res / ss_tot) if ss_tot else 1.0
+
+
+# --- the installer without dockerd -------------------------------------------------------------
+
+
+def bench_installer(report: Report, runs: int, work: Path) -> None:
+    print("installer, --reload none (no dockerd):", flush=True)
+    config = work / "cli" / "daemon.json"
+    config.parent.mkdir()
+    env = {**os.environ, "NVDOCKER2_STATE_DIR": str(work / "cli-state")}
+    base = ["--config", str(config), "--reload", "none", "--no-verify"]
+
+    def fresh() -> None:
+        config.write_bytes(TYPICAL)
+        shutil.rmtree(work / "cli-state", ignore_errors=True)
+
+    t, cpu = median_time(lambda: cli("install", *base, "--runtime-path", "/usr/bin/runc", env=env),
+                    runs, fresh)
+    report.add(Figure("installer", "install --reload none --no-verify (new entry, backup, "
+                      "journal, atomic write)", t, "s", f"median of {runs} CLI runs"), cpu)
+    t, cpu = median_time(lambda: cli("install", *base, "--runtime-path", "/usr/bin/runc", env=env),
+                    runs)
+    report.add(Figure("installer", "idempotent re-run of install (--reload none)", t, "s",
+                      f"median of {runs} CLI runs", "≤ 0.3 s", t <= 0.3), cpu)
+    t, cpu = median_time(lambda: cli("uninstall", *base, env=env), runs,
+                    lambda: cli("install", *base, "--runtime-path", "/usr/bin/runc", env=env))
+    report.add(Figure("installer", "uninstall --reload none --no-verify", t, "s",
+                      f"median of {runs} CLI runs"), cpu)
+    t, cpu = median_time(lambda: cli("--version", env=env), runs)
+    report.add(Figure("installer", "nvdocker2 --version (interpreter start and imports)", t, "s",
+                      f"median of {runs} CLI runs", note="the floor under every CLI figure"), cpu)
+
+
+# --- scaling -------------------------------------------------------------------------------------
+
+
+def _runtimes_doc(n: int) -> bytes:
+    rts = {f"rt{i:05d}": {"path": f"/opt/vendor{i:05d}/bin/runc"} for i in range(n)}
+    return json.dumps({"log-level": "info", "runtimes": rts}, indent=4).encode() + b"\n"
+
+
+def _labels_doc(mib: float) -> bytes:
+    # Each label string is 40 bytes with its quotes, comma, newline and indent.
+    count = int(mib * 1024 * 1024 / 40)
+    labels = [f"label-{i:08d}=value-{i:08d}" for i in range(count)]
+    return json.dumps({"log-level": "info", "labels": labels}, indent=4).encode() + b"\n"
+
+
+def bench_scaling(report: Report, runs: int, work: Path) -> None:
+    print("scaling (in-process install --reload none: parse, edit, validate, backup, write):",
+          flush=True)
+    state = work / "scale-state"
+    config = work / "scale" / "daemon.json"
+    config.parent.mkdir()
+
+    def measure(data: bytes) -> tuple[float, float]:
+        def setup() -> None:
+            config.write_bytes(data)
+            shutil.rmtree(state, ignore_errors=True)
+        return median_time(lambda: transaction.install(config, runtime_path="/usr/bin/runc",
+                                                       state=state), runs, setup)
+
+    def series(unit: str, sizes: Sequence[tuple[float, bytes, str]]) -> None:
+        """Measure each size, then fit wall and CPU time against it (linear growth)."""
+        xs, walls, cpus = [], [], []
+        for x, data, label in sizes:
+            t, cpu = measure(data)
+            xs.append(x)
+            walls.append(t)
+            cpus.append(cpu)
+            report.add(Figure("scaling", label, t, "s", f"median of {runs}"), cpu)
+        slope, icept, r2 = linear_fit(xs, walls)
+        cslope, cicept, cr2 = linear_fit(xs, cpus)
+        report.add(Figure("scaling", f"time per {unit} (least-squares slope over "
+                          f"{len(xs)} sizes)", slope, "s", "wall: " + f"intercept {icept:.3f} s, "
+                          f"R² {r2:.4f}", note=f"CPU: {cslope:.3f} s per {unit}, intercept "
+                          f"{cicept:.3f} s, R² {cr2:.4f}"), cslope)
+
+    runtimes = []
+    for n in RUNTIME_SIZES:
+        data = _runtimes_doc(n)
+        runtimes.append((n / 1000, data, f"install into a daemon.json with {n} runtimes "
+                         f"({len(data) / 1048576:.2f} MiB)"))
+    series("1000 runtimes", runtimes)
+    labels = []
+    for mib in MIB_SIZES:
+        data = _labels_doc(mib)
+        labels.append((len(data) / 1048576, data, f"install into a {len(data) / 1048576:.3f} MiB "
+                       "daemon.json (long labels list)"))
+    series("MiB", labels)
+
+    # What a user feels on the largest files: the whole CLI, idempotent re-run included.
+    env = {**os.environ, "NVDOCKER2_STATE_DIR": str(state)}
+    base = ["--config", str(config), "--reload", "none", "--no-verify",
+            "--runtime-path", "/usr/bin/runc"]
+    for label, data in (("10000 runtimes", _runtimes_doc(10000)), ("1 MiB", _labels_doc(1.0))):
+        t, cpu = median_time(lambda: cli("install", *base, env=env), runs,
+                             lambda d=data: (config.write_bytes(d), shutil.rmtree(state, True)))
+        report.add(Figure("scaling", f"CLI install, {label} daemon.json", t, "s",
+                          f"median of {runs} CLI runs"), cpu)
+        t, cpu = median_time(lambda: cli("install", *base, env=env), runs)
+        report.add(Figure("scaling", f"CLI idempotent re-run, {label} daemon.json", t, "s",
+                          f"median of {runs} CLI runs"), cpu)
+
+
+# --- on a running dockerd -------------------------------------------------------------------------
+
+
+def _private_dockerd():
+    sys.path.insert(0, str(REPO / "tests" / "e2e"))
+    import privatedockerd  # type: ignore[import-not-found]
+
+    return privatedockerd
+
+
+def _supports_reload(d, env: dict, work: Path) -> tuple[list[str], str]:
+    """The daemon flags for install-to-verified, or the --reload none fallback and why."""
+    flags = ["--reload", "signal", "--pidfile", str(d.pidfile), "--docker-host", d.host,
+             "--timeout", "30"]
+    probe = cli("install", "--config", str(d.config_file), "--runtime-path", "/usr/bin/runc",
+                "--dry-run", *flags, env=env, check=False)
+    if probe.returncode == 0:
+        return flags, ""
+    why = (probe.stderr.strip().splitlines() or ["?"])[0]
+    return ["--reload", "none", "--no-verify"], f"--reload signal unavailable in this build ({why})"
+
+
+def bench_dockerd(report: Report, runs: int, work: Path) -> None:
+    try:
+        pd = _private_dockerd()
+    except ImportError as e:
+        report.notes.append(f"dockerd figures not measured: {e}")
+        return
+    missing = pd.missing_prerequisites()
+    if missing:
+        report.notes.append("dockerd figures not measured: missing " + ", ".join(missing))
+        print(f"dockerd figures skipped: missing {', '.join(missing)}", flush=True)
+        return
+    print("on a private dockerd:", flush=True)
+    d = pd.PrivateDockerd()
+    try:
+        d.start()
+        env = {**os.environ, "NVDOCKER2_STATE_DIR": str(work / "dockerd-state"),
+               "DOCKER_HOST": d.host}
+        flags, fallback = _supports_reload(d, env, work)
+        base = ["--config", str(d.config_file), *flags]
+        runtime = shutil.which("runc") or "/usr/bin/runc"
+
+        def install() -> None:
+            cli("install", *base, "--runtime-path", runtime, env=env)
+
+        def uninstall() -> None:
+            cli("uninstall", *base, env=env)
+
+        if fallback:
+            report.notes.append(fallback + "; install measured with --reload none")
+            t, cpu = median_time(install, runs, uninstall)
+            report.add(Figure("dockerd", "install, --reload none (no dockerd wiring in this build)",
+                              t, "s", f"median of {runs} CLI runs", "≤ 1.5 s to verified", None,
+                              "not the target figure: no reload, no verify"), cpu)
+        else:
+            t, cpu = median_time(install, runs, uninstall)
+            report.add(Figure("dockerd", "install to verified (write, SIGHUP, /info reports it)",
+                              t, "s", f"median of {runs} CLI runs", "≤ 1.5 s", t <= 1.5), cpu)
+            info = d.info()
+            assert "nvidia" in info.get("Runtimes", {}), info.get("Runtimes")
+            t, cpu = median_time(install, runs)
+            report.add(Figure("dockerd", "idempotent re-run of install (no write, no reload)", t,
+                              "s", f"median of {runs} CLI runs", "≤ 0.3 s", t <= 0.3), cpu)
+            t, cpu = median_time(uninstall, runs, install)
+            report.add(Figure("dockerd", "uninstall to verified (transitional file, SIGHUP, "
+                              "/info no longer lists it)", t, "s",
+                              f"median of {runs} CLI runs"), cpu)
+        doctor = cli("doctor", "--help", env=env, check=False)
+        if doctor.returncode == 0:
+            args = ["doctor", "--config", str(d.config_file), "--docker-host", d.host]
+            t, cpu = median_time(lambda: cli(*args, env=env, check=False), runs)
+            report.add(Figure("dockerd", "doctor", t, "s", f"median of {runs} CLI runs",
+                              "≤ 2 s", t <= 2.0), cpu)
+        else:
+            report.add(Figure("dockerd", "doctor", None, "s", "", "≤ 2 s", None,
+                              "nvdocker2 doctor is not in this build"))
+    finally:
+        d.cleanup()
+
+
+def bench_docker_run(report: Report, runs: int) -> None:
+    """docker run through the nvidia runtime + hook vs runc, and the shim and hook per call,
+    from bench/bench_runtime.py (which starts its own private dockerd, with this package's
+    runtime and hook and the TEST FIXTURE nvidia-container-cli standing in for the GPU)."""
+    names = ("GPU docker run: --runtime=nvidia + hook / --runtime=runc",
+             "runtime pass-through (state) / runc state", "hook prestart alone / runc state")
+    script = REPO / "bench" / "bench_runtime.py"
+    if not script.exists():
+        for name in names:
+            target = "≤ 1.05" if "GPU" in name else ""
+            report.add(Figure("docker run", name, None, "x", "", target,
+                              None, "bench/bench_runtime.py is not in this build"))
+        return
+    print("docker run and per-call costs (bench/bench_runtime.py):", flush=True)
+    calls = max(60, runs)
+    pairs = max(15, runs)  # the ratio of two docker runs is noisy: more pairs than other figures
+    r = subprocess.run([sys.executable, str(script), "--pairs", str(pairs), "--calls",
+                        str(calls), "--json"], capture_output=True, text=True, timeout=3600)
+    out = r.stdout
+    try:
+        if r.returncode != 0:
+            raise ValueError(f"exited {r.returncode}: {(r.stderr or out).strip()[-300:]}")
+        fig = json.loads(out[out.index("\n{") + 1:])
+    except ValueError as e:
+        for name in names:
+            report.add(Figure("docker run", name, None, "x", "", "", None,
+                              f"bench_runtime.py failed: {e}"))
+        return
+    fixture = "no GPU here: the TEST FIXTURE nvidia-container-cli (a sh script) stands in for " \
+              "libnvidia-container, so this is the cost of our shim and hook only"
+    report.notes.append("docker run figures: " + fixture)
+    for line in out[:out.index("\n{")].splitlines():
+        if " vs " in line and " ms" in line:
+            report.notes.append("bench_runtime.py: " + " ".join(line.split()))
+    def fastest(k: str) -> str:
+        f = fig.get(k + " (fastest runs)")
+        return f"; fastest run against fastest run: {f:.3f}" if f is not None else ""
+
+    key = "runtime=nvidia (launcher) + hook vs runc"
+    if key in fig:
+        report.add(Figure("docker run", names[0], fig[key], "x",
+                          f"median of {pairs} alternating pairs' ratios", "≤ 1.05",
+                          fig[key] <= 1.05, "launcher (the packaged runtime)" + fastest(key)))
+    for k, note in (("runtime=nvidia-console (pip script) + hook vs runc",
+                     "the pip console script instead of the packaged launcher"),
+                    ("--gpus all (dockerd adds the hook) vs runc",
+                     "no --runtime: dockerd runs our hook itself; against runc with no GPU "
+                     "request")):
+        if k in fig:
+            report.add(Figure("docker run", k, fig[k], "x",
+                              f"median of {pairs} alternating pairs' ratios",
+                              note=note + fastest(k)))
+    runc_state = fig.get("runc state wall ms")
+    for name, key in ((names[1], "runtime state (launcher) wall ms"),
+                      (names[2], "hook prestart (launcher) wall ms")):
+        if runc_state and key in fig:
+            report.add(Figure("docker run", name, fig[key] / runc_state, "x",
+                              f"ratio of medians of {calls} calls",
+                              note=f"{fig[key]:.1f} ms vs runc state {runc_state:.1f} ms (wall); "
+                              f"CPU {fig.get(key.replace('wall', 'cpu'), float('nan')):.1f} ms"))
+    for key in sorted(fig):
+        if key.endswith(" wall ms"):
+            base = key[:-len(" wall ms")]
+            report.add(Figure("per call", base, fig[key], "ms", f"median of {calls} calls",
+                              note=f"CPU {fig.get(base + ' cpu ms', float('nan')):.1f} ms"))
+
+
+# --- the report ----------------------------------------------------------------------------------
+
+
+def _version(argv: list[str]) -> str:
+    try:
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=20).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return "not installed"
+    return (out.strip().splitlines() or ["?"])[0]
+
+
+def machine() -> list[tuple[str, str]]:
+    model = "unknown"
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    model = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    try:
+        load = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    except OSError:
+        load = "?"
+    return [
+        ("date (UTC)", _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M")),
+        ("CPU", model),
+        ("cores", str(os.cpu_count())),
+        ("load average at start (1, 5, 15 min)", load),
+        ("kernel", platform.release()),
+        ("Python", platform.python_version()),
+        ("nvdocker2", nvdocker2.__version__),
+        ("dockerd", _version(["dockerd", "--version"])),
+        ("containerd", _version(["containerd", "--version"])),
+        ("runc", _version(["runc", "--version"])),
+    ]
+
+
+def write_results(path: Path, report: Report, info: list[tuple[str, str]], runs: int,
+                  elapsed: float) -> None:
+    lines = [
+        "# Benchmark results",
+        "",
+        f"Written by `bench/run.py` (`make bench`) in one run of {elapsed:.0f} s. Every figure is "
+        f"the median of {runs} runs, or a ratio or least-squares fit of such medians, measured in "
+        "that run on this machine. Value is wall time (what a user waits); CPU is the median "
+        "user + system time of the same runs, which does not count waiting for a core and so "
+        "shows the cost itself when the machine is shared (see the load average). Targets are "
+        "judged on wall time. Do not edit by hand: rerun.",
+        "",
+        "| machine | |",
+        "|---|---|",
+        *[f"| {k} | {v} |" for k, v in info],
+        "",
+    ]
+    for section in dict.fromkeys(f.section for f in report.figures):
+        lines += [f"## {section}", "", "| figure | value | CPU | target | how | note |",
+                  "|---|---|---|---|---|---|"]
+        for f in report.figures:
+            if f.section != section:
+                continue
+            target = f.target + ("" if f.ok is None else (" met" if f.ok else " **missed**"))
+            cpu = f"{f.cpu:.3f} s" if f.cpu is not None else ""
+            lines.append(f"| {f.name} | {f.cell()} | {cpu} | {target} | {f.how} | {f.note} |")
+        lines.append("")
+    missed = [f for f in report.figures if f.ok is False]
+    lines += ["## Targets missed", ""]
+    lines += [f"- {f.name}: {f.cell()} (target {f.target})" for f in missed] or ["- none"]
+    lines.append("")
+    if report.notes:
+        lines += ["## Notes", ""] + [f"- {n}" for n in report.notes] + [""]
+    path.write_text("\n".join(lines))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--runs", type=int, default=10, help="runs per median (at least 10)")
+    ap.add_argument("--out", type=Path, default=REPO / "bench" / "RESULTS.md")
+    ap.add_argument("--no-dockerd", action="store_true", help="skip the private-dockerd figures")
+    ap.add_argument("--only", choices=("installer", "scaling", "dockerd", "docker-run"),
+                    action="append",
+                    help="run only these sections (repeatable)")
+    args = ap.parse_args(argv)
+    if args.runs < 10:
+        ap.error("--runs must be at least 10: every figure is a median of at least 10 runs")
+    info = machine()
+    for k, v in info:
+        print(f"{k}: {v}")
+    report = Report()
+    t0 = time.monotonic()
+    sections = args.only or ["installer", "scaling", "dockerd", "docker-run"]
+    with tempfile.TemporaryDirectory(prefix="nvd2-bench-") as tmp:
+        work = Path(tmp)
+        os.environ["NVDOCKER2_STATE_DIR"] = str(work / "state")
+        if "installer" in sections:
+            bench_installer(report, args.runs, work)
+        if "scaling" in sections:
+            bench_scaling(report, args.runs, work)
+        if "dockerd" in sections:
+            if args.no_dockerd:
+                report.notes.append("dockerd figures not measured: --no-dockerd")
+            else:
+                bench_dockerd(report, args.runs, work)
+        if "docker-run" in sections:
+            if args.no_dockerd:
+                report.notes.append("docker run figures not measured: --no-dockerd")
+            else:
+                bench_docker_run(report, args.runs)
+    write_results(args.out, report, info, args.runs, time.monotonic() - t0)
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
