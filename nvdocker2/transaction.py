@@ -685,8 +685,12 @@ def uninstall(
                 changes.append(ch)
             drec = rec.get("default_runtime")
             if isinstance(drec, dict) and drec.get("installed") == runtime_name:
-                if new.get(edit.DEFAULT_RUNTIME) == runtime_name:
-                    new, ch = edit.put_default(new, store.unslot(drec.get("previous")))
+                previous = store.unslot(drec.get("previous"))
+                now = new.get(edit.DEFAULT_RUNTIME)
+                # "runc" with no default before is what the transitional file of an
+                # uninstall that was killed after its reload left: finish that uninstall.
+                if now == runtime_name or (now == "runc" and previous is ABSENT):
+                    new, ch = edit.put_default(new, previous)
                     changes.append(ch)
                 rec = {k: v for k, v in rec.items() if k != "default_runtime"}
             rec = dict(rec, runtimes=rts_rec)

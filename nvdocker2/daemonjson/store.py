@@ -32,6 +32,7 @@ TMP_MARK = ".nvdocker2-tmp-"
 KEEP_BACKUPS = 20
 PAUSE_HOOK = "NVDOCKER2_TEST_PAUSE_BEFORE_RENAME"
 
+_BACKUP_RE = re.compile(r"(\d{8}T\d{6}Z-[0-9a-f]{6})\.json$")
 _TMP_RE = re.compile(re.escape(TMP_MARK) + r"(\d+)-[0-9a-f]+$")
 
 
@@ -437,7 +438,18 @@ class Backups:
         return data
 
     def prune(self, config: Path, keep: int = KEEP_BACKUPS) -> list[str]:
+        """Keep the newest `keep` backups of `config`; also remove the bytes of backups whose
+        metadata was never written (a run killed between the two writes). Called with the
+        lock held, so no backup is being created meanwhile."""
         removed = []
+        with contextlib.suppress(OSError):
+            names = set(os.listdir(self.dir))
+            for n in names:
+                m = _BACKUP_RE.match(n)
+                if m and f"{m.group(1)}.meta.json" not in names:
+                    with contextlib.suppress(OSError):
+                        os.unlink(self.dir / n)
+                        removed.append(m.group(1))
         for b in self.all(config)[keep:]:
             for p in (self.dir / f"{b.id}.meta.json", b.file):
                 with contextlib.suppress(OSError):

@@ -190,9 +190,6 @@ def test_sigkill_leaves_no_temp_files_in_the_state_dir(config: Path, installed: 
     assert _temps_in_state(state) == []
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "store.py Backups: a backup whose .meta.json was never written (killed between the two "
-    "writes) is ignored by all() and so never pruned: each such kill leaks one file for good"))
 def test_a_backup_left_without_its_metadata_is_removed_by_a_later_run(
     config: Path, installed: bytes
 ) -> None:

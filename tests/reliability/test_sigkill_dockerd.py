@@ -144,11 +144,6 @@ def test_sigkill_during_reload_and_verify_never_leaves_a_file_dockerd_refuses(
     assert "nvidia" not in d.info()["Runtimes"]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "transaction.py uninstall: killed after the transitional file (runtimes {}, "
-    "default-runtime runc) was written and reloaded, the journal already says nothing about "
-    "default-runtime being absent before, so the next uninstall keeps "
-    '"default-runtime": "runc", a key the original file never had'))
 def test_uninstall_killed_after_the_transitional_reload_is_finished_by_the_next_run(
     dockerd: PrivateDockerd,
 ) -> None:
