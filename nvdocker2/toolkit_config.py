@@ -278,7 +278,7 @@ def parse(data: bytes, path: str = DEFAULT_CONFIG_PATH, from_env: bool = False) 
 
 def _read_toml(text: str, path: str) -> dict:
     if sys.version_info >= (3, 11):
-        import tomllib
+        import tomllib  # novermin: only on 3.11+, tomli below
     else:  # pragma: no cover - exercised on Python < 3.11 only
         import tomli as tomllib
     try:

@@ -39,4 +39,6 @@ if [ ! -x .venv/bin/python ]; then
 fi
 # --no-deps: the dependencies are Debian's python3-* packages, seen through system site-packages.
 .venv/bin/python -m pip install -q --no-build-isolation --no-deps -e . 2>&1 | grep -v "^$" || true
-.venv/bin/python -c "import nvdocker2, typer, rich, jsonschema, filelock, packaging"
+# vermin (not in Debian) checks statically that the code needs nothing newer than Python 3.9.
+.venv/bin/python -c "import vermin" 2>/dev/null || .venv/bin/python -m pip install -q "vermin==1.9.2"
+.venv/bin/python -c "import nvdocker2, typer, rich, jsonschema, filelock, packaging, vermin"

@@ -17,13 +17,18 @@ HOOK_NAME = "nvidia-container-runtime-hook"
 CONFIG_ENV = "NVIDIA_CONTAINER_RUNTIME_CONFIG"
 DEFAULT_CONFIG_PATH = "/etc/nvidia-container-runtime/config.toml"
 DEFAULT_RUNTIMES = ("docker-runc", "runc", "crun")
+DIRECT_HOOK = "direct-hook"
 # What a pass-through needs from config.toml; a file whose non-comment lines never mention
 # these (nor a backslash, which could spell them as an escape) needs no TOML parser.
 _PASSTHROUGH_KEYS = (b"runtimes", b"debug", b"log-level", b"\\")
 
 
 class RuntimeFailure(Exception):
-    """The shim cannot do its job; reported as one line, exit 1."""
+    """The shim cannot do its job; reported as one `error:` line (and a `hint:`), exit 1."""
+
+    def __init__(self, message: str, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.hint = hint
 
 
 def main(args: list[str] | None = None, self_path: str | None = None) -> int:
@@ -33,7 +38,8 @@ def main(args: list[str] | None = None, self_path: str | None = None) -> int:
         args = sys.argv[1:]
     if self_path is None:
         self_path = sys.argv[0]
-    if args[:1] == ["direct-hook"]:  # direct mode's createContainer hook (SPEC §7)
+    if args[:1] == [DIRECT_HOOK]:
+        # Direct mode's createContainer hook role (SPEC §7): runc runs this executable.
         from nvdocker2.direct.hook import main as direct_hook
 
         return direct_hook(args[1:])
@@ -61,6 +67,8 @@ def main(args: list[str] | None = None, self_path: str | None = None) -> int:
         return _exec(runtime, args)
     except RuntimeFailure as e:
         print(f"{PROG}: error: {e}", file=sys.stderr)
+        if e.hint:
+            print(f"{PROG}: hint: {e.hint}", file=sys.stderr)
         _log(log_path, f"error: {e}")
         _report_to_runtime_log(args, f"{PROG}: {e}")
         return 1
@@ -113,7 +121,7 @@ def _prepare_bundle(config, bundle: str, self_path: str, log_path: str | None) -
             write_spec(spec_path, spec)
     except SpecError as e:
         raise RuntimeFailure(str(e)) from None
-    _log(log_path, f"{spec_path}: {'updated' if changed else 'unchanged'}")
+    _log(log_path, f"{spec_path}: {'updated' if changed else 'unchanged'} ({config.runtime.mode})")
 
 
 def _direct_mode(spec: dict, bundle: str, config, self_path: str) -> bool:
@@ -125,7 +133,7 @@ def _direct_mode(spec: dict, bundle: str, config, self_path: str) -> bool:
     try:
         new = edit_for_create(spec, bundle, config, self_path)
     except DirectError as e:
-        raise RuntimeFailure(e.message) from None
+        raise RuntimeFailure(e.message, e.hint) from None
     if new is None:
         return False
     spec.clear()

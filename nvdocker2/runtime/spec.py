@@ -79,8 +79,13 @@ def write_spec(path: str, spec: dict) -> None:
     except OSError:
         st = None
     tmp = os.path.join(directory, f".config.json.nvidia.{os.getpid()}.tmp")
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        try:
+            fd = os.open(tmp, flags, 0o600)
+        except FileExistsError:  # left by a killed run that had our pid
+            os.unlink(tmp)
+            fd = os.open(tmp, flags, 0o600)
         try:
             view = memoryview(data)
             while view:

@@ -174,3 +174,15 @@ def test_dockerd_environment_does_not_reach_the_launchers_or_the_cli(g):
     assert not [line for line in lines if str(g.bin).encode() in line]
     assert "DOCKERD_ONLY_VARIABLE" not in g.recorded("env")
     assert "LD_LIBRARY_PATH" not in g.recorded("env")
+
+
+def test_runtime_create_failure_is_shown_by_docker_run(g):
+    good = g.config.read_bytes()
+    g.config.write_text("[nvidia-container-runtime]\nruntimes = [\n")
+    try:
+        proc = run(g, "--runtime=nvidia", g.daemon.image, "true", check=False)
+    finally:
+        g.config.write_bytes(good)
+    assert proc.returncode != 0
+    assert f"nvidia-container-runtime: {g.config}: invalid TOML" in proc.stderr
+    assert g.daemon.docker("ps", "-q").stdout == ""

@@ -71,7 +71,11 @@ def test_unknown_uuid_fails_create_before_config_json_changes(driver, tmp_path, 
     code = runtime.main(argv, self_path="/usr/bin/nvidia-container-runtime")
     assert code == 1
     message = "NVIDIA_VISIBLE_DEVICES: unknown GPU UUID 'GPU-0badc0de'"
-    assert capsys.readouterr().err == f"nvidia-container-runtime: error: {message}\n"
+    assert capsys.readouterr().err == (
+        f"nvidia-container-runtime: error: {message}\n"
+        "nvidia-container-runtime: hint: this host's GPUs: 0"
+        " (GPU-00000000-1111-2222-3333-444444440000), 1"
+        " (GPU-00000001-1111-2222-3333-444444440001)\n")
     assert (bundle / "config.json").read_bytes() == before
     record = json.loads(log.read_text())
     assert (record["level"], record["msg"]) == ("error", f"nvidia-container-runtime: {message}")

@@ -126,8 +126,9 @@ def test_usage_errors_exit_2(hook, args, message):
     ('{"bundle": "/b", "pid": true}', "'pid' must be a positive integer, got True"),
     ('{"bundle": "/b", "pid": -5}', "'pid' must be a positive integer, got -5"),
     ('{"bundle": "/b", "pid": "12"}', "'pid' must be a positive integer, got '12'"),
-    ("[" * 200000, "container state on stdin is not valid JSON"),
-    (" " * (4 * 1024 * 1024 + 10), "container state on stdin is larger than 4194304 bytes"),
+    pytest.param("[" * 200000, "container state on stdin is not valid JSON", id="deep"),
+    pytest.param(" " * (4 * 1024 * 1024 + 10),
+                 "container state on stdin is larger than 4194304 bytes", id="huge"),
 ])
 def test_malformed_or_huge_state_refused(hook, stdin, message):
     hook.write_spec(["NVIDIA_VISIBLE_DEVICES=0"])

@@ -234,3 +234,57 @@ def test_mode_of_config_json_is_kept(setup):
     setup.run("create", "--bundle", str(setup.bundle), "ctr")
     assert setup.spec_file.stat().st_mode & 0o777 == 0o600
     assert sorted(os.listdir(setup.bundle)) == ["config.json"]
+
+
+# -- direct mode (SPEC §7): the runtime edits the spec itself; runc runs it as a hook ---------
+
+def _direct_config(setup, driver_root):
+    setup.config.write_text(
+        f'[nvidia-container-runtime]\nmode = "direct"\ndriver-root = "{driver_root}"\n')
+    (setup.bundle / "rootfs" / "usr" / "lib").mkdir(parents=True)
+
+
+def test_direct_mode_edits_the_spec_and_execs_runc(setup):
+    from fixtures.fake_driver import build_fake_driver
+
+    driver = build_fake_driver(setup.root / "driver")
+    _direct_config(setup, driver.root)
+    argv = ["create", "--bundle", str(setup.bundle), "ctr"]
+    proc = setup.run(*argv)
+    assert proc.returncode == 0, proc.stderr
+    assert setup.runc_argv() == [str(setup.runc), *argv]
+    spec = setup.spec()
+    assert {"/dev/nvidia0", "/dev/nvidiactl"} <= {d["path"] for d in spec["linux"]["devices"]}
+    hook = spec["hooks"]["createContainer"][-1]
+    assert hook["path"] == str(setup.runtime)
+    assert hook["args"][:3] == ["nvidia-container-runtime", "direct-hook", "update-ldcache"]
+    assert "prestart" not in spec["hooks"]
+
+
+def test_direct_mode_without_gpu_request_leaves_the_spec(setup):
+    _direct_config(setup, setup.root / "no-driver")
+    setup.spec_file.write_text(json.dumps({**SPEC, "process": {"args": ["sh"], "env": []}}))
+    before = setup.spec_file.read_bytes()
+    proc = setup.run("create", "--bundle", str(setup.bundle), "ctr")
+    assert proc.returncode == 0, proc.stderr
+    assert setup.spec_file.read_bytes() == before
+
+
+def test_direct_mode_refusal_is_an_error_and_hint_and_nothing_runs(setup):
+    (setup.root / "no-driver").mkdir()
+    _direct_config(setup, setup.root / "no-driver")
+    before = setup.spec_file.read_bytes()
+    proc = setup.run("create", "--bundle", str(setup.bundle), "ctr")
+    assert proc.returncode == 1
+    lines = proc.stderr.splitlines()
+    assert len(lines) in (1, 2) and lines[0].startswith("nvidia-container-runtime: error: ")
+    assert all(line.startswith("nvidia-container-runtime: hint: ") for line in lines[1:])
+    assert setup.runc_argv() is None
+    assert setup.spec_file.read_bytes() == before
+
+
+def test_direct_hook_role_is_dispatched_not_passed_to_runc(setup):
+    proc = setup.run("direct-hook", "frobnicate", "x")
+    assert proc.returncode == 1
+    assert "unknown direct-hook action ['frobnicate']" in proc.stderr
+    assert setup.runc_argv() is None

@@ -102,10 +102,10 @@ def test_non_ascii_kept_as_utf8(tmp_path):
 
 
 @pytest.mark.parametrize("data,message", [
-    (b"{", "is not valid JSON"),
-    (b"[]", "not a JSON object"),
-    (b"[" * 100000 + b"]" * 100000, "is not valid JSON"),
-    (b" " * (16 * 1024 * 1024 + 1), "larger than 16777216 bytes"),
+    pytest.param(b"{", "is not valid JSON", id="truncated"),
+    pytest.param(b"[]", "not a JSON object", id="array"),
+    pytest.param(b"[" * 100000 + b"]" * 100000, "is not valid JSON", id="deep"),
+    pytest.param(b" " * (16 * 1024 * 1024 + 1), "larger than 16777216 bytes", id="huge"),
 ])
 def test_malformed_or_huge_spec_refused(tmp_path, data, message):
     path = tmp_path / "config.json"
@@ -117,3 +117,18 @@ def test_malformed_or_huge_spec_refused(tmp_path, data, message):
 def test_missing_spec_names_file(tmp_path):
     with pytest.raises(SpecError, match=f"cannot read {tmp_path}/config.json"):
         read_spec(str(tmp_path / "config.json"))
+
+
+def test_a_stale_temp_file_of_a_killed_run_is_replaced(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text("{}")
+    (tmp_path / f".config.json.nvidia.{os.getpid()}.tmp").write_text("partial")
+    write_spec(str(path), spec_with())
+    assert json.loads(path.read_text()) == spec_with()
+    assert os.listdir(tmp_path) == ["config.json"]
+
+
+def test_unwritable_bundle_is_an_error_naming_the_file(tmp_path):
+    path = tmp_path / "missing-dir" / "config.json"
+    with pytest.raises(SpecError, match=f"cannot write {path}: No such file or directory"):
+        write_spec(str(path), spec_with())

@@ -120,7 +120,10 @@ def test_config_path_order(monkeypatch, tmp_path):
 
 # -- the plain-TOML fast reader must read exactly what tomllib reads, or step aside ---------
 
-import tomllib  # noqa: E402
+try:  # noqa: E402
+    import tomllib
+except ImportError:  # Python < 3.11
+    import tomli as tomllib
 
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
