@@ -322,6 +322,7 @@ def bench_dockerd(report: Report, runs: int, work: Path) -> None:
                               "nvdocker2 doctor is not in this build"))
     finally:
         d.cleanup()
+        pd.remove_rootfs_tar()
 
 
 def bench_docker_run(report: Report, runs: int) -> None:
