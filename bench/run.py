@@ -322,6 +322,7 @@ def bench_dockerd(report: Report, runs: int, work: Path) -> None:
                               "nvdocker2 doctor is not in this build"))
     finally:
         d.cleanup()
+        pd.remove_rootfs_tar()
 
 
 def bench_docker_run(report: Report, runs: int) -> None:
@@ -367,6 +368,9 @@ def bench_docker_run(report: Report, runs: int) -> None:
         report.add(Figure("docker run", names[0], fig[key], "x",
                           f"median of {pairs} alternating pairs' ratios", "≤ 1.05",
                           fig[key] <= 1.05, "launcher (the packaged runtime)" + fastest(key)))
+    else:
+        report.add(Figure("docker run", names[0], None, "x", "", "≤ 1.05", None,
+                          f"bench_runtime.py --json has no {key!r}"))
     for k, note in (("runtime=nvidia-console (pip script) + hook vs runc",
                      "the pip console script instead of the packaged launcher"),
                     ("--gpus all (dockerd adds the hook) vs runc",
@@ -384,6 +388,9 @@ def bench_docker_run(report: Report, runs: int) -> None:
                               f"ratio of medians of {calls} calls",
                               note=f"{fig[key]:.1f} ms vs runc state {runc_state:.1f} ms (wall); "
                               f"CPU {fig.get(key.replace('wall', 'cpu'), float('nan')):.1f} ms"))
+        else:
+            report.add(Figure("docker run", name, None, "x", "", note="bench_runtime.py --json "
+                              f"has no {key!r} or 'runc state wall ms'"))
     for key in sorted(fig):
         if key.endswith(" wall ms"):
             base = key[:-len(" wall ms")]

@@ -25,7 +25,11 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "e2e"))
 
-from privatedockerd import PrivateDockerd, missing_prerequisites  # noqa: E402
+from privatedockerd import (  # noqa: E402
+    PrivateDockerd,
+    missing_prerequisites,
+    remove_rootfs_tar,
+)
 
 from nvdocker2.daemonjson import store  # noqa: E402
 
@@ -48,6 +52,7 @@ def daemon():
         yield d
     finally:
         d.cleanup()
+        remove_rootfs_tar()
 
 
 @pytest.fixture
