@@ -322,6 +322,7 @@ def bench_dockerd(report: Report, runs: int, work: Path) -> None:
                               "nvdocker2 doctor is not in this build"))
     finally:
         d.cleanup()
+        pd.remove_rootfs_tar()
 
 
 def bench_docker_run(report: Report, runs: int) -> None:
@@ -367,6 +368,9 @@ def bench_docker_run(report: Report, runs: int) -> None:
         report.add(Figure("docker run", names[0], fig[key], "x",
                           f"median of {pairs} alternating pairs' ratios", "≤ 1.05",
                           fig[key] <= 1.05, "launcher (the packaged runtime)" + fastest(key)))
+    else:
+        report.add(Figure("docker run", names[0], None, "x", "", "≤ 1.05", None,
+                          f"bench_runtime.py --json has no {key!r}"))
     for k, note in (("runtime=nvidia-console (pip script) + hook vs runc",
                      "the pip console script instead of the packaged launcher"),
                     ("--gpus all (dockerd adds the hook) vs runc",
@@ -384,6 +388,9 @@ def bench_docker_run(report: Report, runs: int) -> None:
                               f"ratio of medians of {calls} calls",
                               note=f"{fig[key]:.1f} ms vs runc state {runc_state:.1f} ms (wall); "
                               f"CPU {fig.get(key.replace('wall', 'cpu'), float('nan')):.1f} ms"))
+        else:
+            report.add(Figure("docker run", name, None, "x", "", note="bench_runtime.py --json "
+                              f"has no {key!r} or 'runc state wall ms'"))
     for key in sorted(fig):
         if key.endswith(" wall ms"):
             base = key[:-len(" wall ms")]
@@ -402,6 +409,22 @@ def _version(argv: list[str]) -> str:
     return (out.strip().splitlines() or ["?"])[0]
 
 
+def _load() -> str:
+    try:
+        return " ".join(f"{x:.2f}" for x in os.getloadavg())
+    except OSError:
+        return "?"
+
+
+def settle(limit: float) -> None:
+    """Wait (up to `limit` s) until the 1-minute load average is below the number of cores."""
+    cores = os.cpu_count() or 1
+    deadline = time.monotonic() + limit
+    while os.getloadavg()[0] >= cores and time.monotonic() < deadline:
+        print(f"waiting for a quieter machine: load {_load()}, {cores} cores", flush=True)
+        time.sleep(15)
+
+
 def machine() -> list[tuple[str, str]]:
     model = "unknown"
     try:
@@ -412,15 +435,11 @@ def machine() -> list[tuple[str, str]]:
                     break
     except OSError:
         pass
-    try:
-        load = " ".join(f"{x:.2f}" for x in os.getloadavg())
-    except OSError:
-        load = "?"
     return [
         ("date (UTC)", _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M")),
         ("CPU", model),
         ("cores", str(os.cpu_count())),
-        ("load average at start (1, 5, 15 min)", load),
+        ("load average at the start (1, 5, 15 min)", _load()),
         ("kernel", platform.release()),
         ("Python", platform.python_version()),
         ("nvdocker2", nvdocker2.__version__),
@@ -471,12 +490,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--runs", type=int, default=10, help="runs per median (at least 10)")
     ap.add_argument("--out", type=Path, default=REPO / "bench" / "RESULTS.md")
     ap.add_argument("--no-dockerd", action="store_true", help="skip the private-dockerd figures")
+    ap.add_argument("--settle", type=float, default=300, metavar="SECONDS",
+                    help="first wait up to this long for the 1-minute load average to drop "
+                    "below the number of cores (a shared machine skews wall times)")
     ap.add_argument("--only", choices=("installer", "scaling", "dockerd", "docker-run"),
                     action="append",
                     help="run only these sections (repeatable)")
     args = ap.parse_args(argv)
     if args.runs < 10:
         ap.error("--runs must be at least 10: every figure is a median of at least 10 runs")
+    settle(args.settle)
     info = machine()
     for k, v in info:
         print(f"{k}: {v}")
@@ -500,6 +523,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 report.notes.append("docker run figures not measured: --no-dockerd")
             else:
                 bench_docker_run(report, args.runs)
+    info.append(("load average at the end", _load()))
     write_results(args.out, report, info, args.runs, time.monotonic() - t0)
     print(f"wrote {args.out}")
     return 0

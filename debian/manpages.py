@@ -39,46 +39,60 @@ SUMMARY = {
 # Hand-written sections: (heading, roff body). Plain text; a line starting with ".TP" etc. is roff.
 HAND = {
     "nvidia-container-runtime": [
-        ("SYNOPSIS", r"\fBnvidia-container-runtime\fR [\fIRUNC-OPTIONS\fR] \fICOMMAND\fR [\fIARGS\fR...]"),
+        (
+            "SYNOPSIS",
+            r"\fBnvidia-container-runtime\fR [\fIRUNC-OPTIONS\fR] \fICOMMAND\fR [\fIARGS\fR...]",
+        ),
         (
             "DESCRIPTION",
-            "An OCI runtime for dockerd and containerd. On \\fBcreate\\fR it adds one prestart "
-            "hook, \\fBnvidia-container-runtime-hook\\fR, to the bundle's \\fIconfig.json\\fR, "
-            "then executes the low-level runtime (the first of runc, crun found on PATH, or the "
-            "configured one) with the same arguments. Every other command goes to the low-level "
-            "runtime unchanged, so its options and \\fB--help\\fR are that runtime's.\n.PP\n"
-            "Install it into Docker with \\fBnvdocker2 install\\fR.",
+            (
+                "An OCI runtime for dockerd and containerd. On \\fBcreate\\fR it adds one prestart "
+                "hook, \\fBnvidia-container-runtime-hook\\fR, to the bundle's \\fIconfig.json\\fR, "
+                "then executes the low-level runtime (the first of runc, crun found on PATH, or "
+                "the configured one) with the same arguments. Every other command goes to the "
+                "low-level runtime unchanged, so its options and \\fB--help\\fR are that "
+                "runtime's.\n.PP\n"
+                "Install it into Docker with \\fBnvdocker2 install\\fR."
+            ),
         ),
         (
             "ENVIRONMENT",
-            ".TP\n.B NVIDIA_CONTAINER_RUNTIME_CONFIG\nRead this configuration file instead of "
-            "\\fI/etc/nvidia-container-runtime/config.toml\\fR; it is passed on to the hook.",
+            (
+                ".TP\n.B NVIDIA_CONTAINER_RUNTIME_CONFIG\nRead this configuration file instead of "
+                "\\fI/etc/nvidia-container-runtime/config.toml\\fR; it is passed on to the hook."
+            ),
         ),
         ("FILES", ".TP\n.I /etc/nvidia-container-runtime/config.toml\nConfiguration (TOML)."),
     ],
     "nvidia-container-runtime-hook": [
         (
             "SYNOPSIS",
-            r"\fBnvidia-container-runtime-hook\fR [\fB--config\fR \fIFILE\fR] [\fB--debug\fR] "
-            r"\fBprestart\fR|\fBpoststart\fR|\fBpoststop\fR",
+            (
+                r"\fBnvidia-container-runtime-hook\fR [\fB--config\fR \fIFILE\fR] [\fB--debug\fR] "
+                r"\fBprestart\fR|\fBpoststart\fR|\fBpoststop\fR"
+            ),
         ),
         (
             "DESCRIPTION",
-            "Run by the OCI runtime, not by hand. On \\fBprestart\\fR it reads the container "
-            "state on standard input, reads the GPUs and driver capabilities the container asks "
-            "for (\\fBNVIDIA_VISIBLE_DEVICES\\fR, \\fBNVIDIA_DRIVER_CAPABILITIES\\fR, "
-            "\\fBNVIDIA_REQUIRE_*\\fR) and executes \\fBnvidia-container-cli configure\\fR for "
-            "the container's root file system. A container that asks for no GPU is left alone. "
-            "\\fBpoststart\\fR and \\fBpoststop\\fR do nothing.\n.PP\n"
-            "\\fBdocker run --gpus\\fR makes dockerd run this hook from its PATH without the "
-            "nvidia runtime.",
+            (
+                "Run by the OCI runtime, not by hand. On \\fBprestart\\fR it reads the container "
+                "state on standard input, reads the GPUs and driver capabilities the container "
+                "asks for (\\fBNVIDIA_VISIBLE_DEVICES\\fR, \\fBNVIDIA_DRIVER_CAPABILITIES\\fR, "
+                "\\fBNVIDIA_REQUIRE_*\\fR) and executes \\fBnvidia-container-cli configure\\fR for "
+                "the container's root file system. A container that asks for no GPU is left alone. "
+                "\\fBpoststart\\fR and \\fBpoststop\\fR do nothing.\n.PP\n"
+                "\\fBdocker run --gpus\\fR makes dockerd run this hook from its PATH without the "
+                "nvidia runtime."
+            ),
         ),
         (
             "OPTIONS",
-            ".TP\n.BI --config \" FILE\"\nRead this configuration file (else "
-            "\\fBNVIDIA_CONTAINER_RUNTIME_CONFIG\\fR, else "
-            "\\fI/etc/nvidia-container-runtime/config.toml\\fR).\n.TP\n.B --debug\n"
-            "Log what the hook decides.",
+            (
+                '.TP\n.BI --config " FILE"\nRead this configuration file (else '
+                "\\fBNVIDIA_CONTAINER_RUNTIME_CONFIG\\fR, else "
+                "\\fI/etc/nvidia-container-runtime/config.toml\\fR).\n.TP\n.B --debug\n"
+                "Log what the hook decides."
+            ),
         ),
         ("FILES", ".TP\n.I /etc/nvidia-container-runtime/config.toml\nConfiguration (TOML)."),
     ],
@@ -86,26 +100,34 @@ HAND = {
         ("SYNOPSIS", r"\fBnvidia-docker\fR [\fIDOCKER-OPTIONS\fR] \fICOMMAND\fR [\fIARGS\fR...]"),
         (
             "DESCRIPTION",
-            "Runs docker. For \\fBrun\\fR and \\fBcreate\\fR (also \\fBcontainer run\\fR, "
-            "\\fBcontainer create\\fR) it adds \\fB--runtime=nvidia\\fR right after the command, "
-            "and \\fB-e NVIDIA_VISIBLE_DEVICES=\\fR\\fILIST\\fR when \\fBNV_GPU\\fR is set. "
-            "\\fBversion\\fR first prints \\fBNVIDIA Docker:\\fR and this package's version "
-            "(on standard error when \\fB--format\\fR is given). Anything else goes to docker "
-            "unchanged; docker replaces this process, so the exit status is docker's. "
-            "Options and \\fB--help\\fR are docker's.",
+            (
+                "Runs docker. For \\fBrun\\fR and \\fBcreate\\fR (also \\fBcontainer run\\fR, "
+                "\\fBcontainer create\\fR) it adds \\fB--runtime=nvidia\\fR right after the "
+                "command, and \\fB-e NVIDIA_VISIBLE_DEVICES=\\fR\\fILIST\\fR when "
+                "\\fBNV_GPU\\fR is set. "
+                "\\fBversion\\fR first prints \\fBNVIDIA Docker:\\fR and this package's version "
+                "(on standard error when \\fB--format\\fR is given). Anything else goes to docker "
+                "unchanged; docker replaces this process, so the exit status is docker's. "
+                "Options and \\fB--help\\fR are docker's."
+            ),
         ),
         (
             "ENVIRONMENT",
-            ".TP\n.B NV_GPU\nGPUs for the container: indices, \\fIN\\fR:\\fIM\\fR MIG indices, "
-            "GPU-/MIG- UUIDs, \\fBall\\fR or \\fBnone\\fR, separated by spaces or commas. "
-            "Anything else is refused (exit status 2) before docker runs.\n"
-            ".TP\n.B NV_DOCKER\nThe docker command (default \\fBdocker\\fR), split like shell "
-            "words, e.g. \\fBsudo docker\\fR.",
+            (
+                ".TP\n.B NV_GPU\nGPUs for the container: indices, \\fIN\\fR:\\fIM\\fR MIG indices, "
+                "GPU-/MIG- UUIDs, \\fBall\\fR or \\fBnone\\fR, separated by spaces or commas. "
+                "Anything else is refused (exit status 2) before docker runs.\n"
+                ".TP\n.B NV_DOCKER\nThe docker command (default \\fBdocker\\fR), split like shell "
+                "words, e.g. \\fBsudo docker\\fR."
+            ),
         ),
         (
             "EXAMPLES",
-            ".nf\nNV_GPU='0 1' nvidia-docker run --rm IMAGE nvidia-smi\n"
-            "# runs: docker run --runtime=nvidia -e NVIDIA_VISIBLE_DEVICES=0,1 --rm IMAGE nvidia-smi\n.fi",
+            (
+                ".nf\nNV_GPU='0 1' nvidia-docker run --rm IMAGE nvidia-smi\n"
+                "# runs: docker run --runtime=nvidia -e NVIDIA_VISIBLE_DEVICES=0,1 --rm IMAGE "
+                "nvidia-smi\n.fi"
+            ),
         ),
     ],
 }
@@ -204,9 +226,11 @@ def nvdocker2_sections() -> list[tuple[str, str]]:
     sections.append(
         (
             "FILES",
-            ".TP\n.I /etc/docker/daemon.json\nDocker's configuration, edited in place.\n"
-            ".TP\n.I /var/lib/nvdocker2\nBackups, the change journal and the lock "
-            "(\\fBNVDOCKER2_STATE_DIR\\fR).",
+            (
+                ".TP\n.I /etc/docker/daemon.json\nDocker's configuration, edited in place.\n"
+                ".TP\n.I /var/lib/nvdocker2\nBackups, the change journal and the lock "
+                "(\\fBNVDOCKER2_STATE_DIR\\fR)."
+            ),
         )
     )
     return sections

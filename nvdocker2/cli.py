@@ -21,7 +21,7 @@ import click
 import typer
 
 from nvdocker2 import __version__, locations, transaction
-from nvdocker2.errors import EXIT_INTERNAL, BadInput, NvDockerError
+from nvdocker2.errors import EXIT_INTERNAL, NvDockerError
 
 app = typer.Typer(
     add_completion=False,
@@ -505,6 +505,7 @@ def status(
             found = store.Backups(st).all(cfg)
             info["backups"] = len(found)
             info["newest_backup"] = found[0].id if found else None
+        info["dockerd"] = _query_dockerd(docker_host, info["runtimes"], info["default_runtime"])
         if _Out.json:
             _emit_json(info)
             return code
@@ -532,7 +533,7 @@ def status(
             lines.append("installed by nvdocker2: nothing recorded")
         lines.append(f"backups: {info['backups']}" + (f" (newest {info['newest_backup']})" if info["newest_backup"] else ""))
         lines.append(f"runtime beside nvdocker2: {own}" + ("" if own_exists else " (missing)"))
-        lines.append("dockerd: not queried in this build")
+        lines.append(_describe_dockerd(info["dockerd"], cfg))
         for w in info["warnings"]:
             _stderr(f"warning: {w}")
         sys.stdout.write("\n".join(lines) + "\n")
@@ -604,6 +605,54 @@ def cdi_generate(
         return 0
 
     _run(json_, go)
+
+
+def _query_dockerd(docker_host: Optional[str], runtimes: dict, default: Any) -> dict:
+    """What the running dockerd reports (GET /info) and whether it matches the file."""
+    from nvdocker2.dockerd.api import EngineClient, EngineError, EngineUnavailable, parse_docker_host
+
+    host = parse_docker_host(docker_host)
+    try:
+        data = EngineClient(host, timeout=5.0).info()
+    except (EngineUnavailable, EngineError) as e:
+        return {"host": host.url, "reachable": False, "error": str(e)}
+    running = {
+        name: entry.get("path")
+        for name, entry in (data.get("Runtimes") or {}).items()
+        if isinstance(entry, dict)
+    }
+    differs = sorted(
+        name
+        for name, entry in runtimes.items()
+        if isinstance(entry, dict) and "path" in entry and running.get(name) != entry["path"]
+    )
+    default_running = data.get("DefaultRuntime")
+    if default_running != (default if isinstance(default, str) and default else "runc"):
+        differs.append("default-runtime")
+    return {
+        "host": host.url,
+        "reachable": True,
+        "version": data.get("ServerVersion"),
+        "runtimes": running,
+        "default_runtime": default_running,
+        "agrees_with_file": not differs,
+        "differs": differs,
+    }
+
+
+def _describe_dockerd(d: dict, cfg: Path) -> str:
+    if not d["reachable"]:
+        return f"dockerd: not reachable at {d['host']} ({d['error']})"
+    head = (
+        f"dockerd: {d['version']} at {d['host']}: runtimes {', '.join(sorted(d['runtimes']))}; "
+        f"default {d['default_runtime']}"
+    )
+    if d["agrees_with_file"]:
+        return head + "; agrees with the file"
+    return (
+        head + f"; differs from the file for {', '.join(d['differs'])} "
+        f"(apply the file: {locations.reload_hint(cfg)})"
+    )
 
 
 def _on_signal(signum: int, frame: Any) -> None:

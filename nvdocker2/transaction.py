@@ -301,8 +301,8 @@ def _ensure_directory(ctx: _Ctx) -> None:
             "check --config (nvdocker2 creates at most the file's own directory)",
         )
     try:
-        d.mkdir(mode=0o755)
-    except FileExistsError:
+        store.make_dirs(d, mode=0o755)
+    except (FileExistsError, NotADirectoryError):
         raise BadInput(f"{ctx.config}: {d} is not a directory") from None
     except OSError as e:
         raise store.os_error(e, str(d)) from None
@@ -469,6 +469,7 @@ def _session(ctx: _Ctx) -> Iterator[None]:
         return
     with store.locked(ctx.state, ctx.timeout):
         removed = store.clean_stale_temps(ctx.config)
+        store.clean_state_temps(ctx.state)
         for p in removed:
             ctx.notes.append(f"removed {p}, left behind by an interrupted earlier run")
         yield
@@ -684,8 +685,12 @@ def uninstall(
                 changes.append(ch)
             drec = rec.get("default_runtime")
             if isinstance(drec, dict) and drec.get("installed") == runtime_name:
-                if new.get(edit.DEFAULT_RUNTIME) == runtime_name:
-                    new, ch = edit.put_default(new, store.unslot(drec.get("previous")))
+                previous = store.unslot(drec.get("previous"))
+                now = new.get(edit.DEFAULT_RUNTIME)
+                # "runc" with no default before is what the transitional file of an
+                # uninstall that was killed after its reload left: finish that uninstall.
+                if now == runtime_name or (now == "runc" and previous is ABSENT):
+                    new, ch = edit.put_default(new, previous)
                     changes.append(ch)
                 rec = {k: v for k, v in rec.items() if k != "default_runtime"}
             rec = dict(rec, runtimes=rts_rec)

@@ -13,7 +13,7 @@ import errno
 import os
 import re
 import stat
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from json import JSONDecodeError
 from json.decoder import scanstring
 from json.encoder import encode_basestring, encode_basestring_ascii
@@ -115,6 +115,9 @@ class _Node:
     end: int
     value: Any
     children: Any = None
+    # Objects only: key -> (start, end) of the key string as written; `dups` when a key repeats.
+    keys: Any = None
+    dups: bool = False
 
 
 @dataclass(frozen=True, eq=False)
@@ -255,7 +258,7 @@ class _Parser:
         parts = [str(f[4]) if f[0] else str(len(f[2])) for f in stack]
         return ".".join(parts)
 
-    def key(self, pos: int) -> tuple[str, int, int]:
+    def key(self, pos: int) -> tuple[str, tuple[int, int], int]:
         """Parse `"key" :` at pos; returns (key, key_pos, position after the colon and space)."""
         t = self.text
         if pos >= self.n or t[pos] != '"':
@@ -264,7 +267,7 @@ class _Parser:
         p = self.ws(end)
         if p >= self.n or t[p] != ":":
             raise self.unexpected(p, "':' after the property name")
-        return key, pos, self.ws(p + 1)
+        return key, (pos, end), self.ws(p + 1)
 
     def string(self, pos: int) -> tuple[str, int]:
         try:
@@ -319,9 +322,11 @@ class _Parser:
                 if pos < n and t[pos] == closer:
                     pos += 1
                     value: Any = {} if is_obj else []
-                    node = _Node(start, pos, value, {} if is_obj else [])
+                    node = _Node(start, pos, value, {} if is_obj else [], {} if is_obj else None)
                 else:
-                    frame = [is_obj, start, {} if is_obj else [], {} if is_obj else [], None, 0]
+                    # [is_obj, start, container, child nodes, key, key span, key spans, dups]
+                    frame = [is_obj, start, {} if is_obj else [], {} if is_obj else [], None,
+                             (0, 0), {}, False]
                     stack.append(frame)
                     if is_obj:
                         if pos < n and t[pos] == "]":
@@ -384,8 +389,11 @@ class _Parser:
                         self.duplicates.append(self.path(stack))
                         del frame[2][k]
                         del frame[3][k]
+                        del frame[6][k]
+                        frame[7] = True
                     frame[2][k] = value
                     frame[3][k] = node
+                    frame[6][k] = frame[5]
                 else:
                     frame[2].append(value)
                     frame[3].append(node)
@@ -408,7 +416,8 @@ class _Parser:
                     pos += 1
                     stack.pop()
                     value = frame[2]
-                    node = _Node(frame[1], pos, value, frame[3])
+                    node = _Node(frame[1], pos, value, frame[3], frame[6] if is_obj else None,
+                                 frame[7])
                     continue
                 if c and c in "}]":
                     raise self.fail(
@@ -487,6 +496,54 @@ class _Writer:
             return float.__repr__(v)
         raise TypeError(f"cannot write {type(v).__name__} as JSON")
 
+    def splice(self, v: dict, nd: _Node | None, d: int) -> list[tuple] | None:
+        """Work items that rewrite a changed object by editing its original text: members kept
+        keep their key, separator and surrounding whitespace exactly as written; removed ones
+        go with the separator before them; new ones are appended in the object's own layout.
+        None when the object cannot be spliced (new, reordered keys, duplicate keys)."""
+        if nd is None or not isinstance(nd.children, dict) or not nd.keys or nd.dups:
+            return None
+        t = self.text
+        orig = list(nd.children)
+        kept = [k for k in orig if k in v]
+        added = [k for k in v if k not in nd.children]
+        if not kept or list(v) != kept + added:
+            return None
+        kids, keys = nd.children, nd.keys
+        one_line = "\n" not in t[nd.start : nd.end]
+
+        def sep_before(k: str) -> str:
+            i = orig.index(k)
+            return t[kids[orig[i - 1]].end : keys[k][0]]
+
+        first, last = orig[0], orig[-1]
+        parts: list[tuple] = [("s", t[nd.start : keys[first][0]])]
+        for i, k in enumerate(kept):
+            if i:
+                parts.append(("s", sep_before(k)))
+            parts.append(("s", t[keys[k][0] : kids[k].start]))
+            parts.append(("v", v[k], kids[k], d + 1))
+        if added:
+            lk = kept[-1]
+            key_sep = t[keys[lk][1] : kids[lk].start]
+            if "\n" in key_sep:
+                key_sep = self.style.key_sep
+            if len(orig) >= 2:
+                sep = sep_before(last)
+            elif one_line or self.style.indent is None:
+                sep = self.style.item_sep
+            else:
+                sep = "," + self.style.newline + self.style.indent * (d + 1)
+            fresh = _Writer(replace(self.style, indent=None), "") if one_line else self
+            for k in added:
+                parts.append(("s", sep + fresh.scalar(k) + key_sep))
+                if fresh is self:
+                    parts.append(("v", v[k], None, d + 1))
+                else:
+                    parts.append(("s", fresh.emit(v[k], None, 0)))
+        parts.append(("s", t[kids[last].end : nd.end]))
+        return parts
+
     def emit(self, value: Any, node: _Node | None, depth: int) -> str:
         """Write `value` at nesting `depth`; reuse the original text when nothing changed.
 
@@ -509,6 +566,10 @@ class _Writer:
             if isinstance(v, dict):
                 if not v:
                     out.append("{}")
+                    continue
+                spliced = self.splice(v, nd, d)
+                if spliced is not None:
+                    work.extend(reversed(spliced))
                     continue
                 kids = nd.children if (nd is not None and isinstance(nd.children, dict)) else {}
                 parts: list[tuple] = []

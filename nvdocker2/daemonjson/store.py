@@ -32,6 +32,7 @@ TMP_MARK = ".nvdocker2-tmp-"
 KEEP_BACKUPS = 20
 PAUSE_HOOK = "NVDOCKER2_TEST_PAUSE_BEFORE_RENAME"
 
+_BACKUP_RE = re.compile(r"(\d{8}T\d{6}Z-[0-9a-f]{6})\.json$")
 _TMP_RE = re.compile(re.escape(TMP_MARK) + r"(\d+)-[0-9a-f]+$")
 
 
@@ -191,6 +192,27 @@ def atomic_remove(target: str | os.PathLike) -> None:
         _fsync_dir(real.parent)
 
 
+def make_dirs(d: Path, mode: int = 0o700) -> None:
+    """`mkdir -p` that makes each new directory durable (fsync of its parent), so a power cut
+    cannot keep a file written later while losing the directory that holds it."""
+    missing: list[Path] = []
+    p = d
+    while not p.is_dir():
+        missing.append(p)
+        if p.parent == p:
+            break
+        p = p.parent
+    for m in reversed(missing):
+        try:
+            m.mkdir(mode=mode)
+        except FileExistsError:
+            if not m.is_dir():
+                raise NotADirectoryError(errno.ENOTDIR, "Not a directory", str(m)) from None
+            continue
+        with contextlib.suppress(OSError):
+            _fsync_dir(m.parent)
+
+
 def _pid_alive(pid: int) -> bool:
     if pid == os.getpid():
         return False
@@ -231,12 +253,31 @@ def clean_stale_temps(target: str | os.PathLike) -> list[Path]:
     return removed
 
 
+def clean_state_temps(state: Path) -> list[Path]:
+    """Remove temp files of ours that a killed run left in the state directory (backups/,
+    journal/). Everything there is ours; the pid in the name protects a live writer."""
+    removed: list[Path] = []
+    for d in (state / "backups", state / "journal"):
+        try:
+            entries = os.listdir(d)
+        except OSError:
+            continue
+        for e in entries:
+            m = _TMP_RE.search(e)
+            if not m or _pid_alive(int(m.group(1))):
+                continue
+            with contextlib.suppress(OSError):
+                os.unlink(d / e)
+                removed.append(d / e)
+    return removed
+
+
 # --- lock -------------------------------------------------------------------------------------
 
 
 def ensure_state_dir(state: Path) -> Path:
     try:
-        state.mkdir(parents=True, exist_ok=True, mode=0o700)
+        make_dirs(state)
     except OSError as e:
         raise os_error(e, f"state directory {state}") from None
     if not state.is_dir():
@@ -315,7 +356,7 @@ class Backups:
         now = _dt.datetime.now(_dt.timezone.utc)
         bid = now.strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(3)
         try:
-            self.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+            make_dirs(self.dir)
         except OSError as e:
             raise os_error(e, f"backup directory {self.dir}") from None
         file = self.dir / f"{bid}.json"
@@ -397,7 +438,18 @@ class Backups:
         return data
 
     def prune(self, config: Path, keep: int = KEEP_BACKUPS) -> list[str]:
+        """Keep the newest `keep` backups of `config`; also remove the bytes of backups whose
+        metadata was never written (a run killed between the two writes). Called with the
+        lock held, so no backup is being created meanwhile."""
         removed = []
+        with contextlib.suppress(OSError):
+            names = set(os.listdir(self.dir))
+            for n in names:
+                m = _BACKUP_RE.match(n)
+                if m and f"{m.group(1)}.meta.json" not in names:
+                    with contextlib.suppress(OSError):
+                        os.unlink(self.dir / n)
+                        removed.append(m.group(1))
         for b in self.all(config)[keep:]:
             for p in (self.dir / f"{b.id}.meta.json", b.file):
                 with contextlib.suppress(OSError):
@@ -460,7 +512,7 @@ class Journal:
             self.restore(None)
             return
         try:
-            self.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+            make_dirs(self.dir)
         except OSError as e:
             raise os_error(e, f"journal directory {self.dir}") from None
         atomic_write(self.path, document.dumps(record, document.Style(indent="  ")).encode(), 0o600)
@@ -475,7 +527,10 @@ class Journal:
             except OSError as e:
                 raise os_error(e, f"journal {self.path}") from None
             return
-        self.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        try:
+            make_dirs(self.dir)
+        except OSError as e:
+            raise os_error(e, f"journal directory {self.dir}") from None
         atomic_write(self.path, data, 0o600)
 
 

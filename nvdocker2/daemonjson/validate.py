@@ -151,6 +151,7 @@ def validate(doc: dict) -> tuple[list[str], list[str]]:
                     f'unknown key "{k}": dockerd refuses to start on a key it does not know '
                     "(fine only if your dockerd is newer than the schema)"
                 )
+        warnings.extend(_out_of_range_numbers(doc))
         d = dangling_default(doc)
         if d is not None:
             warnings.append(
@@ -158,6 +159,32 @@ def validate(doc: dict) -> tuple[list[str], list[str]]:
                 "unless a --add-runtime flag defines it)"
             )
     return errors, warnings
+
+
+def _out_of_range_numbers(doc: dict) -> list[str]:
+    """Numbers Go's float64 cannot hold (1.0e400): dockerd fails to decode the whole file.
+
+    A warning, not an error: the value was the operator's before nvdocker2 touched the file,
+    and its text is kept exactly."""
+    out: list[str] = []
+    stack: list[tuple[str, Any]] = [("", doc)]
+    while stack:
+        path, v = stack.pop()
+        if isinstance(v, dict):
+            stack.extend((f"{path}.{k}" if path else str(k), x) for k, x in v.items())
+        elif isinstance(v, list):
+            stack.extend((f"{path}[{i}]", x) for i, x in enumerate(v))
+        elif isinstance(v, (int, float)) and not isinstance(v, bool):
+            try:
+                finite = abs(float(v)) != float("inf")
+            except OverflowError:
+                finite = False
+            if not finite:
+                out.append(
+                    f"{path}: {_json_text(v)} is outside the range dockerd can read (a Go "
+                    "float64); dockerd refuses to start with this file"
+                )
+    return sorted(out)
 
 
 @dataclass(frozen=True)

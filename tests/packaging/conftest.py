@@ -106,6 +106,10 @@ def chroot_tarball(root_user) -> Path:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not tarball.is_file():
             bootstrap(tarball)
+        # Tarballs of an older recipe or include list are never used again.
+        for stale in CACHE.glob(f"{SUITE}-minbase-*.tar"):
+            if stale != tarball:
+                stale.unlink()
     return tarball
 
 

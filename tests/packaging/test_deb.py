@@ -59,7 +59,10 @@ def test_package_contents_and_relationships(packages):
         ).stdout.strip()
 
     assert field("Version") == __version__
-    replaced = "nvidia-container-runtime, nvidia-container-toolkit, nvidia-container-toolkit-base, nvidia-docker2"
+    replaced = (
+        "nvidia-container-runtime, nvidia-container-toolkit, nvidia-container-toolkit-base, "
+        "nvidia-docker2"
+    )
     for name in ("Conflicts", "Replaces", "Provides"):
         assert field(name) == replaced
     assert field("Recommends") == "libnvidia-container-tools"
@@ -102,6 +105,8 @@ def test_install_reinstall_upgrade_purge_keep_the_users_daemon_json(packages, ch
         "print(*(m.__file__ for m in (nvdocker2, typer, rich, jsonschema, filelock, p)))'"
     ).split()
     assert all(f.startswith("/usr/lib/python3/dist-packages/") for f in where), where
+    # The hook runs on the chroot's python3 alone (poststart is a no-op that must exit 0).
+    assert chroot.sh("nvidia-container-runtime-hook poststart </dev/null").returncode == 0
     assert chroot.ok("NV_DOCKER=echo nvidia-docker -H unix:///s run img").strip() == (
         "-H unix:///s run --runtime=nvidia img"
     )
@@ -133,6 +138,7 @@ def test_install_without_docker_succeeds_and_says_what_to_do(packages, chroot):
     assert not chroot.path("/usr/bin/dockerd").exists()
     deb = chroot.put(packages.deb)
     out = chroot.ok(f"{APT} install {deb}")
+    print(out)
     assert "dockerd was not reloaded" in out
     assert "systemctl reload docker" in out
     assert runtimes(chroot.path("/etc/docker/daemon.json").read_bytes()) == {

@@ -359,10 +359,6 @@ def test_backup_and_journal_are_on_disk_before_daemon_json_can_change(
     assert checked >= 2
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "store.py Backups.create and Journal.write mkdir backups/ and journal/ in the state dir "
-    "and never fsync the state dir, so on a first install a power cut can keep the new "
-    "daemon.json but lose the directories holding its backup and journal"))
 def test_first_install_makes_its_new_state_dirs_durable_before_daemon_json_changes(
     root: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -110,15 +110,20 @@ def test_sigkill_at_random_instants_leaves_old_or_new_file(config: Path, install
     state = Path(os.environ["NVDOCKER2_STATE_DIR"])
     allowed = {ORIGINAL: "old", installed: "new"}
 
-    # The typical run time of one process, measured on this machine now.
-    times = []
-    for _ in range(4):
+    # The typical run time of one process, measured on this machine now, and again every
+    # tenth process, since the load of a shared machine changes during the loop.
+    times: list[float] = []
+
+    def measure() -> None:
         action = _action_for(config.read_bytes(), ORIGINAL)
         t0 = time.monotonic()
         r = _run(config, action)
         times.append(time.monotonic() - t0)
         assert r.returncode == 0, r.stderr
-    typical = statistics.median(times)
+
+    for _ in range(4):
+        measure()
+    typical = statistics.median(times[-5:])
 
     seed = int(os.environ.get("NVDOCKER2_SIGKILL_SEED", str(random.randrange(1 << 32))))
     rng = random.Random(seed)
@@ -127,6 +132,9 @@ def test_sigkill_at_random_instants_leaves_old_or_new_file(config: Path, install
     i = 0
     while killed < KILLS and i < 3 * KILLS:
         i += 1
+        if i % 10 == 0:
+            measure()
+            typical = statistics.median(times[-5:])
         before = config.read_bytes()
         action = _action_for(before, ORIGINAL)
         delay = rng.uniform(0.0, 1.2 * typical)
@@ -175,9 +183,6 @@ def test_sigkill_at_random_instants_leaves_old_or_new_file(config: Path, install
         assert store.Backups(state).read(b) in (ORIGINAL, installed), b.id
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "store.py atomic_write leaves its temp file in backups/ or journal/ when killed between "
-    "write and rename; clean_stale_temps only looks beside daemon.json"))
 def test_sigkill_leaves_no_temp_files_in_the_state_dir(config: Path, installed: bytes) -> None:
     state = Path(os.environ["NVDOCKER2_STATE_DIR"])
     # Kill at the backup's rename (the first pause point of install), then run cleanly.
@@ -193,9 +198,6 @@ def test_sigkill_leaves_no_temp_files_in_the_state_dir(config: Path, installed: 
     assert _temps_in_state(state) == []
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "store.py Backups: a backup whose .meta.json was never written (killed between the two "
-    "writes) is ignored by all() and so never pruned: each such kill leaks one file for good"))
 def test_a_backup_left_without_its_metadata_is_removed_by_a_later_run(
     config: Path, installed: bytes
 ) -> None:

@@ -25,7 +25,11 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "e2e"))
 
-from privatedockerd import PrivateDockerd, missing_prerequisites  # noqa: E402
+from privatedockerd import (  # noqa: E402
+    PrivateDockerd,
+    missing_prerequisites,
+    remove_rootfs_tar,
+)
 
 from nvdocker2.daemonjson import store  # noqa: E402
 
@@ -48,6 +52,7 @@ def daemon():
         yield d
     finally:
         d.cleanup()
+        remove_rootfs_tar()
 
 
 @pytest.fixture
@@ -144,11 +149,6 @@ def test_sigkill_during_reload_and_verify_never_leaves_a_file_dockerd_refuses(
     assert "nvidia" not in d.info()["Runtimes"]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "transaction.py uninstall: killed after the transitional file (runtimes {}, "
-    "default-runtime runc) was written and reloaded, the journal already says nothing about "
-    "default-runtime being absent before, so the next uninstall keeps "
-    '"default-runtime": "runc", a key the original file never had'))
 def test_uninstall_killed_after_the_transitional_reload_is_finished_by_the_next_run(
     dockerd: PrivateDockerd,
 ) -> None:

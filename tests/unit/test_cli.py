@@ -35,12 +35,12 @@ def cfg(tmp_path):
 
 TWO_SPACE = (
     '{\n  "storage-driver": "overlay2",\n  "labels": ["zone=Zürich", "owner=山田"],\n'
-    '  "max-concurrent-downloads": 12345678901234567890,\n  "default-shm-size": "64M",\n'
+    '  "max-concurrent-downloads": 9223372036854775807,\n  "default-shm-size": "64M",\n'
     '  "features": {"buildkit": true},\n  "shutdown-timeout": 15\n}\n'
 ).encode()
 TWO_SPACE_INSTALLED = (
     '{\n  "storage-driver": "overlay2",\n  "labels": ["zone=Zürich", "owner=山田"],\n'
-    '  "max-concurrent-downloads": 12345678901234567890,\n  "default-shm-size": "64M",\n'
+    '  "max-concurrent-downloads": 9223372036854775807,\n  "default-shm-size": "64M",\n'
     '  "features": {"buildkit": true},\n  "shutdown-timeout": 15,\n  "runtimes": {\n'
     '    "nvidia": {\n      "path": "/usr/bin/nvidia-container-runtime"\n    }\n  }\n}\n'
 ).encode()
@@ -139,6 +139,7 @@ def test_reload_auto_without_dockerd_needs_no_verify_and_says_what_to_run(cfg, t
     assert code == 0
     assert "note: reload mode none: no running dockerd found" in out
     assert "note: dockerd was not reloaded; to apply the change run:" in out
+    assert json.loads(cfg.read_bytes()) == {"runtimes": {"nvidia": {"path": RT}}}
 
 
 def test_backups_rollback_cycle(cfg):
@@ -247,3 +248,14 @@ def test_missing_default_runtime_gives_a_warning(cfg, tmp_path, monkeypatch):
     assert json.loads(cfg.read_bytes())["runtimes"]["nvidia"] == {
         "path": str(bindir / "nvidia-container-runtime")
     }
+
+
+def test_status_says_when_dockerd_is_not_reachable(cfg, tmp_path):
+    cfg.write_bytes(b"{}")
+    sock = f"unix://{tmp_path}/none.sock"
+    code, out, _ = cli("status", "--config", str(cfg), "--docker-host", sock)
+    assert code == 0 and f"dockerd: not reachable at {sock}" in out
+    code, out, _ = cli("status", "--config", str(cfg), "--docker-host", sock, "--json")
+    assert json.loads(out)["dockerd"]["reachable"] is False
+    code, _, err = cli("status", "--config", str(cfg), "--docker-host", "ssh://host")
+    assert code == 2 and "only unix:// and tcp://" in err

@@ -88,6 +88,11 @@ HOSTILE = [
     ),
     ("float-for-int", b'{"shutdown-timeout": 1.5}', "shutdown-timeout: 1.5 is not of type integer"),
     (
+        "int-over-int64",
+        b'{"max-concurrent-downloads": 12345678901234567890}',
+        "max-concurrent-downloads: 12345678901234567890 is greater than the maximum",
+    ),
+    (
         "deep-nesting",
         b'{"a": ' + b"[" * 1000 + b"]" * 1000 + b"}",
         "nesting deeper than 1000 levels",

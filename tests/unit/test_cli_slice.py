@@ -16,7 +16,11 @@ def run(*args: str) -> subprocess.CompletedProcess:
 
 def test_install_then_uninstall_gives_back_the_same_bytes(tmp_path):
     cfg = tmp_path / "daemon.json"
-    original = b'{\n  "debug": true,\n  "mtu": 12345678901234567890\n}\n'
+    original = (
+        b'{\n  "debug": true,\n  "runtimes": {\n    "kata": {\n'
+        b'      "runtimeType": "io.containerd.kata.v2",\n'
+        b'      "options": {"Size": 12345678901234567890, "Ratio": 0.10}\n    }\n  }\n}\n'
+    )
     cfg.write_bytes(original)
     r = run(
         "install",
@@ -32,9 +36,8 @@ def test_install_then_uninstall_gives_back_the_same_bytes(tmp_path):
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
     assert out["changed"] is True and out["reload"] == "none" and out["backup"]
-    assert cfg.read_bytes() == (
-        b'{\n  "debug": true,\n  "mtu": 12345678901234567890,\n  "runtimes": {\n'
-        b'    "nvidia": {\n      "path": "/usr/bin/nvidia-container-runtime"\n    }\n  }\n}\n'
+    assert cfg.read_bytes() == original[:-7] + (
+        b',\n    "nvidia": {\n      "path": "/usr/bin/nvidia-container-runtime"\n    }\n  }\n}\n'
     )
     r = run("uninstall", "--config", str(cfg), "--reload", "none", "--no-verify")
     assert r.returncode == 0, r.stderr

@@ -266,3 +266,44 @@ def test_same_distinguishes_types_and_order():
     assert not document.same(1, True)
     assert not document.same(1, JsonFloat("1.0"))
     assert not document.same(JsonFloat("1.0"), JsonFloat("1.00"))
+
+
+def test_rewritten_object_keeps_each_untouched_member_exactly_as_written():
+    raw = (
+        b'{\n    "data-root": "/srv/docker",\n    "log-driver":"json-file",\n'
+        b'    "log-opts": { "max-size": "10m",  "max-file": "3" },\n'
+        b'    "registry-mirrors": [\n        "https://mirror.example.org"\n    ]\n}\n'
+    )
+    doc = parse(raw)
+    new = dict(doc.data, runtimes={"nvidia": {"path": "/x"}})
+    out = doc.serialize(new)
+    assert out == raw[:-3] + (
+        b',\n    "runtimes": {\n        "nvidia": {\n'
+        b'            "path": "/x"\n        }\n    }\n}\n'
+    )
+    # Taking the member out again gives the original bytes back.
+    assert parse(out).serialize(doc.data) == raw
+
+
+def test_removing_a_member_takes_its_separator_with_it():
+    raw = b'{\n  "a": 1,\n  "b":2,\n  "c" : 3\n}'
+    doc = parse(raw)
+    assert doc.serialize({"a": 1, "c": 3}) == b'{\n  "a": 1,\n  "c" : 3\n}'
+    assert doc.serialize({"b": 2, "c": 3}) == b'{\n  "b":2,\n  "c" : 3\n}'
+    assert doc.serialize({"a": 1, "b": 2}) == b'{\n  "a": 1,\n  "b":2\n}'
+
+
+def test_new_member_of_a_one_line_object_stays_on_that_line():
+    raw = b'{\n    "runtimes": {"kata": {"path": "/k"}},\n    "debug": true\n}\n'
+    doc = parse(raw)
+    rts = dict(doc.data["runtimes"], nvidia={"path": "/x", "runtimeArgs": ["-v"]})
+    out = doc.serialize(dict(doc.data, runtimes=rts))
+    assert out == (
+        b'{\n    "runtimes": {"kata": {"path": "/k"}, "nvidia": {"path": "/x", '
+        b'"runtimeArgs": ["-v"]}},\n    "debug": true\n}\n'
+    )
+
+
+def test_object_with_duplicate_keys_is_rewritten_whole():
+    doc = parse(b'{"a": 1, "a": 2, "b": 3}')
+    assert doc.serialize({"a": 2, "b": 3, "c": 4}) == b'{"a": 2, "b": 3, "c": 4}'

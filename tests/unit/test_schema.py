@@ -93,6 +93,8 @@ def test_real_files_validate(doc):
         ({"debug": "true"}, 'debug: "true" is not of type boolean'),
         ({"mtu": "1500"}, 'mtu: "1500" is not of type integer'),
         ({"mtu": 1.5}, "mtu: 1.5 is not of type integer"),
+        ({"max-concurrent-downloads": 12345678901234567890}, "greater than the maximum"),
+        ({"shutdown-timeout": -9223372036854775809}, "less than the minimum"),
         ({"dns": "8.8.8.8"}, 'dns: "8.8.8.8" is not of type array'),
         ({"dns": [8]}, "dns[0]: 8 is not of type string"),
         ({"log-opts": {"max-size": 10}}, "log-opts.max-size: 10 is not of type string"),
@@ -154,3 +156,11 @@ def test_dockerd_validate_is_reported_unavailable_on_dockerd_20_10(tmp_path):
         pytest.skip("no dockerd on this host")
     # Debian 12's dockerd 20.10 has no --validate: "not available", not a refusal.
     assert check.ok
+
+
+def test_numbers_dockerd_cannot_decode_are_a_warning_naming_them():
+    doc = document.parse(b'{"labels": [], "x": {"y": [1.0e400]}, "n": 1' + b"0" * 400 + b"}").data
+    errors, warnings = validate.validate(doc)
+    assert errors == []
+    assert any(w.startswith("x.y[0]: 1.0e400 is outside the range") for w in warnings)
+    assert any(w.startswith("n: 1000") for w in warnings)

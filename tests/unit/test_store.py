@@ -138,3 +138,26 @@ def test_journal_round_trip_keeps_absent_and_exact_values(tmp_path):
     assert j.read_bytes() == saved
     # Another config path has its own journal.
     assert store.Journal(tmp_path, tmp_path / "other.json").load() == {}
+
+
+def test_stale_temps_in_backups_and_journal_are_removed(tmp_path):
+    for sub in ("backups", "journal"):
+        (tmp_path / sub).mkdir()
+        (tmp_path / sub / f".x.json{store.TMP_MARK}999999999-ab12").write_bytes(b"partial")
+        (tmp_path / sub / f".y.json{store.TMP_MARK}1-ab12").write_bytes(b"live writer")
+        (tmp_path / sub / "keep.json").write_bytes(b"{}")
+    removed = store.clean_state_temps(tmp_path)
+    assert sorted(p.parent.name for p in removed) == ["backups", "journal"]
+    for sub in ("backups", "journal"):
+        assert sorted(os.listdir(tmp_path / sub)) == sorted(
+            [f".y.json{store.TMP_MARK}1-ab12", "keep.json"]
+        )
+
+
+def test_make_dirs_creates_the_missing_levels_with_the_mode(tmp_path):
+    store.make_dirs(tmp_path / "a" / "b" / "c")
+    assert (tmp_path / "a" / "b" / "c").is_dir()
+    assert (tmp_path / "a" / "b").stat().st_mode & 0o777 == 0o700
+    (tmp_path / "f").write_bytes(b"")
+    with pytest.raises(NotADirectoryError):
+        store.make_dirs(tmp_path / "f" / "x")

@@ -353,3 +353,22 @@ def test_missing_config_directory_is_created_one_level_only(tmp_path, state):
     with pytest.raises(BadInput, match="does not exist"):
         transaction.install(deep, runtime_path=RT, state=state)
     assert not (tmp_path / "nope").exists()
+
+
+def test_uninstall_finishes_one_killed_after_its_transitional_reload(cfg, state):
+    write(cfg, ORIGINAL)
+    d = SimulatedDockerd(cfg)
+    transaction.install(cfg, runtime_path=RT, daemon=d, state=state, set_default=True)
+    # What a killed uninstall leaves: the transitional file in place, the journal untouched.
+    write(cfg, ORIGINAL[:-3] + b',\n  "runtimes": {},\n  "default-runtime": "runc"\n}\n')
+    res = transaction.uninstall(cfg, state=state)
+    assert res.changed and cfg.read_bytes() == ORIGINAL
+
+
+def test_backup_bytes_without_metadata_are_pruned(cfg, state):
+    write(cfg, ORIGINAL)
+    orphan = state / "backups" / "20200101T000000Z-abcdef.json"
+    orphan.parent.mkdir(parents=True)
+    orphan.write_bytes(b"{}")
+    transaction.install(cfg, runtime_path=RT, state=state)
+    assert not orphan.exists() and len(store.Backups(state).all()) == 1

@@ -1,0 +1,34 @@
+"""`nvdocker2 status` against a real private dockerd: it says whether the running dockerd
+matches daemon.json, before and after a reload."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+NVDOCKER2 = Path(sys.executable).parent / "nvdocker2"
+RT = "/usr/bin/nvidia-container-runtime"
+
+
+def nv(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([str(NVDOCKER2), *args], capture_output=True, text=True, timeout=120)
+
+
+def test_status_reports_what_dockerd_runs_and_whether_it_matches_the_file(dockerd):
+    cfg = str(dockerd.config_file)
+    r = nv("install", "--config", cfg, "--runtime-path", RT, "--reload", "none", "--no-verify")
+    assert r.returncode == 0, r.stderr
+    r = nv("status", "--config", cfg, "--docker-host", dockerd.host, "--json")
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)["dockerd"]
+    assert d["reachable"] is True and d["agrees_with_file"] is False and d["differs"] == ["nvidia"]
+    r = nv("status", "--config", cfg, "--docker-host", dockerd.host)
+    assert "differs from the file for nvidia" in r.stdout
+    dockerd.sighup()
+    dockerd.wait_info(lambda info: "nvidia" in info.get("Runtimes", {}))
+    r = nv("status", "--config", cfg, "--docker-host", dockerd.host, "--json")
+    d = json.loads(r.stdout)["dockerd"]
+    assert d["agrees_with_file"] is True and d["runtimes"]["nvidia"] == RT
+    assert d["version"] == dockerd.info()["ServerVersion"]
