@@ -1,9 +1,11 @@
 """Adding the prestart hook to a bundle's config.json (SPEC §3).
 
 `add_prestart_hook` is a pure edit of the spec dict; `read_spec` and `write_spec` move the
-file. The write is atomic (temp file in the bundle, fsync, same mode and owner, rename, fsync
-of the directory), so runc sees the old file or the new one, never a partial one. Every field
-this code does not know, and every other hook, is kept as it was, in order.
+file. The write is atomic (temp file in the bundle, same mode and owner, rename), so runc sees
+the old file or the new one, never a partial one. It is not fsynced: a bundle does not outlive
+a reboot (containerd keeps it under /run and recreates it), runc reads it through the page
+cache, and an fsync costs milliseconds on every GPU container start where /run is not tmpfs.
+Every field this code does not know, and every other hook, is kept as it was, in order.
 """
 
 from __future__ import annotations
@@ -94,7 +96,6 @@ def write_spec(path: str, spec: dict) -> None:
                 os.fchmod(fd, st.st_mode & 0o7777)
                 if os.geteuid() == 0:
                     os.fchown(fd, st.st_uid, st.st_gid)
-            os.fsync(fd)
         finally:
             os.close(fd)
         os.rename(tmp, path)
@@ -104,11 +105,3 @@ def write_spec(path: str, spec: dict) -> None:
         except OSError:
             pass
         raise SpecError(f"cannot write {path}: {e.strerror}") from None
-    try:
-        dfd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
-    except OSError:
-        pass
