@@ -232,6 +232,17 @@ class Dockerd:
         self._restart_error: str | None = None
         self._before: str | None = None  # runtimes/default before a reload
 
+    @property
+    def log_description(self) -> str | None:
+        """Where dockerd's own words about a refused change can be read, for the user's hint.
+
+        The log file or the journalctl command this daemon reads; None when nothing says
+        where dockerd logs (then only /info was consulted).
+        """
+        if isinstance(self.log, NoLog):
+            return None
+        return self.log.description
+
     # -- before anything is written -------------------------------------------------------
 
     def check_candidate(self, config_path: Path, candidate: dict, candidate_file: Path) -> None:

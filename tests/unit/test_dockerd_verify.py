@@ -322,3 +322,12 @@ def test_a_change_in_info_after_the_reload_confirms_it_without_the_log_line(
     started = time.monotonic()
     d.verify(NVIDIA, timeout=10)
     assert time.monotonic() - started < 1
+
+
+def test_the_daemon_names_the_log_a_rejection_hint_should_point_to(engine, named_dockerd, tmp_path):
+    log = tmp_path / "dockerd.log"
+    assert _daemon(engine, named_dockerd, log=FileLog(log))[0].log_description == str(log)
+    journal = JournalLog("docker", journalctl="/usr/bin/journalctl")
+    said = _daemon(engine, named_dockerd, log=journal)[0].log_description
+    assert said is not None and said.endswith("-u docker")
+    assert _daemon(engine, named_dockerd)[0].log_description is None
