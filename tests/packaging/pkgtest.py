@@ -168,3 +168,53 @@ class Chroot:
         """Copy a file into the chroot's /tmp, returning its path inside."""
         shutil.copy(file, self.path("/tmp"))
         return f"/tmp/{file.name}"
+
+
+def check_launchers(chroot) -> None:
+    """What the installed runtime and hook launchers do for a user (both packages ship them):
+    the runtime passes every step but `create` straight to runc with no Python at all, the hook
+    ignores the PYTHONPATH dockerd hands it under --gpus, and doctor reads both versions."""
+    runtime = chroot.path(RUNTIME).read_text()
+    assert runtime.startswith("#!/bin/sh\n"), runtime[:80]
+    # A stand-in runc first on PATH records its argv; the chroot's python3 is moved away while
+    # `state` runs, so the pass-through works only if no Python starts.
+    chroot.path("/tmp/fakebin").mkdir()
+    runc = chroot.path("/tmp/fakebin/runc")
+    runc.write_text('#!/bin/sh\necho "$0 $*" > /tmp/runc-argv\nexit 7\n')
+    runc.chmod(0o755)
+    python = chroot.path("/usr/bin/python3").resolve()
+    hidden = python.with_name(python.name + ".hidden")
+    python.rename(hidden)
+    try:
+        state = chroot.sh(f"PATH=/tmp/fakebin:$PATH {RUNTIME} state x")
+    finally:
+        hidden.rename(python)
+    assert state.returncode == 7, state.stdout + state.stderr
+    assert chroot.path("/tmp/runc-argv").read_text() == "/tmp/fakebin/runc state x\n"
+
+    hook = "/usr/bin/nvidia-container-runtime-hook"
+    assert chroot.path(hook).read_text().startswith("#!/usr/bin/python3 -IS\n")
+    # dockerd's environment with a PYTHONPATH that shadows the package with an empty one.
+    chroot.path("/tmp/shadow/nvdocker2/hook").mkdir(parents=True)
+    chroot.path("/tmp/shadow/nvdocker2/__init__.py").write_text("")
+    chroot.path("/tmp/shadow/nvdocker2/hook/__init__.py").write_text("")
+    env = {"PYTHONPATH": "/tmp/shadow", "PYTHONHOME": "/nonexistent"}
+    assert chroot.sh(f"{hook} poststart </dev/null", env).returncode == 0
+    bad = chroot.sh(f"echo '{{not json' | {hook} prestart", env)
+    assert bad.returncode == 1, bad.stdout + bad.stderr
+    lines = bad.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("nvidia-container-runtime-hook: error: "), (
+        bad.stderr
+    )
+    assert "Traceback" not in bad.stderr and "ImportError" not in bad.stderr
+    # The same shadowing PYTHONPATH leaves nvdocker2 itself (python3 -I) working.
+    assert chroot.sh("nvdocker2 --version", env).returncode == 0
+
+    doctor = chroot.sh("nvdocker2 doctor --json")
+    checks = {c["id"]: c for c in json.loads(doctor.stdout)}
+    for name in ("runtime.installed", "hook.installed"):
+        check = checks[name]
+        assert check["status"] in ("ok", "warn"), check
+        assert "unknown" not in check["detail"], check
+        print(f"doctor {name}: {check['status']}: {check['detail']}")
+        assert __version__ in check["detail"], check

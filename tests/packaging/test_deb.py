@@ -14,6 +14,7 @@ from pkgtest import (
     USER_DAEMON_JSON,
     USER_SNIPPETS,
     backups,
+    check_launchers,
     run,
     runtimes,
 )
@@ -96,9 +97,12 @@ def test_install_reinstall_upgrade_purge_keep_the_users_daemon_json(packages, ch
     assert after["runtimes"] == {"nvidia": {"path": RUNTIME}}
     assert len(backups(chroot)) == 1
 
-    # The programs run on Debian's python3 and Debian's libraries, nothing else.
-    for program in PROGRAMS:
-        assert chroot.path(f"/usr/bin/{program}").read_text().startswith("#!/usr/bin/python3\n")
+    # The programs run on Debian's python3 and Debian's libraries, nothing else; the runtime
+    # and the hook are nvdocker2.runtime.launcher's launchers.
+    for program in ("nvdocker2", "nvidia-docker"):
+        shebang = chroot.path(f"/usr/bin/{program}").read_text().splitlines()[0]
+        assert shebang == "#!/usr/bin/python3 -I"
+    check_launchers(chroot)
     assert chroot.ok("nvdocker2 --version").strip().endswith(__version__)
     where = chroot.ok(
         "python3 -c 'import nvdocker2, typer, rich, jsonschema, filelock, packaging as p; "

@@ -6,7 +6,15 @@ from __future__ import annotations
 import json
 import re
 
-from pkgtest import PROGRAMS, RUNTIME, USER_DAEMON_JSON, USER_SNIPPETS, backups, run
+from pkgtest import (
+    PROGRAMS,
+    RUNTIME,
+    USER_DAEMON_JSON,
+    USER_SNIPPETS,
+    backups,
+    check_launchers,
+    run,
+)
 
 from nvdocker2 import __version__
 
@@ -72,6 +80,10 @@ def test_rpm_install_upgrade_erase_in_a_chroot(packages, chroot):
         "create --runtime=nvidia img"
     )
     assert len(backups(chroot)) == 1
+    for program in ("nvdocker2", "nvidia-docker"):
+        shebang = chroot.path(f"/usr/bin/{program}").read_text().splitlines()[0]
+        assert shebang == "#!/usr/bin/python3 -I"
+    check_launchers(chroot)
 
     proc = run([*rpm, "-U", str(packages.rpm_upgrade)])
     assert proc.returncode == 0, proc.stdout + proc.stderr
