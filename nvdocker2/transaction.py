@@ -389,7 +389,9 @@ def _apply(ctx: _Ctx, plan: _Plan) -> tuple[store.Backup, bool]:
             journal.restore(journal_old)
         if isinstance(exc, VerifyFailed):
             excerpt = _log_excerpt(ctx.dockerd_log, log_offset)
-            where = str(ctx.dockerd_log) if ctx.dockerd_log else "journalctl -u docker"
+            # The log the daemon found (its --dockerd-log, journal or stderr file) when it knows.
+            where = str(ctx.dockerd_log) if ctx.dockerd_log else (
+                getattr(ctx.daemon, "log_description", None) or "journalctl -u docker")
             hint = f"dockerd logged: {excerpt}" if excerpt else f"see dockerd's log ({where})"
             raise DockerdRejected(
                 f"dockerd did not take the new {ctx.config}: {exc.reason}; the previous file was "
