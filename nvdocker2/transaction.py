@@ -520,7 +520,8 @@ def _finish(
     """Shared tail: unchanged → say so; dry run → diff; else apply."""
     unchanged = (new_bytes == doc.raw and doc.existed) or (new_bytes is None and not doc.existed)
     if unchanged:
-        return _result(ctx, action, False, doc, changes)
+        verified = not ctx.dry_run and _settle(ctx, expect)
+        return _result(ctx, action, False, doc, changes, verified=verified)
     if ctx.dry_run:
         return _result(
             ctx, action, True, doc, changes, diff=unified_diff(ctx.config, doc.raw, new_bytes)
@@ -533,6 +534,21 @@ def _finish(
             + locations.reload_hint(ctx.config)
         )
     return _result(ctx, action, True, doc, changes, backup, verified)
+
+
+def _settle(ctx: _Ctx, expect: Expectation) -> bool:
+    """Reload an unchanged file that dockerd is not running; True when that was done.
+
+    An earlier run stopped between its rename and its reload (SIGKILL, power cut) leaves the
+    file right and dockerd on the old one: the next run writes nothing, so it must reload.
+    """
+    lags = getattr(ctx.daemon, "lags_behind", None)
+    if lags is None or not lags(expect):
+        return False
+    ctx.notes.append("dockerd was not running this file (an earlier run was interrupted): reloaded")
+    ctx.daemon.reload()
+    ctx.daemon.verify(expect, ctx.timeout)
+    return True
 
 
 def _ctx(
