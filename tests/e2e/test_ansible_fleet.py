@@ -8,7 +8,7 @@ socket, pidfile and nvdocker2 state dir; reload by signal):
     echo                 dockerd stopped
 
 The module runs on the Python of the Ansible virtual environment, which has none of
-nvdocker2's libraries. ansible-core comes from `make ansible-venv` (.venv-ansible, pinned) or
+nvdocker2's libraries. ansible-core comes from scripts/ansible-test.sh (.venv-ansible, pinned) or
 $NVDOCKER2_ANSIBLE_BIN (a directory holding ansible-playbook, e.g. /usr/bin for Debian's).
 """
 
@@ -46,7 +46,7 @@ FLAGS = {"charlie": ["--default-runtime=runc"]}
 def _ansible_bin() -> Path:
     where = Path(os.environ.get("NVDOCKER2_ANSIBLE_BIN") or REPO / ".venv-ansible" / "bin")
     if not (where / "ansible-playbook").exists():
-        message = f"ansible-playbook not found in {where} (run: make ansible-venv)"
+        message = f"ansible-playbook not found in {where} (run: scripts/ansible-test.sh sanity)"
         if os.environ.get("CI") == "true":
             pytest.fail(message, pytrace=False)
         pytest.skip(message)

@@ -29,7 +29,7 @@ description:
     environment.
 version_added: "0.1.0"
 author:
-  - nvdocker2 contributors
+  - nvdocker2 contributors (!UNKNOWN)
 requirements:
   - nvdocker2 (the C(.deb) or C(.rpm) of this project) on the managed host
 extends_documentation_fragment:
@@ -202,6 +202,11 @@ unified_diff:
   description: nvdocker2's unified diff of the change (check mode), credentials masked.
   returned: success, in check mode when changed
   type: str
+msg:
+  description: nvdocker2's C(error:) line (exit code 127 when nvdocker2 is not installed).
+  returned: failure
+  type: str
+  sample: "error: dockerd does not answer on unix:///var/run/docker.sock (connection refused); the change could not be verified"
 rc:
   description: nvdocker2's exit code.
   returned: always
