@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 import pytest
+from dockerd_cli import make_stand_ins, systemd_env
 from privatedockerd import PrivateDockerd
 
 REPO = Path(__file__).resolve().parents[2]
@@ -58,6 +59,7 @@ class Fleet:
         self.root = root
         self.bin = ansible_bin
         self.daemons: dict[str, PrivateDockerd] = {}
+        self.host_vars: dict[str, dict] = {}  # per host, over the defaults below
         self.runs = 0
 
     def state_dir(self, host: str) -> Path:
@@ -86,6 +88,7 @@ class Fleet:
                 "gpu_host_set_default": True,
                 "gpu_host_timeout": 20,
                 "gpu_host_executable": str(NVDOCKER2),
+                **self.host_vars.get(name, {}),
             }
         path = self.root / "inventory.yml"
         path.write_text(json.dumps({"all": {"children": {"gpu_hosts": {"hosts": hosts}}}}))
@@ -294,6 +297,31 @@ def test_rollout_doctor_fails_a_host_whose_runtime_checks_fail(fleet):
     assert doctor["msg"].startswith("nvdocker2 doctor: dockerd.runtimes: ")
     assert "no nvidia runtime loaded" in doctor["msg"]
     assert rollout.stats[host]["failures"] == 1
+
+
+def test_a_refusal_seen_only_after_the_reload_fails_the_host_rolled_back(fleet, make_dockerd,
+                                                                         tmp_path):
+    """systemd runs foxtrot's dockerd and hides its pid, so its --default-runtime flag cannot be
+    seen before writing: dockerd refuses the file on reload, nvdocker2 puts the old one back
+    and exits 4: the host fails with rolled_back true."""
+    daemon = make_dockerd(extra_args=["--default-runtime=runc"], config=ORIGINAL["alpha"])
+    fleet.daemons["foxtrot"] = daemon
+    fleet.host_vars["foxtrot"] = {
+        "gpu_host_reload": "systemd",
+        "gpu_host_pidfile": None,
+        "fleet_environment": systemd_env(make_stand_ins(tmp_path), daemon,
+                                         NVD2_FAKE_HIDE_PID="1"),
+    }
+    try:
+        run = fleet.play(HERE / "fleet.yml", order=("foxtrot",))
+    finally:
+        del fleet.daemons["foxtrot"]
+    r = run.result("foxtrot")
+    assert r["status"] == "failed" and r["rc"] == 4 and r["rolled_back"] is True, r
+    assert r["msg"].startswith(f"error: dockerd did not take the new {daemon.config_file}: ")
+    assert "previous file was restored" in r["msg"]
+    assert daemon.config_file.read_bytes() == ORIGINAL["alpha"]
+    assert "nvidia" not in daemon.info()["Runtimes"]
 
 
 def test_a_host_without_nvdocker2_fails_saying_what_to_install(fleet):
