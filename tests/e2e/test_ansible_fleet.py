@@ -356,3 +356,13 @@ def test_the_collection_builds(fleet, tmp_path):
         ["tar", "-tzf", str(tmp_path / "nvdocker2-gpu-0.1.0.tar.gz")],
         capture_output=True, text=True, check=True,
     ).stdout
+
+
+def test_the_role_refuses_a_package_that_is_neither_deb_nor_rpm(fleet):
+    before = fleet.daemons["alpha"].config_file.read_bytes()
+    run = fleet.play(HERE / "fleet.yml", "-l", "alpha", "-e", "gpu_host_package=/tmp/nvdocker2.tgz")
+    r = run.result("alpha", "nvdocker2.gpu.gpu_host : Check the package variable")
+    assert r["status"] == "failed"
+    assert r["msg"] == "gpu_host_package must name a .deb or .rpm file, not /tmp/nvdocker2.tgz"
+    assert fleet.daemons["alpha"].config_file.read_bytes() == before
+    assert MODULE_TASK not in run.tasks_of("alpha")
