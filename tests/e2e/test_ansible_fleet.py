@@ -366,3 +366,15 @@ def test_the_role_refuses_a_package_that_is_neither_deb_nor_rpm(fleet):
     assert r["msg"] == "gpu_host_package must name a .deb or .rpm file, not /tmp/nvdocker2.tgz"
     assert fleet.daemons["alpha"].config_file.read_bytes() == before
     assert MODULE_TASK not in run.tasks_of("alpha")
+
+
+def test_nvdocker2_warnings_become_ansible_warnings(fleet):
+    missing = "/nonexistent/nvidia-container-runtime"
+    run = fleet.play(HERE / "fleet.yml", "--check", "-l", "bravo",
+                     "-e", f"gpu_host_runtime_path={missing}")
+    r = run.result("bravo")
+    assert r["status"] == "ok" and r["changed"] is True
+    warning = f"--runtime-path {missing} is not an executable file (yet)"
+    assert r["warnings"] == [warning]
+    assert f"[WARNING]: {warning}" in run.proc.stdout + run.proc.stderr
+    assert f'+\t\t\t"path": "{missing}"' in r["unified_diff"] and "diff" not in r  # tabs kept
