@@ -104,7 +104,9 @@ def main() -> int:
                         str(work / f"{name}.yml")]
                 figures[name].append(timed(argv, aenv, name != "empty"))
         med = {k: statistics.median(v) for k, v in figures.items()}
-        print(f"runs: {args.runs} each (median), {subprocess.run([str(ansible_bin / 'ansible'), '--version'], capture_output=True, text=True).stdout.splitlines()[0]}")
+        version = subprocess.run([str(ansible_bin / "ansible"), "--version"],
+                                 capture_output=True, text=True).stdout.splitlines()[0]
+        print(f"runs: {args.runs} each (median), {version}")
         for name in ("bare", "module", "command", "empty"):
             print(f"  {name:<8} {med[name]:6.2f} s")
         per_host = (med["module"] - med["empty"]) - med["bare"]

@@ -347,11 +347,18 @@ def _check_candidates(
     return staged
 
 
+def _transition(ctx: _Ctx, plan: _Plan) -> dict | None:
+    """The transitional file `plan` needs with this daemon first, or None."""
+    if not _needs_transition(ctx.daemon):
+        return None
+    return transitional(plan.new_data, plan.old_doc.data)
+
+
 def _dry_run_checks(ctx: _Ctx, plan: _Plan) -> None:
     """The checks of `_apply` before its first write, with the candidates staged in a private
     temp directory: nothing is created beside the file or in the state dir."""
     _ensure_directory(ctx, create=False)
-    trans = transitional(plan.new_data, plan.old_doc.data) if _needs_transition(ctx.daemon) else None
+    trans = _transition(ctx, plan)
     with tempfile.TemporaryDirectory(prefix="nvdocker2-dry-run-") as d:
         for s in _check_candidates(ctx, plan, trans, Path(d) / ctx.config.name):
             s.discard()
@@ -368,7 +375,7 @@ def _apply(ctx: _Ctx, plan: _Plan) -> tuple[store.Backup, bool]:
     old = plan.old_doc
     daemon = ctx.daemon
     _ensure_directory(ctx)
-    trans = transitional(plan.new_data, old.data) if _needs_transition(daemon) else None
+    trans = _transition(ctx, plan)
 
     staged: list[store.StagedFile] = []
     try:

@@ -196,7 +196,8 @@ def test_check_apply_reapply_and_absent_on_the_fleet(fleet):
         r = check.result(host)
         assert r["status"] == "ok" and r["changed"] is True and r["dry_run"] is True, r
         assert r["diff"]["before"] == ORIGINAL[host].decode()
-        assert '"nvidia"' in r["diff"]["after"] and '"default-runtime": "nvidia"' in r["diff"]["after"]
+        after = r["diff"]["after"]
+        assert '"nvidia"' in after and '"default-runtime": "nvidia"' in after
         assert '+' in r["unified_diff"] and '"nvidia"' in r["unified_diff"]
         assert check.stats[host]["changed"] == 1 and check.stats[host]["failures"] == 0
         predicted[host] = r["diff"]["after"]
@@ -207,7 +208,8 @@ def test_check_apply_reapply_and_absent_on_the_fleet(fleet):
     assert r["msg"].startswith(f'error: {fleet.daemons["charlie"].config_file}: "default-runtime" '
                                "(flag --default-runtime) also set on the command line of dockerd")
     r = check.result("echo")
-    assert r["status"] == "failed" and r["rc"] == 3 and r["msg"].startswith("error: dockerd does not answer")
+    assert r["status"] == "failed" and r["rc"] == 3
+    assert r["msg"].startswith("error: dockerd does not answer")
 
     # Apply: good hosts verified by their dockerd; charlie refused with the reason, its file
     # byte-identical; echo fails with exit 3's message, nothing written.

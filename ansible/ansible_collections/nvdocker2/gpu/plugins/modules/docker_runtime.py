@@ -206,7 +206,8 @@ msg:
   description: nvdocker2's C(error:) line (exit code 127 when nvdocker2 is not installed).
   returned: failure
   type: str
-  sample: "error: dockerd does not answer on unix:///var/run/docker.sock (connection refused); the change could not be verified"
+  sample: "error: dockerd does not answer on unix:///var/run/docker.sock (...); the change
+    could not be verified"
 rc:
   description: nvdocker2's exit code.
   returned: always
@@ -339,7 +340,8 @@ def map_result(rc, stdout, stderr, diff_mode):
         if hint:
             result["hint"] = hint
         if rc == 0:
-            result["msg"] = "nvdocker2 printed no JSON result: %s" % (stdout or stderr or "").strip()
+            printed = (stdout or stderr or "").strip()
+            result["msg"] = "nvdocker2 printed no JSON result: %s" % printed
         result["stderr"] = stderr
         return True, result, warnings
     for key, value in obj.items():
