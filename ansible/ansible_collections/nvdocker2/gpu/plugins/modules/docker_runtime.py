@@ -281,7 +281,7 @@ def command_line(executable, params, check_mode):
         if state not in states or value is None:
             continue
         if kind == "value":
-            argv += [flag, "%g" % value if isinstance(value, float) else str(value)]
+            argv += [flag, str(value)]
         elif kind == "each":
             for item in value:
                 argv.append("%s=%s" % (flag, item))
