@@ -79,7 +79,8 @@ def test_success_carries_the_json_fields_warnings_apart_and_the_diff_in_diff_mod
 
 def test_output_that_is_not_a_result_fails_the_host():
     (failed, result, _), (failed2, result2, _) = _run(
-        map_cases=[[0, "not json", "", False], [2, "", "Usage: nvdocker2\nError: bad flag\n", False]]
+        map_cases=[[0, "not json", "", False],
+                   [2, "", "Usage: nvdocker2\nError: bad flag\n", False]]
     )["map"]
     assert failed and result["msg"] == "nvdocker2 printed no JSON result: not json"
     assert failed2 and result2["msg"] == "Error: bad flag" and result2["rc"] == 2
