@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any, Callable, ContextManager, Iterator, Protocol, Sequence
 
 from nvdocker2 import locations
-from nvdocker2.redact import mask_credentials, masked_text
 from nvdocker2.daemonjson import document, edit, store, validate
 from nvdocker2.daemonjson.edit import ABSENT, Change
 from nvdocker2.errors import (
@@ -29,6 +28,7 @@ from nvdocker2.errors import (
     NvDockerError,
     RollbackFailed,
 )
+from nvdocker2.redact import mask_credentials, masked_text
 
 # --- the Daemon slot ---------------------------------------------------------------------------
 
