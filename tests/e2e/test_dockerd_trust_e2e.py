@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -21,7 +20,7 @@ import time
 from pathlib import Path
 
 import pytest
-from dockerd_cli import RUNTIME, make_stand_ins, nvdocker2, systemd_env
+from dockerd_cli import RUNTIME, make_stand_ins, nvdocker2, systemd_env, tcp_host
 
 AS_NOBODY = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups"]
 NOBODY = 65534
@@ -182,25 +181,19 @@ def test_a_reload_dockerd_would_refuse_is_caught_through_the_socket_without_main
     assert "Got signal to reload configuration" not in daemon.log_file.read_text()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_verified_only_on_evidence(make_dockerd, stand_ins):
     """SPEC §8 "verified means proven": /info already showed the runtime, systemd shows no
     MainPID and no journal keeps dockerd's words. Through tcp nothing identifies the dockerd,
     so the install is `verified: false` with a warning; through the unix socket the dockerd
     behind it passed the flags check with the file, which is the evidence."""
-    port = _free_port()
-    daemon = make_dockerd([f"--host=tcp://127.0.0.1:{port}"],
+    flag, tcp = tcp_host()
+    daemon = make_dockerd([flag],
                           config=json.dumps({"runtimes": {"nvidia": {"path": RUNTIME}}}).encode())
     env = systemd_env(stand_ins, daemon, NVD2_FAKE_HIDE_PID="1", NVD2_FAKE_NO_JOURNAL="1")
 
     daemon.config_file.write_text("{}\n")
     proc = nvdocker2(daemon, "install", "--runtime-path", RUNTIME, "--reload", "systemd",
-                     "--docker-host", f"tcp://127.0.0.1:{port}", "--json", env=env,
+                     "--docker-host", tcp, "--json", env=env,
                      daemon_flags=False)
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
