@@ -4,8 +4,13 @@ program is safe to run (no directory on its way that another user can write)."""
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import stat
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -86,3 +91,58 @@ def test_a_symlink_is_followed_and_its_target_checked(tmp_path):
     target.chmod(0o755)
     assert unsafe_to_run(safe / "runc") is None
     assert stat.S_ISLNK(os.lstat(safe / "runc").st_mode)
+
+
+def _listening_dockerd(d, user=None):
+    """A process whose comm is `dockerd` (a link to this Python) serving a unix socket."""
+    d.chmod(0o755)
+    link = d / "dockerd"
+    link.symlink_to(os.path.realpath(sys.executable))
+    sock = d / "api.sock"
+    code = (
+        "import socket, sys\n"
+        "s = socket.socket(socket.AF_UNIX); s.bind(sys.argv[1]); s.listen(4)\n"
+        "print('ready', flush=True)\n"
+        "while True: s.accept()[0].close()\n"
+    )
+    prefix = ["setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups"] if user else []
+    if user:
+        os.chown(d, NOBODY, NOBODY)
+    proc = subprocess.Popen([*prefix, str(link), "-c", code, str(sock)], stdout=subprocess.PIPE)
+    assert proc.stdout.readline() == b"ready\n"
+    return proc, sock
+
+
+@needs_root
+def test_identify_takes_the_socket_peer_and_refuses_a_hint_or_owner_that_disagrees(tmp_path):
+    from nvdocker2.dockerd.api import parse_docker_host
+    from nvdocker2.dockerd.daemon import identify
+    from nvdocker2.errors import EnvironmentProblem
+
+    procs = []
+    shared = Path(tempfile.mkdtemp(prefix="nvd2-user-", dir="/tmp"))  # where nobody can reach
+    try:
+        served, sock = _listening_dockerd(tmp_path)
+        procs.append(served)
+        host = parse_docker_host(f"unix://{sock}", {})
+        found = identify(host, None, "the pidfile")
+        assert found.by_socket and found.process.pid == served.pid
+        assert identify(host, served.pid, "the pidfile").process.pid == served.pid
+        with pytest.raises(EnvironmentProblem) as err:
+            identify(host, os.getpid(), "/run/docker.pid")
+        assert err.value.exit_code == 3
+        assert err.value.message.startswith(
+            f"/run/docker.pid names pid {os.getpid()}, but the dockerd serving {sock} is pid "
+            f"{served.pid}"
+        )
+        users, user_sock = _listening_dockerd(shared, user=str(NOBODY))
+        procs.append(users)
+        with pytest.raises(EnvironmentProblem) as err:
+            identify(parse_docker_host(f"unix://{user_sock}", {}), None, "the pidfile")
+        assert f"belongs to uid {NOBODY}, not root" in err.value.message
+        assert err.value.hint
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()
+        shutil.rmtree(shared, ignore_errors=True)
