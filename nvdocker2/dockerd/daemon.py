@@ -472,7 +472,9 @@ class Dockerd:
                     self.reporter.done(True, f"{reports} ({now - start:.1f}s)")
                     return None
                 if waited:
-                    self.reporter.done(True, f"{reports}, as before the reload ({now - start:.1f}s)")
+                    self.reporter.done(
+                        True, f"{reports}, as before the reload ({now - start:.1f}s)"
+                    )
                     return (
                         f"dockerd already reported {describe_expectation(expect)} "
                         f"before the {'restart' if self.restart else 'reload'}, and its "

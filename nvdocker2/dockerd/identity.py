@@ -95,7 +95,7 @@ def untrusted_owner(
     return None
 
 
-def _others_may_write(st: os.stat_result, trusted: frozenset[int]) -> bool:
+def _others_may_write(st: os.stat_result) -> bool:
     """Writable by someone untrusted: by everyone, or by a group other than root's."""
     return bool(st.st_mode & stat.S_IWOTH) or (
         bool(st.st_mode & stat.S_IWGRP) and st.st_gid != 0
@@ -121,7 +121,7 @@ def unsafe_to_run(path: str | os.PathLike, euid: int | None = None) -> str | Non
             parent = os.lstat("/")
         except OSError as exc:
             return f"cannot read /: {exc.strerror}"
-        if parent.st_uid not in trusted or _others_may_write(parent, trusted):
+        if parent.st_uid not in trusted or _others_may_write(parent):
             return "/ is writable by other users"
         restart = None
         for i, name in enumerate(parts):
@@ -136,7 +136,7 @@ def unsafe_to_run(path: str | os.PathLike, euid: int | None = None) -> str | Non
                 st = os.lstat(entry)
             except OSError as exc:
                 return f"cannot read {entry}: {exc.strerror}"
-            if _others_may_write(parent, trusted):
+            if _others_may_write(parent):
                 sticky = bool(parent.st_mode & stat.S_ISVTX)
                 if not sticky or st.st_uid not in trusted:
                     return f"{current} is writable by other users"
@@ -156,7 +156,7 @@ def unsafe_to_run(path: str | os.PathLike, euid: int | None = None) -> str | Non
             if last:
                 if not stat.S_ISREG(st.st_mode):
                     return f"{entry} is not a regular file"
-                if _others_may_write(st, trusted):
+                if _others_may_write(st):
                     return f"{entry} is writable by other users"
                 return None
             current, parent = entry, st
