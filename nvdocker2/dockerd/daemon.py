@@ -359,7 +359,7 @@ class Dockerd:
         """The pid of the dockerd serving the socket now (else the manager's word)."""
         sock = self.client.host.socket_path
         peer = socket_peer(sock, timeout=1.0) if sock is not None else None
-        if peer is not None and peer.pid != INIT_PID:
+        if peer is not None and peer.pid != INIT_PID and is_dockerd(peer.pid, self.proc):
             return peer.pid
         return self.manager.main_pid()
 

@@ -146,3 +146,22 @@ def test_identify_takes_the_socket_peer_and_refuses_a_hint_or_owner_that_disagre
             proc.kill()
             proc.wait()
         shutil.rmtree(shared, ignore_errors=True)
+
+
+@needs_root
+def test_dockerd_validate_never_runs_a_dockerd_another_user_could_have_planted(
+    tmp_path, monkeypatch
+):
+    from nvdocker2.daemonjson import validate
+
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    marker = tmp_path / "ran"
+    _script(shared / "dockerd", marker)
+    monkeypatch.setenv("PATH", f"{shared}:/usr/bin:/usr/sbin:/bin:/sbin")
+    monkeypatch.delenv("NVDOCKER2_DOCKERD", raising=False)
+    found = validate.find_dockerd()
+    assert found != str(shared / "dockerd")
+    validate.dockerd_validate(tmp_path / "daemon.json")
+    assert not marker.exists()
