@@ -691,6 +691,26 @@ def test_a_dockerd_served_by_another_user_is_not_trusted_nor_its_path_used(host)
     assert_status(results, "dockerd.trusted", OK, f"pid {DOCKERD_PID} serves")
 
 
+def test_with_nothing_answering_only_a_root_dockerd_is_taken_from_the_process_scan(host):
+    """No peer to ask (the socket is gone): a process that says it listens there is taken
+    only when root owns it, and a pidfile naming a user's process is ignored too."""
+    host.file(f"/proc/{DOCKERD_PID}/status", "Uid:\t1000\t1000\t1000\t1000\n")
+    host.file("/var/run/docker.pid", f"{DOCKERD_PID}\n")
+    proc, why = host.context().dockerd_process()
+    assert proc is None and "no dockerd process" in why
+    host.file(f"/proc/{DOCKERD_PID}/status", "Uid:\t0\t0\t0\t0\n")
+    assert host.context().dockerd_process()[0].pid == DOCKERD_PID
+
+
+def test_under_socket_activation_the_root_dockerd_behind_init_is_taken(host):
+    """systemd (pid 1) holds docker.socket and hands it to dockerd (`-H fd://`)."""
+    from nvdocker2.dockerd.identity import Peer
+
+    host.dockerd(["/usr/bin/dockerd", "-H", "fd://"], {"PATH": "/usr/bin"}, start=time.time())
+    proc, _ = host.context(peer_of=lambda sock: Peer(1, 0, 0)).dockerd_process()
+    assert proc is not None and proc.pid == DOCKERD_PID
+
+
 def test_only_the_process_serving_the_socket_is_the_dockerd(host):
     """A root dockerd that says it listens on the socket is not the one when another process
     serves it: the peer decides."""
