@@ -128,20 +128,31 @@ def test_install_neither_runs_nor_signals_a_users_dockerd_named_by_a_stale_pidfi
     before = b'{\n    "default-runtime": "io.containerd.runc.v2"\n}\n'
     config.write_bytes(before)
 
-    proc = subprocess.run(
-        [sys.executable, "-m", "nvdocker2", "install", "--json", "--no-verify",
-         "--reload", "auto", "--config", str(config), "--pidfile", str(pidfile),
-         "--runtime-path", RUNTIME],
-        capture_output=True, text=True, timeout=120, check=False,
-        env=dict(os.environ, NVDOCKER2_STATE_DIR=str(tmp_path / "state")),
-    )
+    def install(mode: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-m", "nvdocker2", "install", "--json", "--no-verify",
+             "--reload", mode, "--config", str(config), "--pidfile", str(pidfile),
+             "--runtime-path", RUNTIME],
+            capture_output=True, text=True, timeout=120, check=False,
+            env=dict(os.environ, NVDOCKER2_STATE_DIR=str(tmp_path / "state")),
+        )
 
+    proc = install("auto")
     assert not marker.exists(), "install ran the user's program"
     assert user_proc.poll() is None, "install signalled the user's process"
     # This host's own dockerd (20.10) refuses a shim name as default-runtime: exit 2.
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.startswith('error: '), proc.stderr
     assert config.read_bytes() == before
+
+    # Asked to signal the pidfile's dockerd, it finds none it may signal: exit 3.
+    config.write_bytes(b"{}\n")
+    proc = install("signal")
+    assert proc.returncode == 3, proc.stderr
+    assert proc.stderr.startswith(f"error: {pidfile} names no running dockerd"), proc.stderr
+    assert "hint: " in proc.stderr
+    assert not marker.exists() and user_proc.poll() is None
+    assert config.read_bytes() == b"{}\n"
 
 
 @pytest.fixture
