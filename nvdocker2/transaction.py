@@ -64,8 +64,9 @@ class Daemon(Protocol):
     def reload(self) -> None:
         """Make dockerd read the file; raise EnvironmentProblem if it cannot."""
 
-    def verify(self, expect: Expectation, timeout: float) -> None:
-        """Raise VerifyFailed(reason) when dockerd does not report `expect` within `timeout`."""
+    def verify(self, expect: Expectation, timeout: float) -> str | None:
+        """Raise VerifyFailed(reason) when dockerd does not report `expect` within `timeout`;
+        return a warning when it does but its taking the file is not proven (SPEC §8)."""
 
 
 class NoDaemon:
@@ -408,8 +409,10 @@ def _apply(ctx: _Ctx, plan: _Plan) -> tuple[store.Backup, bool]:
         phase = "verify"
         if daemon.verifies:
             with ctx.reporter.waiting("waiting for dockerd to report the change"):
-                daemon.verify(plan.expect, ctx.timeout)
-            verified = True
+                unproven = daemon.verify(plan.expect, ctx.timeout)
+            verified = not unproven
+            if unproven:
+                ctx.warnings.append(unproven)
         phase = "final"
         if trans is not None:
             if plan.new_bytes is None:
