@@ -599,8 +599,10 @@ def _settle(ctx: _Ctx, expect: Expectation) -> bool:
         return False
     ctx.notes.append("dockerd was not running this file (an earlier run was interrupted): reloaded")
     ctx.daemon.reload()
-    ctx.daemon.verify(expect, ctx.timeout)
-    return True
+    unproven = ctx.daemon.verify(expect, ctx.timeout)
+    if unproven:
+        ctx.warnings.append(unproven)
+    return not unproven
 
 
 def _ctx(
