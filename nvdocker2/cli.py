@@ -498,6 +498,7 @@ def status(
             info["error"] = e.message
             code = e.exit_code
         st = store.state_dir()
+        store.check_state_dir(st)  # SPEC §8: nothing is read from an untrusted state dir
         rec = {}
         with contextlib.suppress(NvDockerError):
             rec = store.Journal(st, cfg).load()
