@@ -71,7 +71,7 @@ def main(args: list[str] | None = None, self_path: str | None = None) -> int:
         print(f"{PROG}: error: {one_line(e)}", file=sys.stderr)
         if e.hint:
             print(f"{PROG}: hint: {one_line(e.hint)}", file=sys.stderr)
-        _log(log_path, f"error: {e}")
+        _log(log_path, f"error: {one_line(e)}")
         _report_to_runtime_log(args, f"{PROG}: {e}")
         return 1
     except Exception as e:  # one line, never a traceback on the start path (unless debugging)
