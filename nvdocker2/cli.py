@@ -22,6 +22,7 @@ import typer
 
 from nvdocker2 import __version__, locations, transaction
 from nvdocker2.errors import EXIT_INTERNAL, NvDockerError
+from nvdocker2.oneline import one_line
 
 app = typer.Typer(
     add_completion=False,
@@ -149,7 +150,8 @@ class _Out:
 
 
 def _stderr(line: str) -> None:
-    sys.stderr.write(line + "\n")
+    """One line on stderr; control characters in it are escaped (SPEC §8: one line each)."""
+    sys.stderr.write(one_line(line) + "\n")
     sys.stderr.flush()
 
 
@@ -496,6 +498,7 @@ def status(
             info["error"] = e.message
             code = e.exit_code
         st = store.state_dir()
+        store.check_state_dir(st)  # SPEC §8: nothing is read from an untrusted state dir
         rec = {}
         with contextlib.suppress(NvDockerError):
             rec = store.Journal(st, cfg).load()

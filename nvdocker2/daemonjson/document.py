@@ -133,6 +133,9 @@ class Document:
     had_bom: bool = False
     duplicates: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()
+    # os.fstat of the file as it was read (load() only): its identity, mode and owner, so
+    # the writer can tell whether another program changed it meanwhile (SPEC §8).
+    stat: os.stat_result | None = field(default=None, repr=False)
     _text: str = field(default="", repr=False)
     _root: _Node | None = field(default=None, repr=False)
 
@@ -761,6 +764,7 @@ def load(path: str | os.PathLike) -> Document:
         )
     try:
         with open(p, "rb") as f:
+            st = os.fstat(f.fileno())
             data = f.read(MAX_BYTES + 1)
     except PermissionError as e:
         raise EnvironmentProblem(
@@ -770,4 +774,4 @@ def load(path: str | os.PathLike) -> Document:
         raise DocumentError(src, "is a directory, not a file") from None
     except OSError as e:
         raise EnvironmentProblem(f"{src}: cannot read: {e.strerror}") from None
-    return parse(data, src)
+    return replace(parse(data, src), stat=st)

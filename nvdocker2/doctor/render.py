@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from typing import TextIO
 
 from nvdocker2.doctor.registry import FAIL, OK, SKIP, STATUSES, WARN, CheckResult
+from nvdocker2.oneline import one_line
 
 STYLES = {OK: "green", WARN: "yellow", FAIL: "bold red", SKIP: "dim"}
 
@@ -27,9 +28,9 @@ def render_plain(results: Sequence[CheckResult]) -> str:
     width = max((len(r.id) for r in results), default=0)
     lines = []
     for r in results:
-        lines.append(f"{r.status:<4}  {r.id:<{width}}  {r.detail}")
+        lines.append(f"{r.status:<4}  {r.id:<{width}}  {one_line(r.detail)}")
         if r.hint:
-            lines.append(f"{'':<4}  {'':<{width}}  hint: {r.hint}")
+            lines.append(f"{'':<4}  {'':<{width}}  hint: {one_line(r.hint)}")
     lines.append(summary(results))
     return "\n".join(lines) + "\n"
 
