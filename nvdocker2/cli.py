@@ -20,7 +20,7 @@ from typing import Any, Callable, Iterator, List, Optional
 import click
 import typer
 
-from nvdocker2 import __version__, locations, transaction
+from nvdocker2 import __version__, locations, redact, transaction
 from nvdocker2.errors import EXIT_INTERNAL, NvDockerError
 
 app = typer.Typer(
@@ -661,6 +661,7 @@ def _on_signal(signum: int, frame: Any) -> None:
 
 def main(argv: Optional[List[str]] = None) -> None:
     """Console-script entry point: runs the app and maps every outcome to a SPEC exit code."""
+    redact.mask_standard_streams()  # no URL password reaches a terminal or a log
     for sig in (signal.SIGTERM, signal.SIGHUP):
         with contextlib.suppress(ValueError, OSError):
             signal.signal(sig, _on_signal)

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, ContextManager, Iterator, Protocol, Sequence
 
-from nvdocker2 import locations
+from nvdocker2 import locations, redact
 from nvdocker2.daemonjson import document, edit, store, validate
 from nvdocker2.daemonjson.edit import ABSENT, Change
 from nvdocker2.errors import (
@@ -158,7 +158,8 @@ def _wrap_shape(config: Path, fn: Callable[[], Any]) -> Any:
 
 
 def unified_diff(config: Path, old: bytes, new: bytes | None) -> str:
-    """The change as a unified diff (`new` None: the file is removed)."""
+    """The change as a unified diff (`new` None: the file is removed), URL passwords masked:
+    a diff is for people and logs, the file keeps the real bytes."""
     a = old.decode("utf-8", "replace").splitlines(keepends=True)
     b = [] if new is None else new.decode("utf-8", "replace").splitlines(keepends=True)
     lines = []
@@ -171,7 +172,7 @@ def unified_diff(config: Path, old: bytes, new: bytes | None) -> str:
         if not line.endswith("\n"):
             line += "\n\\ No newline at end of file\n"
         lines.append(line.replace("\r\n", "\n") if line.endswith("\r\n") else line)
-    return "".join(lines)
+    return redact.mask("".join(lines))
 
 
 def _runtimes(doc: dict) -> dict:

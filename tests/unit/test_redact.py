@@ -1,0 +1,97 @@
+"""URL passwords never reach what nvdocker2 prints (diffs, results, messages, JSON), while
+daemon.json and its backups keep the real bytes. Through the real CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from nvdocker2.redact import mask
+
+NVDOCKER2 = Path(sys.executable).parent / "nvdocker2"
+RT = "/usr/bin/nvidia-container-runtime"
+SECRET = "s3cr3t-Pa55"
+PROXIED = (
+    '{\n    "proxies": {\n'
+    f'        "http-proxy": "http://alice:{SECRET}@proxy.example:3128",\n'
+    f'        "https-proxy": "https://bob:{SECRET}@proxy.example:3129"\n'
+    '    },\n    "log-level": "warn"\n}\n'
+).encode()
+
+
+@pytest.mark.parametrize("text, shown", [
+    ("http://user:pass@proxy:3128", "http://user:***@proxy:3128"),
+    ("socks5://u:p@h and https://v:q@g/x", "socks5://u:***@h and https://v:***@g/x"),
+    ('"https://u%40x:p@ss@h:1/"', '"https://u%40x:***@h:1/"'),
+    ("http://:token@h", "http://:***@h"),
+    ("http://proxy.example:3128", "http://proxy.example:3128"),
+    ("ssh://me@host", "ssh://me@host"),
+    ("unix:///var/run/docker.sock", "unix:///var/run/docker.sock"),
+    ("user:pass@host (no scheme)", "user:pass@host (no scheme)"),
+])
+def test_mask(text, shown):
+    assert mask(text) == shown
+
+
+def nvdocker2(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, NVDOCKER2_STATE_DIR=str(tmp_path / "state"))
+    return subprocess.run([str(NVDOCKER2), *args], capture_output=True, text=True, env=env,
+                          timeout=60)
+
+
+@pytest.fixture
+def cfg(tmp_path: Path) -> Path:
+    path = tmp_path / "daemon.json"
+    path.write_bytes(PROXIED)
+    return path
+
+
+def test_dry_run_diff_masks_the_proxy_passwords_of_neighbouring_lines(tmp_path, cfg):
+    r = nvdocker2(tmp_path, "install", "--config", str(cfg), "--runtime-path", RT, "--dry-run")
+    assert r.returncode == 0, r.stderr
+    assert SECRET not in r.stdout + r.stderr
+    assert ' "https-proxy": "https://bob:***@proxy.example:3129"\n' in r.stdout
+    assert '+    "runtimes": {\n' in r.stdout
+    assert cfg.read_bytes() == PROXIED
+
+    j = nvdocker2(tmp_path, "install", "--config", str(cfg), "--runtime-path", RT, "--dry-run",
+                  "--json")
+    assert j.returncode == 0, j.stderr
+    assert SECRET not in j.stdout + j.stderr
+    assert "http://alice:***@proxy.example:3128" in json.loads(j.stdout)["diff"]
+
+
+def test_the_file_and_the_backup_keep_the_password_the_output_does_not(tmp_path, cfg):
+    r = nvdocker2(tmp_path, "install", "--config", str(cfg), "--runtime-path", RT,
+                  "--runtime-arg", f"--proxy=http://carol:{SECRET}@p:1", "--reload", "none")
+    assert r.returncode == 0, r.stderr
+    assert SECRET not in r.stdout + r.stderr
+    assert '"runtimeArgs": ["--proxy=http://carol:***@p:1"]' in r.stdout
+    assert cfg.read_bytes().count(SECRET.encode()) == 3
+    (backup,) = [p for p in (tmp_path / "state" / "backups").glob("*.json")
+                 if not p.name.endswith(".meta.json")]
+    assert backup.read_bytes() == PROXIED
+
+    for args in (["status"], ["status", "--json"], ["backups"]):
+        s = nvdocker2(tmp_path, *args, "--config", str(cfg), "--docker-host",
+                      f"tcp://dave:{SECRET}@127.0.0.1:9")
+        assert SECRET not in s.stdout + s.stderr, args
+    rollback = nvdocker2(tmp_path, "rollback", "--config", str(cfg), "--reload", "none",
+                         "--dry-run")
+    assert rollback.returncode == 0, rollback.stderr
+    assert SECRET not in rollback.stdout + rollback.stderr
+    assert "carol:***@p:1" in rollback.stdout
+
+
+def test_an_error_message_masks_the_password_too(tmp_path, cfg):
+    r = nvdocker2(tmp_path, "install", "--config", str(cfg), "--runtime-path", RT,
+                  "--docker-host", f"https://erin:{SECRET}@127.0.0.1:2376")
+    assert r.returncode in (2, 3), r.stderr
+    assert r.stderr.startswith("error: ") and "erin:***@" in r.stderr
+    assert SECRET not in r.stdout + r.stderr
+    assert cfg.read_bytes() == PROXIED
