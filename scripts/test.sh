@@ -3,5 +3,5 @@
 # then runs pytest. Extra arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh
+scripts/setup.sh tests
 exec .venv/bin/python -m pytest -q -p no:cacheprovider "$@"
