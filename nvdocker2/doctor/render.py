@@ -89,6 +89,9 @@ def render_report(
     """The report for people (see the module docstring)."""
     w = _Writer(width, colour)
     w.add(summary(results), indent=2)
+    if colour:  # the summary's first line in the colour of the worst status
+        worst = next((st for st in (FAIL, WARN) if any(r.status == st for r in results)), OK)
+        w.lines[0] = w.paint(w.lines[0], worst)
     shown = [r for s in ORDER for r in results if r.status == s and (verbose or s in (FAIL, WARN))]
     # Without --verbose, skips caused by the same failed check are one row.
     grouped: dict[str, list[CheckResult]] = {}
