@@ -95,3 +95,20 @@ def test_an_error_message_masks_the_password_too(tmp_path, cfg):
     assert r.stderr.startswith("error: ") and "erin:***@" in r.stderr
     assert SECRET not in r.stdout + r.stderr
     assert cfg.read_bytes() == PROXIED
+
+
+def test_the_masking_stream_passes_everything_else_through():
+    import io
+
+    from nvdocker2.redact import MaskingStream
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    inner = Terminal()
+    stream = MaskingStream(inner)
+    assert stream.write("proxy http://u:pw@h\n") == len("proxy http://u:pw@h\n")
+    stream.writelines(["a https://x:y@z ", "b\n"])
+    assert inner.getvalue() == "proxy http://u:***@h\na https://x:***@z b\n"
+    assert stream.isatty()
