@@ -1,9 +1,9 @@
-"""Credentials in URLs (`scheme://user:password@host`) masked in everything nvdocker2 prints.
+"""Credentials in URLs (`scheme://user:password@host`) are masked in everything nvdocker2 prints:
+diffs and the before/after text of --json at their source, and every other line (results,
+warnings, errors, status, doctor) by `mask_standard_streams`, which the CLI installs first. The
+file and its backups keep them.
 
-daemon.json may hold proxy URLs with a password (`"proxies": {"http-proxy":
-"http://user:pass@proxy:3128"}`); diffs, messages and JSON output end up in terminals, CI logs
-and Ansible output, so the password is shown as `***`. Files and backups keep the real bytes:
-masking happens only on the way to a person.
+The mask is Docker's own (`docker info` shows a proxy as `http://xxxxx:xxxxx@host`).
 """
 
 from __future__ import annotations
@@ -12,22 +12,20 @@ import re
 import sys
 from typing import Any, TextIO
 
-MASK = "***"
-
-# scheme://user:password@ — the password runs up to the last "@" of the authority, so a
-# password with an unencoded "@" is still masked whole. The user name stays (it tells which
-# account); `ssh://user@host` has no password and is left alone.
-_USERINFO = re.compile(
-    r"(?P<head>\b[A-Za-z][A-Za-z0-9+.\-]*://[^\s/?#@:\"'<>\\]*):"
-    r"[^\s/?#\"'<>\\]*@(?=[^\s@])"
-)
+MASK = "xxxxx:xxxxx"
+# scheme "://" userinfo "@": userinfo stops at the first character a URL's authority cannot
+# hold before "@" ("/", whitespace, a JSON string's quote or backslash).
+_USERINFO = re.compile(r'(?P<scheme>\b[A-Za-z][A-Za-z0-9+.\-]*://)[^/@\s"\\]+@')
 
 
-def mask(text: str) -> str:
-    """`text` with the password of every URL replaced by ***."""
-    if "://" not in text:
-        return text
-    return _USERINFO.sub(lambda m: f"{m.group('head')}:{MASK}@", text)
+def mask_credentials(text: str) -> str:
+    """`text` with the user and password of every `scheme://user:password@` replaced."""
+    return _USERINFO.sub(lambda m: f"{m.group('scheme')}{MASK}@", text)
+
+
+def masked_text(data: bytes | None) -> str | None:
+    """A file's bytes as text for display (None stays None: no file), credentials masked."""
+    return None if data is None else mask_credentials(data.decode("utf-8", "replace"))
 
 
 class MaskingStream:
@@ -37,7 +35,7 @@ class MaskingStream:
         self._stream = stream
 
     def write(self, s: str) -> int:
-        self._stream.write(mask(s))
+        self._stream.write(mask_credentials(s))
         return len(s)
 
     def writelines(self, lines: Any) -> None:
