@@ -68,7 +68,8 @@ def test_wrapper_error_is_one_line_whatever_the_command_error_holds():
 @pytest.mark.parametrize("message", [HOSTILE, "a\u2029b"])
 def test_doctor_plain_text_keeps_one_line_per_check(message):
     from nvdocker2.doctor.registry import CheckResult
-    from nvdocker2.doctor.render import render_plain
+    from nvdocker2.doctor.render import render_report
 
-    out = render_plain([CheckResult("x.y", "X", "fail", message, "hint " + message)])
-    assert len(out.splitlines()) == 3  # the check, its hint, the summary
+    out = render_report([CheckResult("x.y", "X", "fail", message, "hint " + message)])
+    # The summary (which quotes the failure), a blank line, the check, its hint.
+    assert len(out.splitlines()) == 4, out
