@@ -43,6 +43,7 @@ class ReloadMode(str, Enum):
 class RuntimeMode(str, Enum):
     legacy = "legacy"
     direct = "direct"
+    cdi = "cdi"
 
 
 RELOAD_HELP = (
@@ -139,6 +140,13 @@ def _opt_runtime_name() -> Any:
     return typer.Option("nvidia", "--runtime-name", metavar="NAME", help="Name of the runtime entry.")
 
 
+def _opt_cdi_spec_dir() -> Any:
+    return _no_default(
+        "--cdi-spec-dir", metavar="DIR",
+        help="With --mode cdi: where the spec nvidia.yaml goes [default: /etc/cdi].",
+    )
+
+
 # --- output ------------------------------------------------------------------------------------
 
 
@@ -227,11 +235,13 @@ def _make_daemon(
     return daemon, notes
 
 
-def _render(res: transaction.Result, extra_notes: list[str], extra_warnings: list[str]) -> None:
+def _render(res: transaction.Result, extra_notes: list[str], extra_warnings: list[str],
+            extra_json: Optional[dict] = None) -> None:
     warnings = list(extra_warnings) + list(res.warnings)
     notes = list(extra_notes) + list(res.notes)
     if _Out.json:
         obj = res.to_json()
+        obj.update(extra_json or {})
         obj["warnings"] = warnings
         obj["notes"] = notes
         _emit_json(obj)
@@ -319,17 +329,23 @@ def install(
     timeout: float = _opt_timeout(),
     dockerd_log: Optional[Path] = _opt_dockerd_log(),
     mode: Optional[RuntimeMode] = typer.Option(
-        None, "--mode", metavar="direct|legacy", case_sensitive=False,
-        help="Also set [nvidia-container-runtime] mode in the runtime's config.toml "
-        "($NVIDIA_CONTAINER_RUNTIME_CONFIG, else /etc/nvidia-container-runtime/config.toml): "
-        "direct = the runtime gives GPUs itself, without libnvidia-container.",
+        None, "--mode", metavar="direct|legacy|cdi", case_sensitive=False,
+        help="direct|legacy: also set [nvidia-container-runtime] mode in the runtime's "
+        "config.toml ($NVIDIA_CONTAINER_RUNTIME_CONFIG, else "
+        "/etc/nvidia-container-runtime/config.toml): direct = the runtime gives GPUs itself, "
+        "without libnvidia-container. cdi: no runtime entry; write the CDI spec of this host's "
+        "GPUs and turn CDI on in daemon.json where this Docker (>= 25) needs it.",
     ),
+    cdi_spec_dir: Optional[str] = _opt_cdi_spec_dir(),
     json_: bool = _opt_json(),
 ) -> None:
     """Add the nvidia runtime to daemon.json (merge, back up, write atomically, reload, verify)."""
 
     def go() -> int:
         cfg, why = _resolve_config(config)
+        if mode == RuntimeMode.cdi:
+            return _cdi_install(cfg, why, runtime_path, dry_run, reload, restart, no_verify,
+                                docker_host, pidfile, timeout, dockerd_log, cdi_spec_dir, json_)
         warnings: list[str] = []
         path = runtime_path
         if path is None:
@@ -359,6 +375,34 @@ def install(
     _run(json_, go)
 
 
+def _cdi_install(
+    cfg: Path, why: str, runtime_path: Optional[str], dry_run: bool, reload: ReloadMode,
+    restart: bool, no_verify: bool, docker_host: Optional[str], pidfile: Optional[Path],
+    timeout: float, dockerd_log: Optional[Path], cdi_spec_dir: Optional[str], json_: bool,
+) -> int:
+    from nvdocker2 import cdimode
+
+    path = runtime_path or locations.default_runtime_path()[0]
+    daemon, notes = _make_daemon(reload, restart, no_verify, docker_host, pidfile, dockerd_log, cfg)
+    run = cdimode.Run(daemon, docker_host, restart, dry_run, CliReporter(json_), timeout, why,
+                      dockerd_log=dockerd_log)
+    out = cdimode.install(cfg, spec_dir=cdi_spec_dir, runtime_path=path, run=run)
+    _render_cdi(out, notes)
+    return 0
+
+
+def _render_cdi(out: Any, notes: list[str]) -> None:
+    """A CDI-mode result: the transaction's output plus the spec, its devices and whether
+    dockerd still needs a restart (SPEC §9)."""
+    res = out.result
+    lines = list(notes if res.changed and not res.dry_run else [])
+    lines.append(f"CDI spec {out.spec}: {', '.join(out.devices) or 'no devices'}")
+    lines.extend(out.notes)
+    _render(res, lines, [], out.extra_json())
+    if out.restart_needed and not _Out.json:
+        sys.stdout.write("restart needed: yes (dockerd reads CDI settings only at start)\n")
+
+
 @app.command()
 def uninstall(
     config: Optional[Path] = _opt_config(),
@@ -371,12 +415,30 @@ def uninstall(
     pidfile: Optional[Path] = _opt_pidfile(),
     timeout: float = _opt_timeout(),
     dockerd_log: Optional[Path] = _opt_dockerd_log(),
+    mode: Optional[RuntimeMode] = typer.Option(
+        None, "--mode", metavar="cdi", case_sensitive=False,
+        help="cdi: undo install --mode cdi (remove the spec it wrote, put features back).",
+    ),
+    cdi_spec_dir: Optional[str] = _opt_cdi_spec_dir(),
     json_: bool = _opt_json(),
 ) -> None:
     """Undo install: put back what it replaced (from the journal), never leave a dangling default."""
 
     def go() -> int:
         cfg, why = _resolve_config(config)
+        if mode == RuntimeMode.cdi:
+            from nvdocker2 import cdimode
+
+            daemon, notes = _make_daemon(reload, restart, no_verify, docker_host, pidfile,
+                                         dockerd_log, cfg)
+            run = cdimode.Run(daemon, docker_host, restart, dry_run, CliReporter(json_), timeout,
+                              why, dockerd_log=dockerd_log)
+            out = cdimode.uninstall(
+                cfg, spec_dir=cdi_spec_dir,
+                own_runtime_paths=[locations.default_runtime_path()[0]], run=run,
+            )
+            _render_cdi(out, notes)
+            return 0
         daemon, notes = _make_daemon(reload, restart, no_verify, docker_host, pidfile, dockerd_log, cfg)
         own, _ = locations.default_runtime_path()
         res = transaction.uninstall(
@@ -602,6 +664,41 @@ def cdi_generate(
         else:
             sys.stdout.write(f"wrote {res.output}: {res.gpus} GPU(s), {res.mounts} driver "
                              f"files, driver root {res.driver_root}\n")
+        return 0
+
+    _run(json_, go)
+
+
+@cdi_app.command("refresh")
+def cdi_refresh(
+    config: Optional[Path] = _opt_config(),
+    cdi_spec_dir: Optional[str] = _no_default(
+        "--cdi-spec-dir", metavar="DIR",
+        help="Directory of the spec [default: where install --mode cdi wrote it, else /etc/cdi].",
+    ),
+    timeout: float = _opt_timeout(),
+    json_: bool = _opt_json(),
+) -> None:
+    """Regenerate the CDI spec from the GPUs present; write it only when it changed (the
+    packages run this at boot). Does nothing where install --mode cdi wrote no spec."""
+
+    def go() -> int:
+        from nvdocker2 import cdimode
+
+        cfg, _ = _resolve_config(config)
+        res = cdimode.refresh(cfg, spec_dir=cdi_spec_dir,
+                              runtime_path=locations.default_runtime_path()[0], timeout=timeout)
+        if _Out.json:
+            _emit_json(res.to_json())
+        elif not res.present:
+            sys.stdout.write(f"no CDI spec at {res.spec}: nothing to refresh "
+                             "(nvdocker2 install --mode cdi writes one)\n")
+        elif res.changed:
+            sys.stdout.write(f"rewrote {res.spec}: {', '.join(res.devices)} "
+                             f"(backup {res.backup})\n")
+        else:
+            sys.stdout.write(f"unchanged: {res.spec} already lists the GPUs present "
+                             f"({', '.join(res.devices)}); nothing written\n")
         return 0
 
     _run(json_, go)

@@ -38,6 +38,11 @@ class Expectation:
     present: dict[str, str]  # runtime name -> path dockerd must report
     absent: tuple[str, ...]  # runtime names dockerd must no longer report
     default_runtime: str  # DefaultRuntime dockerd must report ("runc" when unset)
+    # CDI mode (SPEC §9): a directory /info `CDISpecDirs` must hold, and devices its
+    # `DiscoveredDevices` must list (asked only of Docker >= 28.2, which lists them).
+    cdi_spec_dir: str | None = None
+    cdi_devices: tuple[str, ...] = ()
+    cdi_devices_gone: tuple[str, ...] = ()  # devices /info must no longer list
 
 
 class VerifyFailed(NvDockerError):
@@ -277,6 +282,24 @@ def _dockerd_check(ctx: _Ctx, staged: store.StagedFile) -> None:
 
 
 @dataclass(frozen=True)
+class ExtraFile:
+    """A second file changed under the same transaction as daemon.json (the CDI spec).
+
+    It is staged, backed up and written with daemon.json (before it, so a dockerd that
+    restarts finds it), and put back with it when anything fails. `new` None removes it.
+    """
+
+    path: Path
+    old: bytes | None  # None: the file did not exist
+    new: bytes | None
+    reason: str
+
+    @property
+    def changed(self) -> bool:
+        return self.old != self.new
+
+
+@dataclass(frozen=True)
 class _Plan:
     """One change of a config file: the bytes to end with (None: no file) and expectations."""
 
@@ -287,6 +310,36 @@ class _Plan:
     expect: Expectation
     journal_record: dict | None = None  # None: leave the journal alone
     journal_before_write: bool = True
+    extras: tuple[ExtraFile, ...] = ()
+    journal: store.Journal | None = None  # None: daemon.json's own journal
+
+    @property
+    def config_changed(self) -> bool:
+        return not _same_bytes(self.old_doc, self.new_bytes)
+
+
+def _same_bytes(doc: document.Document, new: bytes | None) -> bool:
+    return (new == doc.raw and doc.existed) or (new is None and not doc.existed)
+
+
+def _ensure_parent(path: Path) -> None:
+    """Create an extra file's directory (0755, e.g. /etc/cdi) when it is missing."""
+    try:
+        store.make_dirs(store.resolve_target(path).parent, mode=0o755)
+    except (FileExistsError, NotADirectoryError):
+        raise BadInput(f"{path}: {path.parent} is not a directory") from None
+    except OSError as e:
+        raise store.os_error(e, str(path.parent)) from None
+
+
+def _put_extras(extras: Sequence[ExtraFile], old: bool) -> None:
+    """Write each extra file's old (or new) bytes, or remove it where those are None."""
+    for x in extras:
+        data = x.old if old else x.new
+        if data is None:
+            store.atomic_remove(x.path)
+        else:
+            store.atomic_write(x.path, data)
 
 
 def _ensure_directory(ctx: _Ctx) -> None:
@@ -319,15 +372,27 @@ def _apply(ctx: _Ctx, plan: _Plan) -> tuple[store.Backup, bool]:
     """
     old = plan.old_doc
     daemon = ctx.daemon
-    _ensure_directory(ctx)
-    trans = transitional(plan.new_data, old.data) if _needs_transition(daemon) else None
+    write_config = plan.config_changed
+    extras = tuple(x for x in plan.extras if x.changed)
+    if write_config:
+        _ensure_directory(ctx)
+    trans = (
+        transitional(plan.new_data, old.data)
+        if write_config and _needs_transition(daemon)
+        else None
+    )
     trans_bytes = old.serialize(trans) if trans is not None else None
 
     staged: list[store.StagedFile] = []
+    extra_staged: list[store.StagedFile] = []
     try:
+        for x in extras:
+            if x.new is not None:
+                _ensure_parent(x.path)
+                extra_staged.append(store.stage(x.path, x.new))
         first_bytes = trans_bytes if trans_bytes is not None else plan.new_bytes
         first_data = trans if trans is not None else plan.new_data
-        if first_bytes is not None:
+        if write_config and first_bytes is not None:
             ctx.reporter.progress(f"checking the candidate {ctx.config}")
             s = store.stage(ctx.config, first_bytes)
             staged.append(s)
@@ -340,23 +405,32 @@ def _apply(ctx: _Ctx, plan: _Plan) -> tuple[store.Backup, bool]:
             daemon.check_candidate(ctx.config, plan.new_data, s2.path)
 
         backups = store.Backups(ctx.state)
-        backup = backups.create(ctx.config, old.raw if old.existed else None, plan.reason)
+        extra_backups = [backups.create(x.path, x.old, x.reason) for x in extras]
+        if write_config or not extra_backups:
+            backup = backups.create(ctx.config, old.raw if old.existed else None, plan.reason)
+        else:
+            backup = extra_backups[0]
         ctx.reporter.progress(f"backup {backup.id} saved")
-        journal = store.Journal(ctx.state, ctx.config)
+        journal = plan.journal or store.Journal(ctx.state, ctx.config)
         journal_old = journal.read_bytes()
         if plan.journal_record is not None and plan.journal_before_write:
             journal.write(plan.journal_record)
     except BaseException:
-        for s in staged:
+        for s in staged + extra_staged:
             s.discard()
         raise
 
     log_offset = _log_offset(ctx.dockerd_log)
     phase = "write"
     try:
+        for s in extra_staged:
+            s.commit()
+        for x in extras:
+            if x.new is None:
+                store.atomic_remove(x.path)
         if staged:
             staged[0].commit()
-        else:
+        elif write_config:
             store.atomic_remove(ctx.config)
         phase = "reload"
         verified = False
@@ -378,9 +452,11 @@ def _apply(ctx: _Ctx, plan: _Plan) -> tuple[store.Backup, bool]:
         if plan.journal_record is not None and not plan.journal_before_write:
             journal.write(plan.journal_record)
     except BaseException as exc:
-        for s in staged:
+        for s in staged + extra_staged:
             s.discard()
         if phase == "write":
+            with contextlib.suppress(Exception):
+                _put_extras(extras, old=True)
             with contextlib.suppress(Exception):
                 journal.restore(journal_old)
             raise
@@ -402,6 +478,8 @@ def _apply(ctx: _Ctx, plan: _Plan) -> tuple[store.Backup, bool]:
             exc.message = f"{exc.message}; {ctx.config} was restored from backup {backup.id}"
         raise
     backups.prune(ctx.config)
+    for x in extras:
+        backups.prune(x.path)
     return backup, verified
 
 
@@ -415,12 +493,20 @@ def _restore_after_failure(
     """
     old = plan.old_doc
     daemon = ctx.daemon
+    extras = tuple(x for x in plan.extras if x.changed)
     by_hand = (
         f"cp {backup.file} {ctx.config}" if old.existed else f"rm {ctx.config}"
     ) + f", then: {locations.reload_hint(ctx.config)}"
+    if extras:
+        by_hand = "see nvdocker2 backups for " + ", ".join(
+            [str(ctx.config)] + [str(x.path) for x in extras]
+        ) + f"; {by_hand}"
     step = "write"
 
     def put_old() -> None:
+        _put_extras(extras, old=True)
+        if not plan.config_changed:
+            return
         if old.existed:
             store.atomic_write(ctx.config, old.raw)
         else:
@@ -428,7 +514,11 @@ def _restore_after_failure(
 
     try:
         if reload_again and daemon.strategy != "none":
-            back = transitional(old.data, plan.new_data) if _needs_transition(daemon) else None
+            back = (
+                transitional(old.data, plan.new_data)
+                if plan.config_changed and _needs_transition(daemon)
+                else None
+            )
             if back is not None:
                 store.atomic_write(ctx.config, old.serialize(back))
             else:
@@ -516,22 +606,27 @@ def _finish(
     expect: Expectation,
     journal_record: dict | None = None,
     journal_before_write: bool = True,
+    extras: Sequence[ExtraFile] = (),
+    journal: store.Journal | None = None,
 ) -> Result:
     """Shared tail: unchanged → say so; dry run → diff; else apply."""
-    unchanged = (new_bytes == doc.raw and doc.existed) or (new_bytes is None and not doc.existed)
+    unchanged = _same_bytes(doc, new_bytes) and not any(x.changed for x in extras)
     if unchanged:
         return _result(ctx, action, False, doc, changes)
     if ctx.dry_run:
-        return _result(
-            ctx, action, True, doc, changes, diff=unified_diff(ctx.config, doc.raw, new_bytes)
-        )
-    plan = _Plan(doc, new_data, new_bytes, reason, expect, journal_record, journal_before_write)
+        diff = "".join(
+            unified_diff(x.path, x.old or b"", x.new) for x in extras if x.changed
+        ) + unified_diff(ctx.config, doc.raw, new_bytes)
+        return _result(ctx, action, True, doc, changes, diff=diff)
+    plan = _Plan(
+        doc, new_data, new_bytes, reason, expect, journal_record, journal_before_write,
+        tuple(extras), journal,
+    )
     backup, verified = _apply(ctx, plan)
-    if ctx.daemon.strategy == "none":
-        ctx.notes.append(
-            "dockerd was not reloaded; to apply the change run: "
-            + locations.reload_hint(ctx.config)
-        )
+    if ctx.daemon.strategy == "none" and plan.config_changed:
+        # A daemon that knows better (CDI mode: a restart, not a reload) says what to run.
+        hint = getattr(ctx.daemon, "apply_hint", None) or locations.reload_hint(ctx.config)
+        ctx.notes.append("dockerd was not reloaded; to apply the change run: " + hint)
     return _result(ctx, action, True, doc, changes, backup, verified)
 
 

@@ -1,0 +1,295 @@
+"""`install --mode cdi`, `uninstall --mode cdi` and `cdi refresh` (SPEC §9), run as a user runs
+them, against the TEST FIXTURE fake driver tree and a fake Engine API that reports the Docker
+version and CDI state a test needs (tests/unit/fake_engine.py). Restarting a real dockerd and
+`docker run --device` are in tests/e2e/test_cdi_e2e.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import jsonschema
+import pytest
+from dockerd_fixtures import running_engine
+from fixtures.fake_driver import build_fake_driver
+from test_direct_cdi import read_block_yaml as _read_block_yaml
+
+SCHEMA = json.loads((Path(__file__).parent.parent / "fixtures/cdi_schema.json").read_text())
+RUNTIME = "/usr/bin/nvidia-container-runtime"
+GPU = "nvidia.com/gpu"
+
+
+def read_block_yaml(text: str):
+    """The spec's YAML; it starts with a comment line saying who wrote it."""
+    first, _, rest = text.partition("\n")
+    assert first.startswith("# Written by nvdocker2 (CDI mode)")
+    return _read_block_yaml(rest)
+
+
+class Host:
+    """A daemon.json, a spec directory dockerd reads (named in cdi-spec-dirs), a config.toml
+    pointing at the fake driver, and a fake Engine API."""
+
+    def __init__(self, tmp_path: Path, engine) -> None:
+        self.tmp = tmp_path
+        self.engine = engine
+        self.driver = build_fake_driver(tmp_path / "driver")
+        self.spec_dir = tmp_path / "cdi"
+        self.spec = self.spec_dir / "nvidia.yaml"
+        self.config = tmp_path / "daemon.json"
+        self.toml = tmp_path / "config.toml"
+        self.toml.write_text(f'[nvidia-container-runtime]\ndriver-root = "{self.driver.root}"\n')
+        self.state = tmp_path / "state"
+
+    def docker(self, version: str, cdi_on: bool, devices: tuple[str, ...] = ()) -> None:
+        self.engine.info["ServerVersion"] = version
+        self.engine.info["CDISpecDirs"] = ["/etc/cdi", str(self.spec_dir)] if cdi_on else []
+        if devices:
+            self.engine.info["DiscoveredDevices"] = [{"Source": "cdi", "ID": d} for d in devices]
+
+    def write_config(self, text: str) -> bytes:
+        text = text.replace("SPECDIR", str(self.spec_dir))
+        self.config.write_text(text)
+        return self.config.read_bytes()
+
+    def run(self, *args: str, mode: bool = True):
+        argv = [sys.executable, "-m", "nvdocker2", *args, "--config", str(self.config)]
+        if mode:
+            argv += ["--mode", "cdi", "--cdi-spec-dir", str(self.spec_dir), "--reload", "none",
+                     "--docker-host", f"unix://{self.engine.socket_path}", "--json"]
+        env = dict(os.environ, NVIDIA_CONTAINER_RUNTIME_CONFIG=str(self.toml),
+                   NVDOCKER2_STATE_DIR=str(self.state))
+        return subprocess.run(argv, capture_output=True, text=True, env=env, timeout=60)
+
+    def install(self, *extra: str):
+        return self.run("install", "--runtime-path", RUNTIME, *extra)
+
+    def uninstall(self, *extra: str):
+        return self.run("uninstall", *extra)
+
+    def backups(self) -> list[str]:
+        d = self.state / "backups"
+        return sorted(p.name for p in d.glob("*.meta.json")) if d.exists() else []
+
+
+@pytest.fixture
+def host(tmp_path):
+    with running_engine(tmp_path) as engine:
+        yield Host(tmp_path, engine)
+
+
+DIRS = '"cdi-spec-dirs": ["/etc/cdi", "SPECDIR"]'
+
+
+def test_docker_26_gets_cdi_true_beside_buildkit_and_is_told_to_restart(host):
+    host.docker("26.1.5", cdi_on=False)
+    host.write_config('{\n  "features": {"buildkit": true},\n  ' + DIRS + '\n}\n')
+    r = host.install()
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert host.config.read_text() == (
+        '{\n  "features": {"buildkit": true, "cdi": true},\n  "cdi-spec-dirs": '
+        f'["/etc/cdi", "{host.spec_dir}"]\n}}\n'
+    )
+    assert out["restart_needed"] is True
+    assert out["mode"] == "cdi" and out["changed"] is True and out["verified"] is False
+    assert out["devices"] == [f"{GPU}=0", f"{GPU}={host.driver.gpus[0].uuid}", f"{GPU}=1",
+                              f"{GPU}={host.driver.gpus[1].uuid}", f"{GPU}=all"]
+    assert any("restart it to apply this" in n or "restart" in n for n in out["notes"])
+    spec = read_block_yaml(host.spec.read_text())
+    jsonschema.validate(spec, SCHEMA)
+    assert spec["kind"] == GPU
+    # Text output names the command to run.
+    host.config.write_text('{"features": {"buildkit": true}, ' + DIRS.replace(
+        "SPECDIR", str(host.spec_dir)) + "}")
+    host.spec.unlink()
+    (host.state / "journal").exists() and [p.unlink() for p in (host.state / "journal").iterdir()]
+    r = host.run("install", "--runtime-path", RUNTIME, "--mode", "cdi", "--cdi-spec-dir",
+                 str(host.spec_dir), "--reload", "none", "--docker-host",
+                 f"unix://{host.engine.socket_path}", mode=False)
+    assert r.returncode == 0, r.stderr
+    assert "restart needed: yes" in r.stdout
+    assert "restart the dockerd that reads this file" in r.stdout
+
+
+def test_a_second_install_is_unchanged_no_write_no_backup(host):
+    host.docker("26.1.5", cdi_on=False)
+    host.write_config("{" + DIRS + "}\n")
+    assert host.install().returncode == 0
+    spec, conf, backups = host.spec.read_bytes(), host.config.read_bytes(), host.backups()
+    mtime = host.spec.stat().st_mtime_ns
+    r = host.install()
+    out = json.loads(r.stdout)
+    assert r.returncode == 0 and out["changed"] is False
+    assert out["restart_needed"] is True  # dockerd still runs without CDI
+    assert (host.spec.read_bytes(), host.config.read_bytes(), host.backups()) == (
+        spec, conf, backups)
+    assert host.spec.stat().st_mtime_ns == mtime
+
+
+def test_docker_28_5_leaves_daemon_json_alone_and_uninstall_leaves_it_byte_identical(host):
+    host.docker("28.5.2", cdi_on=True)
+    before = host.write_config('{\r\n\t"debug": true,\r\n\t' + DIRS + "\r\n}")
+    r = host.install()
+    out = json.loads(r.stdout)
+    assert r.returncode == 0, r.stderr
+    assert out["restart_needed"] is False and out["changed"] is True
+    assert host.config.read_bytes() == before
+    assert host.spec.exists()
+    r = host.uninstall()
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["changed"] is True
+    assert not host.spec.exists()
+    assert host.config.read_bytes() == before
+    assert sorted(os.listdir(host.spec_dir)) == []
+
+
+def test_docker_28_5_with_cdi_false_is_switched_on_and_uninstall_puts_false_back(host):
+    host.docker("28.5.2", cdi_on=False)
+    before = host.write_config('{"features": {"cdi": false, "x": true}, ' + DIRS + "}")
+    out = json.loads(host.install().stdout)
+    assert json.loads(host.config.read_text())["features"] == {"cdi": True, "x": True}
+    assert out["restart_needed"] is True
+    host.docker("28.5.2", cdi_on=True)  # the operator restarted dockerd
+    r = host.uninstall()
+    assert r.returncode == 0, r.stderr
+    assert host.config.read_bytes() == before
+    assert json.loads(r.stdout)["restart_needed"] is True  # to turn CDI off again
+
+
+def test_uninstall_needs_no_restart_where_dockerd_never_took_cdi(host):
+    host.docker("26.1.5", cdi_on=False)
+    before = host.write_config("{" + DIRS + "}")
+    assert json.loads(host.install().stdout)["restart_needed"] is True
+    r = host.uninstall()
+    assert host.config.read_bytes() == before
+    assert json.loads(r.stdout)["restart_needed"] is False
+
+
+def test_features_created_by_install_are_removed_by_uninstall(host):
+    host.docker("25.0.3", cdi_on=False)
+    before = host.write_config('{\n    "debug": true,\n    ' + DIRS + "\n}\n")
+    assert host.install().returncode == 0
+    assert json.loads(host.config.read_text())["features"] == {"cdi": True}
+    assert host.uninstall().returncode == 0
+    assert host.config.read_bytes() == before
+    assert not host.spec.exists()
+
+
+def test_docker_20_10_is_refused_with_exit_2_naming_the_versions_that_work(host):
+    host.docker("20.10.24", cdi_on=False)
+    before = host.write_config("{}\n")
+    r = host.install()
+    assert r.returncode == 2
+    lines = r.stderr.splitlines()
+    assert lines[0] == (f"error: CDI mode needs Docker 25.0 or later; this dockerd is 20.10.24 "
+                        "(from /info)")
+    assert lines[1].startswith("hint: CDI works on Docker 25.0 to 28.1")
+    assert "28.2 and later" in lines[1]
+    assert host.config.read_bytes() == before
+    assert not host.spec_dir.exists() and host.backups() == []
+
+
+def test_a_spec_dir_dockerd_does_not_read_is_refused(host):
+    host.docker("26.1.5", cdi_on=False)
+    before = host.write_config("{}\n")
+    r = host.install()
+    assert r.returncode == 2
+    assert r.stderr.splitlines()[0] == (
+        f"error: --cdi-spec-dir {host.spec_dir}: dockerd does not read CDI specs there (it "
+        "reads /etc/cdi, /var/run/cdi)")
+    assert host.config.read_bytes() == before and not host.spec.exists()
+
+
+def test_features_of_the_wrong_type_is_exit_2_and_nothing_written(host):
+    host.docker("26.1.5", cdi_on=False)
+    before = host.write_config('{"features": ["cdi"], ' + DIRS + "}")
+    r = host.install()
+    assert r.returncode == 2
+    assert '"features" is an array, not an object' in r.stderr
+    assert host.config.read_bytes() == before and not host.spec.exists()
+
+
+def test_dry_run_shows_both_files_and_writes_nothing(host):
+    host.docker("26.1.5", cdi_on=False)
+    before = host.write_config('{"features": {"buildkit": true}, ' + DIRS + "}")
+    r = host.run("install", "--runtime-path", RUNTIME, "--mode", "cdi", "--cdi-spec-dir",
+                 str(host.spec_dir), "--reload", "none", "--dry-run", "--docker-host",
+                 f"unix://{host.engine.socket_path}", mode=False)
+    assert r.returncode == 0, r.stderr
+    assert f"+++ b{host.spec}" in r.stdout
+    assert '+{"features": {"buildkit": true, "cdi": true}' in r.stdout
+    assert host.config.read_bytes() == before and not host.spec.exists()
+
+
+def test_a_gpu_removed_refresh_rewrites_only_then(host):
+    host.docker("28.5.2", cdi_on=True)
+    host.write_config("{" + DIRS + "}")
+    assert host.install().returncode == 0
+    r = host.run("cdi", "refresh", "--json", mode=False)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["changed"] is False
+    n = len(host.backups())
+    # The GPU at minor 1 goes away (unplugged, or fallen off the bus).
+    gone = host.driver.gpus[1]
+    for p in (host.driver.root / "proc/driver/nvidia/gpus" / gone.bus_id).iterdir():
+        p.unlink()
+    (host.driver.root / "proc/driver/nvidia/gpus" / gone.bus_id).rmdir()
+    r = host.run("cdi", "refresh", mode=False)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith(f"rewrote {host.spec}: {GPU}=0, {GPU}={host.driver.gpus[0].uuid}, "
+                               f"{GPU}=all (backup ")
+    spec = read_block_yaml(host.spec.read_text())
+    assert [d["name"] for d in spec["devices"]] == ["0", host.driver.gpus[0].uuid, "all"]
+    assert len(host.backups()) == n + 1
+    r = host.run("cdi", "refresh", mode=False)
+    assert r.stdout.startswith(f"unchanged: {host.spec}")
+    assert len(host.backups()) == n + 1
+
+
+def test_refresh_without_cdi_mode_installed_writes_nothing(host):
+    r = host.run("cdi", "refresh", "--cdi-spec-dir", str(host.spec_dir), mode=False)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == (f"no CDI spec at {host.spec}: nothing to refresh "
+                        "(nvdocker2 install --mode cdi writes one)\n")
+    assert not host.spec_dir.exists()
+
+
+def test_the_spec_hooks_run_this_packages_runtime_only(host):
+    host.docker("28.5.2", cdi_on=True)
+    host.write_config("{" + DIRS + "}")
+    assert host.install().returncode == 0
+    spec = read_block_yaml(host.spec.read_text())
+    hooks = spec["containerEdits"]["hooks"]
+    assert [(h["hookName"], h["path"], h["args"][:3]) for h in hooks] == [
+        ("createContainer", RUNTIME, ["nvidia-container-runtime", "direct-hook",
+                                      "update-ldcache"])]
+    assert spec["containerEdits"]["env"] == ["NVIDIA_VISIBLE_DEVICES=void"]
+    assert all(m["options"] == ["nosuid", "nodev", "bind", "ro"]
+               for m in spec["containerEdits"]["mounts"])
+
+
+def test_uninstall_without_journal_keeps_a_foreign_spec(host):
+    host.docker("28.5.2", cdi_on=True)
+    host.write_config("{" + DIRS + "}")
+    host.spec_dir.mkdir()
+    host.spec.write_text("cdiVersion: 0.5.0\nkind: nvidia.com/gpu\n# from nvidia-ctk\n")
+    r = host.uninstall()
+    assert r.returncode == 0, r.stderr
+    assert host.spec.read_text().endswith("# from nvidia-ctk\n")
+    assert "left in place" in json.loads(r.stdout)["warnings"][0]
+
+
+def test_install_over_a_foreign_spec_puts_it_back_on_uninstall(host):
+    host.docker("28.5.2", cdi_on=True)
+    host.write_config("{" + DIRS + "}")
+    host.spec_dir.mkdir()
+    foreign = b"cdiVersion: 0.5.0\nkind: nvidia.com/gpu\ndevices: []\n"
+    host.spec.write_bytes(foreign)
+    assert host.install().returncode == 0
+    assert host.spec.read_bytes() != foreign
+    assert host.uninstall().returncode == 0
+    assert host.spec.read_bytes() == foreign
