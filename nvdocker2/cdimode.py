@@ -416,7 +416,7 @@ def uninstall(
         if data_changed:
             transaction._schema_check(ctx, new)
         changes.append(_spec_change(path, old_spec, new_spec))
-        devices = _devices_of(old_spec) if facts.lists_devices else ()
+        devices = devices_of(old_spec) if facts.lists_devices else ()
         # Turning CDI off takes a restart; removing the spec does not (dockerd rescans).
         needs_restart = data_changed and facts.cdi_dirs != ()
         cdi_daemon.decide(_action(needs_restart, run.restart, facts))
@@ -437,7 +437,7 @@ def uninstall(
 _DEVICE_NAME = re.compile(r'^\s*- name: "([^"]+)"', re.M)
 
 
-def _devices_of(spec: bytes | None) -> tuple[str, ...]:
+def devices_of(spec: bytes | None) -> tuple[str, ...]:
     """Qualified device names of a spec this package wrote (its YAML puts names as JSON)."""
     if spec is None:
         return ()
@@ -493,7 +493,7 @@ def spec_is_current(path: Path, runtime_path: str) -> tuple[bool | None, str]:
     spec = build_spec(path, runtime_path)
     if spec.data == old:
         return True, f"{path} lists {', '.join(spec.devices)}"
-    have, now = set(_devices_of(old)), set(spec.devices)
+    have, now = set(devices_of(old)), set(spec.devices)
     diff = []
     if have - now:
         diff.append("lists " + ", ".join(sorted(have - now)) + " no longer present")

@@ -567,6 +567,7 @@ def status(
             found = store.Backups(st).all(cfg)
             info["backups"] = len(found)
             info["newest_backup"] = found[0].id if found else None
+        info.update(_mode_status(st, cfg, info["installed"]))
         info["dockerd"] = _query_dockerd(docker_host, info["runtimes"], info["default_runtime"])
         if _Out.json:
             _emit_json(info)
@@ -593,6 +594,11 @@ def status(
             lines.append(f"installed by nvdocker2: {names} (journal {store.Journal(st, cfg).path})")
         else:
             lines.append("installed by nvdocker2: nothing recorded")
+        lines.append(f"mode: {info['mode']}")
+        if info["cdi"]:
+            cdi = info["cdi"]
+            lines.append(f"CDI spec: {cdi['spec']}" + ("" if cdi["present"] else " (missing)")
+                         + (f": {', '.join(cdi['devices'])}" if cdi["devices"] else ""))
         lines.append(f"backups: {info['backups']}" + (f" (newest {info['newest_backup']})" if info["newest_backup"] else ""))
         lines.append(f"runtime beside nvdocker2: {own}" + ("" if own_exists else " (missing)"))
         lines.append(_describe_dockerd(info["dockerd"], cfg))
@@ -702,6 +708,27 @@ def cdi_refresh(
         return 0
 
     _run(json_, go)
+
+
+def _mode_status(state: Path, cfg: Path, runtime_installed: bool) -> dict:
+    """How GPUs reach containers here, as install recorded it: "runtime" (the nvidia runtime
+    entry), "cdi" (install --mode cdi), both, or "none"; plus the CDI spec when there is one."""
+    from nvdocker2 import cdimode
+
+    rec: dict = {}
+    with contextlib.suppress(NvDockerError):
+        rec = cdimode.CdiJournal(state, cfg).load()
+    modes = (["runtime"] if runtime_installed else []) + (["cdi"] if rec else [])
+    cdi = None
+    if rec:
+        spec = Path((rec.get("spec") or {}).get("path") or cdimode.spec_path(None))
+        data = None
+        with contextlib.suppress(NvDockerError):
+            data = cdimode.read_optional(spec)
+        cdi = {"spec": str(spec), "present": data is not None,
+               "devices": list(cdimode.devices_of(data)),
+               "journal": str(cdimode.CdiJournal(state, cfg).path)}
+    return {"mode": "+".join(modes) or "none", "modes": modes, "cdi": cdi}
 
 
 def _query_dockerd(docker_host: Optional[str], runtimes: dict, default: Any) -> dict:

@@ -293,3 +293,114 @@ def test_install_over_a_foreign_spec_puts_it_back_on_uninstall(host):
     assert host.spec.read_bytes() != foreign
     assert host.uninstall().returncode == 0
     assert host.spec.read_bytes() == foreign
+
+
+class RefusingDaemon:
+    """A dockerd that restarts but never reports CDI (the edge a real one will not produce on
+    demand); /info comes from the fake Engine API."""
+
+    strategy = "systemd"
+    verifies = True
+
+    def __init__(self, client) -> None:
+        self.client = client
+        self.calls: list[str] = []
+
+    def check_candidate(self, config_path, candidate, candidate_file) -> None:
+        self.calls.append("check")
+
+    def reload(self) -> None:
+        self.calls.append("restart")
+
+    def verify(self, expect, timeout) -> None:
+        from nvdocker2.transaction import VerifyFailed
+
+        self.calls.append("verify")
+        if expect.cdi_spec_dir is not None:
+            raise VerifyFailed("CDI is off (CDISpecDirs is empty)")
+
+
+def test_a_restart_that_does_not_bring_cdi_up_restores_both_files_exit_4(host):
+    from nvdocker2 import cdimode
+    from nvdocker2.dockerd.api import EngineClient, parse_docker_host
+    from nvdocker2.errors import DockerdRejected
+
+    host.docker("26.1.5", cdi_on=False)
+    before = host.write_config('{"features": {"buildkit": true}, ' + DIRS + "}")
+    os.environ["NVIDIA_CONTAINER_RUNTIME_CONFIG"] = str(host.toml)
+    daemon = RefusingDaemon(EngineClient(parse_docker_host(f"unix://{host.engine.socket_path}")))
+    run = cdimode.Run(daemon, restart=True, timeout=5, state=host.state)
+    with pytest.raises(DockerdRejected) as err:
+        cdimode.install(host.config, spec_dir=str(host.spec_dir), runtime_path=RUNTIME, run=run)
+    assert "CDI is off (CDISpecDirs is empty)" in err.value.message
+    assert "the previous file was restored" in err.value.message
+    assert daemon.calls == ["check", "restart", "verify", "restart", "verify"]
+    assert host.config.read_bytes() == before
+    assert not host.spec.exists()
+    assert sorted(os.listdir(host.spec_dir)) == []
+    assert not (host.state / "journal").exists() or os.listdir(host.state / "journal") == []
+
+
+def doctor(host):
+    r = host.run("doctor", "--json", "--docker-host", f"unix://{host.engine.socket_path}",
+                 mode=False)
+    return {c["id"]: c for c in json.loads(r.stdout)}
+
+
+def test_doctor_warns_when_a_gpu_was_removed_until_refresh(host):
+    host.docker("28.5.2", cdi_on=True)
+    host.write_config("{" + DIRS + "}")
+    out = json.loads(host.install().stdout)
+    host.docker("28.5.2", cdi_on=True, devices=tuple(out["devices"]))
+    checks = doctor(host)
+    assert checks["cdi.spec"]["status"] == "ok"
+    assert checks["cdi.dockerd"]["status"] == "ok"
+    assert checks["cdi.dockerd"]["detail"] == (
+        f"Docker 28.5.2 reads {host.spec_dir} and lists 5 devices")
+    gone = host.driver.gpus[1]
+    gpu_dir = host.driver.root / "proc/driver/nvidia/gpus" / gone.bus_id
+    for p in gpu_dir.iterdir():
+        p.unlink()
+    gpu_dir.rmdir()
+    spec = doctor(host)["cdi.spec"]
+    assert spec["status"] == "warn"
+    assert spec["detail"] == (f"{host.spec} differs from the GPUs present (lists {GPU}=1, "
+                              f"{GPU}={gone.uuid} no longer present)")
+    assert spec["hint"].startswith("regenerate it: nvdocker2 cdi refresh")
+    assert host.run("cdi", "refresh", mode=False).returncode == 0
+    assert doctor(host)["cdi.spec"]["status"] == "ok"
+
+
+def test_doctor_fails_when_dockerd_runs_with_cdi_off(host):
+    host.docker("26.1.5", cdi_on=False)
+    host.write_config("{" + DIRS + "}")
+    assert host.install().returncode == 0
+    check = doctor(host)["cdi.dockerd"]
+    assert check["status"] == "fail"
+    assert check["detail"] == "Docker 26.1.5 runs with CDI off (CDISpecDirs is empty)"
+    assert check["hint"] == "turn it on: nvdocker2 install --mode cdi --restart"
+
+
+def test_doctor_skips_cdi_checks_where_cdi_mode_is_not_installed(host):
+    host.docker("28.5.2", cdi_on=True)
+    checks = doctor(host)
+    assert checks["cdi.spec"]["status"] == "skip"
+    assert checks["cdi.dockerd"]["status"] == "skip"
+
+
+def test_status_reports_the_mode_and_the_spec(host):
+    host.docker("28.5.2", cdi_on=True)
+    host.write_config("{" + DIRS + "}")
+    r = host.run("status", "--json", "--docker-host", f"unix://{host.engine.socket_path}",
+                 mode=False)
+    assert json.loads(r.stdout)["mode"] == "none"
+    out = json.loads(host.install().stdout)
+    r = host.run("status", "--json", "--docker-host", f"unix://{host.engine.socket_path}",
+                 mode=False)
+    st = json.loads(r.stdout)
+    assert st["mode"] == "cdi" and st["modes"] == ["cdi"]
+    assert st["cdi"]["spec"] == str(host.spec) and st["cdi"]["present"] is True
+    assert st["cdi"]["devices"] == out["devices"]
+    r = host.run("status", "--docker-host", f"unix://{host.engine.socket_path}", mode=False)
+    assert "mode: cdi\n" in r.stdout
+    assert f"CDI spec: {host.spec}: {GPU}=0, " in r.stdout
