@@ -3,32 +3,11 @@ the running dockerd has CDI on and reads that spec. Skipped where CDI mode is no
 
 from __future__ import annotations
 
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 from nvdocker2.doctor.context import Context
+from nvdocker2.doctor.modes import cdi_spec as _spec
 from nvdocker2.doctor.registry import Outcome, check, fail, ok, skip, warn
-
-
-def _spec(ctx: Context) -> tuple[PurePosixPath, Path, str]:
-    """(the spec as the host names it, its real path, the runtime its hook runs)."""
-
-    def compute() -> tuple[PurePosixPath, Path, str]:
-        from nvdocker2 import cdimode, locations
-        from nvdocker2.daemonjson import store
-        from nvdocker2.errors import NvDockerError
-
-        config = Path(str(ctx.config_location().path))
-        rec: dict = {}
-        try:
-            rec = cdimode.CdiJournal(store.state_dir(), config).load()
-        except NvDockerError:
-            pass
-        spec = rec.get("spec") if isinstance(rec.get("spec"), dict) else {}
-        shown = PurePosixPath(spec.get("path") or str(cdimode.spec_path(None)))
-        runtime = rec.get("runtime_path") or locations.default_runtime_path()[0]
-        return shown, ctx.root.path(shown), runtime
-
-    return ctx.fact("cdi_spec", compute)
 
 
 @check("cdi.spec", "the CDI spec matches the GPUs present")

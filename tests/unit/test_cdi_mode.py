@@ -357,6 +357,12 @@ def test_doctor_warns_when_a_gpu_was_removed_until_refresh(host):
     assert checks["cdi.dockerd"]["status"] == "ok"
     assert checks["cdi.dockerd"]["detail"] == (
         f"Docker 28.5.2 reads {host.spec_dir} and lists 5 devices")
+    # No runtime entry and no nvidia-container-cli are needed in CDI mode.
+    assert checks["config.runtime"]["status"] == "skip"
+    assert checks["config.runtime"]["detail"].endswith("CDI mode is installed "
+                                                       "(docker run --device nvidia.com/gpu=...)")
+    assert checks["dockerd.runtimes"]["status"] == "ok"
+    assert checks["cli.installed"]["status"] in ("ok", "skip")
     gone = host.driver.gpus[1]
     gpu_dir = host.driver.root / "proc/driver/nvidia/gpus" / gone.bus_id
     for p in gpu_dir.iterdir():
