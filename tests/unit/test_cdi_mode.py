@@ -410,3 +410,38 @@ def test_status_reports_the_mode_and_the_spec(host):
     r = host.run("status", "--docker-host", f"unix://{host.engine.socket_path}", mode=False)
     assert "mode: cdi\n" in r.stdout
     assert f"CDI spec: {host.spec}: {GPU}=0, " in r.stdout
+
+
+def test_a_daemon_json_that_cannot_be_replaced_takes_the_new_spec_back_out(host, monkeypatch):
+    """The spec is renamed into place first; when daemon.json's rename then fails (no space),
+    the spec is put back as it was and the command exits 3 with nothing changed."""
+    import errno
+
+    from nvdocker2 import cdimode
+    from nvdocker2.daemonjson import store
+    from nvdocker2.dockerd.api import EngineClient, parse_docker_host
+    from nvdocker2.errors import EnvironmentProblem
+    from nvdocker2.transaction import NoDaemon
+
+    host.docker("26.1.5", cdi_on=False)
+    before = host.write_config('{"features": {"buildkit": true}, ' + DIRS + "}")
+    monkeypatch.setenv("NVIDIA_CONTAINER_RUNTIME_CONFIG", str(host.toml))
+    real_replace = os.replace
+
+    def replace(src, dst, *a, **kw):
+        if Path(dst) == host.config:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_replace(src, dst, *a, **kw)
+
+    monkeypatch.setattr(store.os, "replace", replace)
+    daemon = NoDaemon()
+    daemon.client = EngineClient(parse_docker_host(f"unix://{host.engine.socket_path}"))
+    with pytest.raises(EnvironmentProblem) as err:
+        cdimode.install(host.config, spec_dir=str(host.spec_dir), runtime_path=RUNTIME,
+                        run=cdimode.Run(daemon, state=host.state))
+    assert err.value.message == f"{host.config}: no space left on device"
+    assert host.config.read_bytes() == before
+    assert sorted(os.listdir(host.spec_dir)) == []
+    assert sorted(os.listdir(host.tmp)) == sorted(
+        ["api.sock", "cdi", "config.toml", "daemon.json", "driver", "state"])
+    assert not (host.state / "journal").exists() or os.listdir(host.state / "journal") == []
