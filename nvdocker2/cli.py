@@ -21,7 +21,7 @@ import click
 import typer
 
 from nvdocker2 import __version__, locations, transaction
-from nvdocker2.errors import EXIT_INTERNAL, NvDockerError
+from nvdocker2.errors import EXIT_INTERNAL, BadInput, NvDockerError
 
 app = typer.Typer(
     add_completion=False,
@@ -344,8 +344,14 @@ def install(
     def go() -> int:
         cfg, why = _resolve_config(config)
         if mode == RuntimeMode.cdi:
+            for flag, given in (("--set-default", set_default), ("--runtime-arg", runtime_arg),
+                                ("--runtime-name", runtime_name != "nvidia")):
+                if given:
+                    raise BadInput(f"{flag} has no meaning with --mode cdi (CDI mode adds no "
+                                   "runtime entry)", f"drop {flag}, or drop --mode cdi")
             return _cdi_install(cfg, why, runtime_path, dry_run, reload, restart, no_verify,
                                 docker_host, pidfile, timeout, dockerd_log, cdi_spec_dir, json_)
+        _no_cdi_spec_dir(cdi_spec_dir)
         warnings: list[str] = []
         path = runtime_path
         if path is None:
@@ -389,6 +395,11 @@ def _cdi_install(
     out = cdimode.install(cfg, spec_dir=cdi_spec_dir, runtime_path=path, run=run)
     _render_cdi(out, notes)
     return 0
+
+
+def _no_cdi_spec_dir(cdi_spec_dir: Optional[str]) -> None:
+    if cdi_spec_dir is not None:
+        raise BadInput("--cdi-spec-dir needs --mode cdi", "add --mode cdi, or drop --cdi-spec-dir")
 
 
 def _render_cdi(out: Any, notes: list[str]) -> None:
@@ -439,6 +450,7 @@ def uninstall(
             )
             _render_cdi(out, notes)
             return 0
+        _no_cdi_spec_dir(cdi_spec_dir)
         daemon, notes = _make_daemon(reload, restart, no_verify, docker_host, pidfile, dockerd_log, cfg)
         own, _ = locations.default_runtime_path()
         res = transaction.uninstall(

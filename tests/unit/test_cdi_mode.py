@@ -445,3 +445,29 @@ def test_a_daemon_json_that_cannot_be_replaced_takes_the_new_spec_back_out(host,
     assert sorted(os.listdir(host.tmp)) == sorted(
         ["api.sock", "cdi", "config.toml", "daemon.json", "driver", "state"])
     assert not (host.state / "journal").exists() or os.listdir(host.state / "journal") == []
+
+
+@pytest.mark.parametrize("flags,named", [
+    (("--set-default",), "--set-default"),
+    (("--runtime-arg", "--debug"), "--runtime-arg"),
+    (("--runtime-name", "gpu"), "--runtime-name"),
+])
+def test_runtime_flags_with_mode_cdi_are_bad_input(host, flags, named):
+    host.docker("28.5.2", cdi_on=True)
+    before = host.write_config("{" + DIRS + "}")
+    r = host.install(*flags)
+    assert r.returncode == 2
+    assert r.stderr.splitlines()[-2:] == [
+        f"error: {named} has no meaning with --mode cdi (CDI mode adds no runtime entry)",
+        f"hint: drop {named}, or drop --mode cdi"]
+    assert host.config.read_bytes() == before and not host.spec_dir.exists()
+
+
+def test_cdi_spec_dir_without_mode_cdi_is_bad_input(host):
+    before = host.write_config("{}")
+    r = host.run("install", "--runtime-path", RUNTIME, "--cdi-spec-dir", str(host.spec_dir),
+                 "--reload", "none", mode=False)
+    assert r.returncode == 2
+    assert r.stderr.splitlines() == ["error: --cdi-spec-dir needs --mode cdi",
+                                     "hint: add --mode cdi, or drop --cdi-spec-dir"]
+    assert host.config.read_bytes() == before
