@@ -73,7 +73,11 @@ class Host:
         return {d.get("ID") for d in self.dockerd.info().get("DiscoveredDevices") or []}
 
 
-def _host(suite: str, deb: Path, daemon_json: bytes | None) -> Host:
+def _host(suite: str, deb: Path, daemon_json: bytes | None):
+    """A module's host: the suite's tree with the .deb, the fake driver, `daemon_json` (None:
+    no file) and a started dockerd; closed after the module."""
+    if os.geteuid() != 0:
+        trees.unavailable("the platform matrix needs root (debootstrap, chroot, dockerd)")
     try:
         tree = trees.Tree.create(suite)
     except trees.TreeUnavailable as exc:
@@ -93,12 +97,10 @@ def _host(suite: str, deb: Path, daemon_json: bytes | None) -> Host:
     except BaseException:
         tree.close()
         raise
-    return Host(tree, dockerd, driver)
-
-
-def _skip_unless_root():
-    if os.geteuid() != 0:
-        trees.unavailable("the platform matrix needs root (debootstrap, chroot, dockerd)")
+    try:
+        yield Host(tree, dockerd, driver)
+    finally:
+        tree.close()
 
 
 # --- Docker 28.5 (sid): CDI on by default ----------------------------------------------------
@@ -106,12 +108,7 @@ def _skip_unless_root():
 
 @pytest.fixture(scope="module")
 def sid(deb):
-    _skip_unless_root()
-    host = _host("sid", deb, None)
-    try:
-        yield host
-    finally:
-        host.tree.close()
+    yield from _host("sid", deb, None)
 
 
 def test_sid_install_leaves_daemon_json_alone_and_dockerd_lists_the_gpus(sid):
@@ -210,12 +207,7 @@ BUILDKIT = b'{\n    "features": {"buildkit": true}\n}\n'
 
 @pytest.fixture(scope="module")
 def trixie(deb):
-    _skip_unless_root()
-    host = _host("trixie", deb, BUILDKIT)
-    try:
-        yield host
-    finally:
-        host.tree.close()
+    yield from _host("trixie", deb, BUILDKIT)
 
 
 def test_trixie_install_merges_cdi_beside_buildkit_and_says_a_restart_is_needed(trixie):
