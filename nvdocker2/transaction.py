@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import difflib
 import os
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, ContextManager, Iterator, Protocol, Sequence
@@ -27,6 +28,7 @@ from nvdocker2.errors import (
     NvDockerError,
     RollbackFailed,
 )
+from nvdocker2.redact import mask_credentials, masked_text
 
 # --- the Daemon slot ---------------------------------------------------------------------------
 
@@ -118,6 +120,8 @@ class Result:
     dry_run: bool = False
     diff: str | None = None
     style: str = ""
+    before: str | None = None  # the file's text before (None: no file), credentials masked
+    after: str | None = None  # its text after, or what a dry run would write; masked
 
     def to_json(self) -> dict:
         out: dict[str, Any] = {
@@ -133,6 +137,8 @@ class Result:
             "notes": list(self.notes),
             "changes": [c.to_json() for c in self.changes if c.changed],
             "dry_run": self.dry_run,
+            "before": self.before,
+            "after": self.after,
         }
         if self.dry_run:
             out["diff"] = self.diff or ""
@@ -176,7 +182,7 @@ def unified_diff(config: Path, old: bytes, new: bytes | None) -> str:
         if not line.endswith("\n"):
             line += "\n\\ No newline at end of file\n"
         lines.append(line.replace("\r\n", "\n") if line.endswith("\r\n") else line)
-    return "".join(lines)
+    return mask_credentials("".join(lines))
 
 
 def _runtimes(doc: dict) -> dict:
@@ -317,6 +323,10 @@ class _Plan:
     def config_changed(self) -> bool:
         return not _same_bytes(self.old_doc, self.new_bytes)
 
+    @property
+    def changed_extras(self) -> tuple[ExtraFile, ...]:
+        return tuple(x for x in self.extras if x.changed)
+
 
 def _same_bytes(doc: document.Document, new: bytes | None) -> bool:
     return (new == doc.raw and doc.existed) or (new is None and not doc.existed)
@@ -342,9 +352,10 @@ def _put_extras(extras: Sequence[ExtraFile], old: bool) -> None:
             store.atomic_write(x.path, data)
 
 
-def _ensure_directory(ctx: _Ctx) -> None:
+def _ensure_directory(ctx: _Ctx, create: bool = True) -> None:
     """Create the file's directory (0755) when only that last level is missing, e.g.
-    /etc/docker before Docker is installed; a deeper missing path is a wrong --config."""
+    /etc/docker before Docker is installed; a deeper missing path is a wrong --config.
+    `create` False (a dry run) only checks."""
     d = store.resolve_target(ctx.config).parent
     if d.is_dir():
         return
@@ -353,6 +364,8 @@ def _ensure_directory(ctx: _Ctx) -> None:
             f"{ctx.config}: directory {d.parent} does not exist",
             "check --config (nvdocker2 creates at most the file's own directory)",
         )
+    if not create:
+        return
     try:
         store.make_dirs(d, mode=0o755)
     except (FileExistsError, NotADirectoryError):
@@ -360,6 +373,55 @@ def _ensure_directory(ctx: _Ctx) -> None:
     except OSError as e:
         raise store.os_error(e, str(d)) from None
     ctx.notes.append(f"created the directory {d}")
+
+
+def _check_candidates(
+    ctx: _Ctx, plan: _Plan, trans: dict | None, stage_as: Path
+) -> list[store.StagedFile]:
+    """Stage every file the change writes (the transitional one first) as `stage_as` and run
+    each check that comes before writing: `dockerd --validate` and the daemon's own (flag
+    conflicts with the running dockerd, ...). Returns the staged files; none stay on failure.
+    The apply and the dry run both come through here, so a dry run fails as the apply would.
+    """
+    files = []
+    if not plan.config_changed:
+        return []
+    if trans is not None:
+        files.append((plan.old_doc.serialize(trans), trans))
+    if plan.new_bytes is not None:
+        files.append((plan.new_bytes, plan.new_data))
+    staged: list[store.StagedFile] = []
+    try:
+        for i, (data, doc) in enumerate(files):
+            if i == 0:
+                ctx.reporter.progress(f"checking the candidate {ctx.config}")
+            s = store.stage(stage_as, data)
+            staged.append(s)
+            _dockerd_check(ctx, s)
+            ctx.daemon.check_candidate(ctx.config, doc, s.path)
+    except BaseException:
+        for s in staged:
+            s.discard()
+        raise
+    return staged
+
+
+def _transition(ctx: _Ctx, plan: _Plan) -> dict | None:
+    """The transitional file `plan` needs with this daemon first, or None."""
+    if not plan.config_changed or not _needs_transition(ctx.daemon):
+        return None
+    return transitional(plan.new_data, plan.old_doc.data)
+
+
+def _dry_run_checks(ctx: _Ctx, plan: _Plan) -> None:
+    """The checks of `_apply` before its first write, with the candidates staged in a private
+    temp directory: nothing is created beside the file or in the state dir."""
+    if plan.config_changed:
+        _ensure_directory(ctx, create=False)
+    trans = _transition(ctx, plan)
+    with tempfile.TemporaryDirectory(prefix="nvdocker2-dry-run-") as d:
+        for s in _check_candidates(ctx, plan, trans, Path(d) / ctx.config.name):
+            s.discard()
 
 
 def _apply(ctx: _Ctx, plan: _Plan) -> tuple[store.Backup, bool]:
@@ -373,15 +435,10 @@ def _apply(ctx: _Ctx, plan: _Plan) -> tuple[store.Backup, bool]:
     old = plan.old_doc
     daemon = ctx.daemon
     write_config = plan.config_changed
-    extras = tuple(x for x in plan.extras if x.changed)
+    extras = plan.changed_extras
     if write_config:
         _ensure_directory(ctx)
-    trans = (
-        transitional(plan.new_data, old.data)
-        if write_config and _needs_transition(daemon)
-        else None
-    )
-    trans_bytes = old.serialize(trans) if trans is not None else None
+    trans = _transition(ctx, plan)
 
     staged: list[store.StagedFile] = []
     extra_staged: list[store.StagedFile] = []
@@ -390,20 +447,7 @@ def _apply(ctx: _Ctx, plan: _Plan) -> tuple[store.Backup, bool]:
             if x.new is not None:
                 _ensure_parent(x.path)
                 extra_staged.append(store.stage(x.path, x.new))
-        first_bytes = trans_bytes if trans_bytes is not None else plan.new_bytes
-        first_data = trans if trans is not None else plan.new_data
-        if write_config and first_bytes is not None:
-            ctx.reporter.progress(f"checking the candidate {ctx.config}")
-            s = store.stage(ctx.config, first_bytes)
-            staged.append(s)
-            _dockerd_check(ctx, s)
-            daemon.check_candidate(ctx.config, first_data, s.path)
-        if trans_bytes is not None and plan.new_bytes is not None:
-            s2 = store.stage(ctx.config, plan.new_bytes)
-            staged.append(s2)
-            _dockerd_check(ctx, s2)
-            daemon.check_candidate(ctx.config, plan.new_data, s2.path)
-
+        staged = _check_candidates(ctx, plan, trans, ctx.config)
         backups = store.Backups(ctx.state)
         extra_backups = [backups.create(x.path, x.old, x.reason) for x in extras]
         if write_config or not extra_backups:
@@ -493,7 +537,7 @@ def _restore_after_failure(
     """
     old = plan.old_doc
     daemon = ctx.daemon
-    extras = tuple(x for x in plan.extras if x.changed)
+    extras = plan.changed_extras
     by_hand = (
         f"cp {backup.file} {ctx.config}" if old.existed else f"rm {ctx.config}"
     ) + f", then: {locations.reload_hint(ctx.config)}"
@@ -576,6 +620,7 @@ def _result(
     backup: store.Backup | None = None,
     verified: bool = False,
     diff: str | None = None,
+    after: bytes | None = None,
 ) -> Result:
     return Result(
         action=action,
@@ -592,6 +637,8 @@ def _result(
         dry_run=ctx.dry_run,
         diff=diff,
         style=doc.style.describe(),
+        before=masked_text(doc.raw if doc.existed else None),
+        after=masked_text(after),
     )
 
 
@@ -612,22 +659,42 @@ def _finish(
     """Shared tail: unchanged → say so; dry run → diff; else apply."""
     unchanged = _same_bytes(doc, new_bytes) and not any(x.changed for x in extras)
     if unchanged:
-        return _result(ctx, action, False, doc, changes)
-    if ctx.dry_run:
-        diff = "".join(
-            unified_diff(x.path, x.old or b"", x.new) for x in extras if x.changed
-        ) + unified_diff(ctx.config, doc.raw, new_bytes)
-        return _result(ctx, action, True, doc, changes, diff=diff)
+        verified = not ctx.dry_run and _settle(ctx, expect)
+        return _result(
+            ctx, action, False, doc, changes, verified=verified,
+            after=doc.raw if doc.existed else None,
+        )
     plan = _Plan(
         doc, new_data, new_bytes, reason, expect, journal_record, journal_before_write,
         tuple(extras), journal,
     )
+    if ctx.dry_run:
+        _dry_run_checks(ctx, plan)
+        diff = "".join(
+            unified_diff(x.path, x.old or b"", x.new) for x in plan.changed_extras
+        ) + unified_diff(ctx.config, doc.raw, new_bytes)
+        return _result(ctx, action, True, doc, changes, diff=diff, after=new_bytes)
     backup, verified = _apply(ctx, plan)
     if ctx.daemon.strategy == "none" and plan.config_changed:
         # A daemon that knows better (CDI mode: a restart, not a reload) says what to run.
         hint = getattr(ctx.daemon, "apply_hint", None) or locations.reload_hint(ctx.config)
         ctx.notes.append("dockerd was not reloaded; to apply the change run: " + hint)
-    return _result(ctx, action, True, doc, changes, backup, verified)
+    return _result(ctx, action, True, doc, changes, backup, verified, after=new_bytes)
+
+
+def _settle(ctx: _Ctx, expect: Expectation) -> bool:
+    """Reload an unchanged file that dockerd is not running; True when that was done.
+
+    An earlier run stopped between its rename and its reload (SIGKILL, power cut) leaves the
+    file right and dockerd on the old one: the next run writes nothing, so it must reload.
+    """
+    lags = getattr(ctx.daemon, "lags_behind", None)
+    if lags is None or not lags(expect):
+        return False
+    ctx.notes.append("dockerd was not running this file (an earlier run was interrupted): reloaded")
+    ctx.daemon.reload()
+    ctx.daemon.verify(expect, ctx.timeout)
+    return True
 
 
 def _ctx(

@@ -4,4 +4,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
+scripts/ansible-test.sh sanity  # the Ansible collection; its fleet tests run in pytest below
 exec .venv/bin/python -m pytest -q -p no:cacheprovider "$@"
