@@ -21,7 +21,7 @@ from typing import Any, Sequence
 
 from nvdocker2 import locations, transaction
 from nvdocker2.daemonjson import features, store
-from nvdocker2.daemonjson.edit import ABSENT, Change
+from nvdocker2.daemonjson.edit import Change
 from nvdocker2.errors import BadInput, NvDockerError
 from nvdocker2.transaction import Daemon, Expectation, ExtraFile, Reporter, Result
 
@@ -499,4 +499,5 @@ def spec_is_current(path: Path, runtime_path: str) -> tuple[bool | None, str]:
         diff.append("lists " + ", ".join(sorted(have - now)) + " no longer present")
     if now - have:
         diff.append("lacks " + ", ".join(sorted(now - have)))
-    return False, f"{path} differs from the GPUs present" + (f" ({'; '.join(diff)})" if diff else "")
+    detail = f" ({'; '.join(diff)})" if diff else ""
+    return False, f"{path} differs from the GPUs present{detail}"
