@@ -53,14 +53,6 @@ def cdi_setting(doc: dict) -> Any:
     return features.get(CDI, ABSENT) if isinstance(features, dict) else ABSENT
 
 
-def cdi_on(doc: dict, version: tuple[int, int] | None) -> bool:
-    """Whether a dockerd of `version` started with this file has CDI on."""
-    setting = cdi_setting(doc)
-    if setting is not ABSENT:
-        return bool(setting) and (version is None or version >= CDI_MIN)
-    return version is not None and version >= CDI_DEFAULT_ON
-
-
 def enable_cdi(doc: dict, version: tuple[int, int] | None) -> tuple[dict, Change]:
     """The file with CDI on for a dockerd of `version` (None: unknown, so say it explicitly).
 
