@@ -174,18 +174,13 @@ class CdiJournal(store.Journal):
         self.path = self.dir / f"{self.path.stem}-cdi.json"
 
     def write(self, record: dict | None) -> None:
+        """Replace the record (None or empty: remove the file), as the runtime journal does."""
         from nvdocker2.daemonjson import document
 
         if not record or not (record.get("spec") or record.get("features_cdi")):
             self.restore(None)
             return
-        try:
-            store.make_dirs(self.dir)
-        except OSError as e:
-            raise store.os_error(e, f"journal directory {self.dir}") from None
-        store.atomic_write(
-            self.path, document.dumps(record, document.Style(indent="  ")).encode(), 0o600
-        )
+        self.restore(document.dumps(record, document.Style(indent="  ")).encode())
 
 
 def recorded_spec(state: Path, config: Path) -> Path | None:
@@ -227,9 +222,8 @@ class CdiDaemon:
         if self.action == "restart":
             self.inner.reload()
 
-    def verify(self, expect: Expectation, timeout: float) -> None:
-        if self.verifies:
-            self.inner.verify(expect, timeout)
+    def verify(self, expect: Expectation, timeout: float) -> str | None:
+        return self.inner.verify(expect, timeout) if self.verifies else None
 
 
 @dataclass(frozen=True)
@@ -316,7 +310,9 @@ def install(
     check_supported(facts)
     path = spec_path(spec_dir)
     spec = build_spec(path, runtime_path)
-    with transaction._session(ctx):
+    decided: dict[str, bool] = {}
+
+    def attempt() -> Result:
         doc = transaction._load(ctx)
         transaction._wrap_shape(ctx.config, lambda: transaction.edit.check_shape(doc.data))
         before = transaction._wrap_shape(ctx.config, lambda: features.cdi_setting(doc.data))
@@ -352,18 +348,21 @@ def install(
             record = rec
         registers = facts.registers(path.parent)
         needs_restart = (not registers) if registers is not None else ch.changed
+        decided["restart"] = needs_restart
         cdi_daemon.decide(_action(needs_restart, run.restart, facts))
         expect = _expect(
             new, doc.data, cdi_spec_dir=str(path.parent),
             cdi_devices=spec.devices if facts.lists_devices else (),
         )
-        res = transaction._finish(
+        return transaction._finish(
             ctx, "install", doc, new, new_bytes, [ch, _spec_change(path, old_spec, spec.data)],
             "install CDI mode", expect, record, extras=[
                 ExtraFile(path, old_spec, spec.data, f"install CDI spec {path}")
             ], journal=journal,
         )
-    restart_needed = needs_restart and cdi_daemon.action != "restart" and not run.dry_run
+
+    res = transaction._transact(ctx, attempt)
+    restart_needed = decided["restart"] and cdi_daemon.action != "restart" and not run.dry_run
     notes = (_restart_note(ctx.config),) if restart_needed and not res.changed else ()
     return CdiOutcome(res, str(path), spec.devices, facts.version, restart_needed, notes)
 
@@ -379,7 +378,9 @@ def uninstall(
     `features.cdi` as it was, from the journal. Without a journal the spec is removed only
     when it is one nvdocker2 wrote for this package's runtime, and features stay."""
     facts, cdi_daemon, ctx = _begin(config, run)
-    with transaction._session(ctx):
+    decided: dict[str, Any] = {}
+
+    def attempt() -> Result:
         doc = transaction._load(ctx)
         transaction._wrap_shape(ctx.config, lambda: transaction.edit.check_shape(doc.data))
         journal = CdiJournal(ctx.state, ctx.config)
@@ -419,6 +420,7 @@ def uninstall(
         devices = devices_of(old_spec) if facts.lists_devices else ()
         # Turning CDI off takes a restart; removing the spec does not (dockerd rescans).
         needs_restart = data_changed and facts.cdi_dirs != ()
+        decided.update(restart=needs_restart, path=path, devices=devices)
         cdi_daemon.decide(_action(needs_restart, run.restart, facts))
         expect = _expect(new, doc.data, cdi_devices_gone=devices if new_spec is None else ())
         record = {} if not run.dry_run and rec else None
@@ -430,8 +432,12 @@ def uninstall(
         )
         if record is not None and not res.changed:
             journal.write(None)
-    restart_needed = needs_restart and cdi_daemon.action != "restart" and not run.dry_run
-    return CdiOutcome(res, str(path), devices, facts.version, restart_needed)
+        return res
+
+    res = transaction._transact(ctx, attempt)
+    restart_needed = decided["restart"] and cdi_daemon.action != "restart" and not run.dry_run
+    return CdiOutcome(res, str(decided["path"]), decided["devices"], facts.version,
+                      restart_needed)
 
 
 _DEVICE_NAME = re.compile(r'^\s*- name: "([^"]+)"', re.M)
@@ -480,7 +486,9 @@ def refresh(
             return RefreshOutcome(str(path), False, True, spec.devices, None)
         backups = store.Backups(st)
         backup = backups.create(path, old, "cdi refresh")
-        store.atomic_write(path, spec.data)
+        staged = store.stage(path, spec.data)
+        with staged:
+            staged.commit(store.AsRead(old))
         backups.prune(path)
         return RefreshOutcome(str(path), True, True, spec.devices, backup.id)
 
