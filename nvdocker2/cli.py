@@ -452,6 +452,9 @@ def uninstall(
             )
             _render_cdi(out, notes)
             return 0
+        if mode is not None:
+            raise BadInput(f"uninstall --mode {mode.value}: only --mode cdi has something to "
+                           "undo", "drop --mode (uninstall removes the runtime entry)")
         _no_cdi_spec_dir(cdi_spec_dir)
         daemon, notes = _make_daemon(reload, restart, no_verify, docker_host, pidfile, dockerd_log, cfg)
         own, _ = locations.default_runtime_path()

@@ -471,3 +471,13 @@ def test_cdi_spec_dir_without_mode_cdi_is_bad_input(host):
     assert r.stderr.splitlines() == ["error: --cdi-spec-dir needs --mode cdi",
                                      "hint: add --mode cdi, or drop --cdi-spec-dir"]
     assert host.config.read_bytes() == before
+
+
+def test_uninstall_mode_direct_is_bad_input(host):
+    before = host.write_config("{}")
+    r = host.run("uninstall", "--mode", "direct", "--reload", "none", mode=False)
+    assert r.returncode == 2
+    assert r.stderr.splitlines() == [
+        "error: uninstall --mode direct: only --mode cdi has something to undo",
+        "hint: drop --mode (uninstall removes the runtime entry)"]
+    assert host.config.read_bytes() == before
