@@ -21,7 +21,7 @@ import click
 import typer
 
 from nvdocker2 import __version__, locations, redact, transaction
-from nvdocker2.errors import EXIT_INTERNAL, NvDockerError
+from nvdocker2.errors import EXIT_INTERNAL, BadInput, NvDockerError
 from nvdocker2.oneline import one_line
 
 app = typer.Typer(
@@ -44,6 +44,7 @@ class ReloadMode(str, Enum):
 class RuntimeMode(str, Enum):
     legacy = "legacy"
     direct = "direct"
+    cdi = "cdi"
 
 
 RELOAD_HELP = (
@@ -140,6 +141,13 @@ def _opt_runtime_name() -> Any:
     return typer.Option("nvidia", "--runtime-name", metavar="NAME", help="Name of the runtime entry.")
 
 
+def _opt_cdi_spec_dir() -> Any:
+    return _no_default(
+        "--cdi-spec-dir", metavar="DIR",
+        help="With --mode cdi: where the spec nvidia.yaml goes [default: /etc/cdi].",
+    )
+
+
 # --- output ------------------------------------------------------------------------------------
 
 
@@ -229,11 +237,13 @@ def _make_daemon(
     return daemon, notes
 
 
-def _render(res: transaction.Result, extra_notes: list[str], extra_warnings: list[str]) -> None:
+def _render(res: transaction.Result, extra_notes: list[str], extra_warnings: list[str],
+            extra_json: Optional[dict] = None) -> None:
     warnings = list(extra_warnings) + list(res.warnings)
     notes = list(extra_notes) + list(res.notes)
     if _Out.json:
         obj = res.to_json()
+        obj.update(extra_json or {})
         obj["warnings"] = warnings
         obj["notes"] = notes
         _emit_json(obj)
@@ -321,17 +331,29 @@ def install(
     timeout: float = _opt_timeout(),
     dockerd_log: Optional[Path] = _opt_dockerd_log(),
     mode: Optional[RuntimeMode] = typer.Option(
-        None, "--mode", metavar="direct|legacy", case_sensitive=False,
-        help="Also set [nvidia-container-runtime] mode in the runtime's config.toml "
-        "($NVIDIA_CONTAINER_RUNTIME_CONFIG, else /etc/nvidia-container-runtime/config.toml): "
-        "direct = the runtime gives GPUs itself, without libnvidia-container.",
+        None, "--mode", metavar="direct|legacy|cdi", case_sensitive=False,
+        help="direct|legacy: also set [nvidia-container-runtime] mode in the runtime's "
+        "config.toml ($NVIDIA_CONTAINER_RUNTIME_CONFIG, else "
+        "/etc/nvidia-container-runtime/config.toml): direct = the runtime gives GPUs itself, "
+        "without libnvidia-container. cdi: no runtime entry; write the CDI spec of this host's "
+        "GPUs and turn CDI on in daemon.json where this Docker (>= 25) needs it.",
     ),
+    cdi_spec_dir: Optional[str] = _opt_cdi_spec_dir(),
     json_: bool = _opt_json(),
 ) -> None:
     """Add the nvidia runtime to daemon.json (merge, back up, write atomically, reload, verify)."""
 
     def go() -> int:
         cfg, why = _resolve_config(config)
+        if mode == RuntimeMode.cdi:
+            for flag, given in (("--set-default", set_default), ("--runtime-arg", runtime_arg),
+                                ("--runtime-name", runtime_name != "nvidia")):
+                if given:
+                    raise BadInput(f"{flag} has no meaning with --mode cdi (CDI mode adds no "
+                                   "runtime entry)", f"drop {flag}, or drop --mode cdi")
+            return _cdi_install(cfg, why, runtime_path, dry_run, reload, restart, no_verify,
+                                docker_host, pidfile, timeout, dockerd_log, cdi_spec_dir, json_)
+        _no_cdi_spec_dir(cdi_spec_dir)
         warnings: list[str] = []
         path = runtime_path
         if path is None:
@@ -361,6 +383,39 @@ def install(
     _run(json_, go)
 
 
+def _cdi_install(
+    cfg: Path, why: str, runtime_path: Optional[str], dry_run: bool, reload: ReloadMode,
+    restart: bool, no_verify: bool, docker_host: Optional[str], pidfile: Optional[Path],
+    timeout: float, dockerd_log: Optional[Path], cdi_spec_dir: Optional[str], json_: bool,
+) -> int:
+    from nvdocker2 import cdimode
+
+    path = runtime_path or locations.default_runtime_path()[0]
+    daemon, notes = _make_daemon(reload, restart, no_verify, docker_host, pidfile, dockerd_log, cfg)
+    run = cdimode.Run(daemon, docker_host, restart, dry_run, CliReporter(json_), timeout, why,
+                      dockerd_log=dockerd_log)
+    out = cdimode.install(cfg, spec_dir=cdi_spec_dir, runtime_path=path, run=run)
+    _render_cdi(out, notes)
+    return 0
+
+
+def _no_cdi_spec_dir(cdi_spec_dir: Optional[str]) -> None:
+    if cdi_spec_dir is not None:
+        raise BadInput("--cdi-spec-dir needs --mode cdi", "add --mode cdi, or drop --cdi-spec-dir")
+
+
+def _render_cdi(out: Any, notes: list[str]) -> None:
+    """A CDI-mode result: the transaction's output plus the spec, its devices and whether
+    dockerd still needs a restart (SPEC §9)."""
+    res = out.result
+    lines = list(notes if res.changed and not res.dry_run else [])
+    lines.append(f"CDI spec {out.spec}: {', '.join(out.devices) or 'no devices'}")
+    lines.extend(out.notes)
+    _render(res, lines, [], out.extra_json())
+    if out.restart_needed and not _Out.json:
+        sys.stdout.write("restart needed: yes (dockerd reads CDI settings only at start)\n")
+
+
 @app.command()
 def uninstall(
     config: Optional[Path] = _opt_config(),
@@ -373,12 +428,34 @@ def uninstall(
     pidfile: Optional[Path] = _opt_pidfile(),
     timeout: float = _opt_timeout(),
     dockerd_log: Optional[Path] = _opt_dockerd_log(),
+    mode: Optional[RuntimeMode] = typer.Option(
+        None, "--mode", metavar="cdi", case_sensitive=False,
+        help="cdi: undo install --mode cdi (remove the spec it wrote, put features back).",
+    ),
+    cdi_spec_dir: Optional[str] = _opt_cdi_spec_dir(),
     json_: bool = _opt_json(),
 ) -> None:
     """Undo install: put back what it replaced (from the journal), never leave a dangling default."""
 
     def go() -> int:
         cfg, why = _resolve_config(config)
+        if mode == RuntimeMode.cdi:
+            from nvdocker2 import cdimode
+
+            daemon, notes = _make_daemon(reload, restart, no_verify, docker_host, pidfile,
+                                         dockerd_log, cfg)
+            run = cdimode.Run(daemon, docker_host, restart, dry_run, CliReporter(json_), timeout,
+                              why, dockerd_log=dockerd_log)
+            out = cdimode.uninstall(
+                cfg, spec_dir=cdi_spec_dir,
+                own_runtime_paths=[locations.default_runtime_path()[0]], run=run,
+            )
+            _render_cdi(out, notes)
+            return 0
+        if mode is not None:
+            raise BadInput(f"uninstall --mode {mode.value}: only --mode cdi has something to "
+                           "undo", "drop --mode (uninstall removes the runtime entry)")
+        _no_cdi_spec_dir(cdi_spec_dir)
         daemon, notes = _make_daemon(reload, restart, no_verify, docker_host, pidfile, dockerd_log, cfg)
         own, _ = locations.default_runtime_path()
         res = transaction.uninstall(
@@ -508,6 +585,7 @@ def status(
             found = store.Backups(st).all(cfg)
             info["backups"] = len(found)
             info["newest_backup"] = found[0].id if found else None
+        info.update(_mode_status(st, cfg, info["installed"]))
         info["dockerd"] = _query_dockerd(docker_host, info["runtimes"], info["default_runtime"])
         if _Out.json:
             _emit_json(info)
@@ -534,6 +612,11 @@ def status(
             lines.append(f"installed by nvdocker2: {names} (journal {store.Journal(st, cfg).path})")
         else:
             lines.append("installed by nvdocker2: nothing recorded")
+        lines.append(f"mode: {info['mode']}")
+        if info["cdi"]:
+            cdi = info["cdi"]
+            lines.append(f"CDI spec: {cdi['spec']}" + ("" if cdi["present"] else " (missing)")
+                         + (f": {', '.join(cdi['devices'])}" if cdi["devices"] else ""))
         lines.append(f"backups: {info['backups']}" + (f" (newest {info['newest_backup']})" if info["newest_backup"] else ""))
         lines.append(f"runtime beside nvdocker2: {own}" + ("" if own_exists else " (missing)"))
         lines.append(_describe_dockerd(info["dockerd"], cfg))
@@ -610,6 +693,62 @@ def cdi_generate(
         return 0
 
     _run(json_, go)
+
+
+@cdi_app.command("refresh")
+def cdi_refresh(
+    config: Optional[Path] = _opt_config(),
+    cdi_spec_dir: Optional[str] = _no_default(
+        "--cdi-spec-dir", metavar="DIR",
+        help="Directory of the spec [default: where install --mode cdi wrote it, else /etc/cdi].",
+    ),
+    timeout: float = _opt_timeout(),
+    json_: bool = _opt_json(),
+) -> None:
+    """Regenerate the CDI spec from the GPUs present; write it only when it changed (the
+    packages run this at boot). Does nothing where install --mode cdi wrote no spec."""
+
+    def go() -> int:
+        from nvdocker2 import cdimode
+
+        cfg, _ = _resolve_config(config)
+        res = cdimode.refresh(cfg, spec_dir=cdi_spec_dir,
+                              runtime_path=locations.default_runtime_path()[0], timeout=timeout)
+        if _Out.json:
+            _emit_json(res.to_json())
+        elif not res.present:
+            sys.stdout.write(f"no CDI spec at {res.spec}: nothing to refresh "
+                             "(nvdocker2 install --mode cdi writes one)\n")
+        elif res.changed:
+            sys.stdout.write(f"rewrote {res.spec}: {', '.join(res.devices)} "
+                             f"(backup {res.backup})\n")
+        else:
+            sys.stdout.write(f"unchanged: {res.spec} already lists the GPUs present "
+                             f"({', '.join(res.devices)}); nothing written\n")
+        return 0
+
+    _run(json_, go)
+
+
+def _mode_status(state: Path, cfg: Path, runtime_installed: bool) -> dict:
+    """How GPUs reach containers here, as install recorded it: "runtime" (the nvidia runtime
+    entry), "cdi" (install --mode cdi), both, or "none"; plus the CDI spec when there is one."""
+    from nvdocker2 import cdimode
+
+    rec: dict = {}
+    with contextlib.suppress(NvDockerError):
+        rec = cdimode.CdiJournal(state, cfg).load()
+    modes = (["runtime"] if runtime_installed else []) + (["cdi"] if rec else [])
+    cdi = None
+    if rec:
+        spec = Path((rec.get("spec") or {}).get("path") or cdimode.spec_path(None))
+        data = None
+        with contextlib.suppress(NvDockerError):
+            data = cdimode.read_optional(spec)
+        cdi = {"spec": str(spec), "present": data is not None,
+               "devices": list(cdimode.devices_of(data)),
+               "journal": str(cdimode.CdiJournal(state, cfg).path)}
+    return {"mode": "+".join(modes) or "none", "modes": modes, "cdi": cdi}
 
 
 def _query_dockerd(docker_host: Optional[str], runtimes: dict, default: Any) -> dict:

@@ -49,6 +49,11 @@ class Expectation:
     present: dict[str, str]  # runtime name -> path dockerd must report
     absent: tuple[str, ...]  # runtime names dockerd must no longer report
     default_runtime: str  # DefaultRuntime dockerd must report ("runc" when unset)
+    # CDI mode (SPEC §9): a directory /info `CDISpecDirs` must hold, and devices its
+    # `DiscoveredDevices` must list (asked only of Docker >= 28.2, which lists them).
+    cdi_spec_dir: str | None = None
+    cdi_devices: tuple[str, ...] = ()
+    cdi_devices_gone: tuple[str, ...] = ()  # devices /info must no longer list
 
 
 class VerifyFailed(NvDockerError):
@@ -293,6 +298,24 @@ def _dockerd_check(ctx: _Ctx, staged: store.StagedFile) -> None:
 
 
 @dataclass(frozen=True)
+class ExtraFile:
+    """A second file changed under the same transaction as daemon.json (the CDI spec).
+
+    It is staged, backed up, compared and written with daemon.json (before it, so a dockerd
+    that restarts finds it), and put back with it when anything fails. `new` None removes it.
+    """
+
+    path: Path
+    old: bytes | None  # None: the file did not exist
+    new: bytes | None
+    reason: str
+
+    @property
+    def changed(self) -> bool:
+        return self.old != self.new
+
+
+@dataclass(frozen=True)
 class _Plan:
     """One change of a config file: the bytes to end with (None: no file) and expectations."""
 
@@ -304,6 +327,40 @@ class _Plan:
     journal_record: dict | None = None  # None: leave the journal alone
     journal_before_write: bool = True
     create_as: store.Ownership | None = None  # mode/owner/group when the file is recreated
+    extras: tuple[ExtraFile, ...] = ()
+    journal: store.Journal | None = None  # None: daemon.json's own journal
+
+    @property
+    def config_changed(self) -> bool:
+        return not _same_bytes(self.old_doc, self.new_bytes)
+
+    @property
+    def changed_extras(self) -> tuple[ExtraFile, ...]:
+        return tuple(x for x in self.extras if x.changed)
+
+
+def _same_bytes(doc: document.Document, new: bytes | None) -> bool:
+    return (new == doc.raw and doc.existed) or (new is None and not doc.existed)
+
+
+def _ensure_parent(path: Path) -> None:
+    """Create an extra file's directory (0755, e.g. /etc/cdi) when it is missing."""
+    try:
+        store.make_dirs(store.resolve_target(path).parent, mode=0o755)
+    except (FileExistsError, NotADirectoryError):
+        raise BadInput(f"{path}: {path.parent} is not a directory") from None
+    except OSError as e:
+        raise store.os_error(e, str(path.parent)) from None
+
+
+def _put_extras(extras: Sequence[ExtraFile], old: bool) -> None:
+    """Write each extra file's old (or new) bytes, or remove it where those are None."""
+    for x in extras:
+        data = x.old if old else x.new
+        if data is None:
+            store.atomic_remove(x.path)
+        else:
+            store.atomic_write(x.path, data)
 
 
 def _ensure_directory(ctx: _Ctx, create: bool = True) -> None:
@@ -338,6 +395,8 @@ def _check_candidates(
     The apply and the dry run both come through here, so a dry run fails as the apply would.
     """
     files = []
+    if not plan.config_changed:
+        return []
     if trans is not None:
         files.append((plan.old_doc.serialize(trans), trans))
     if plan.new_bytes is not None:
@@ -360,7 +419,7 @@ def _check_candidates(
 
 def _transition(ctx: _Ctx, plan: _Plan) -> dict | None:
     """The transitional file `plan` needs with this daemon first, or None."""
-    if not _needs_transition(ctx.daemon):
+    if not plan.config_changed or not _needs_transition(ctx.daemon):
         return None
     return transitional(plan.new_data, plan.old_doc.data)
 
@@ -368,7 +427,8 @@ def _transition(ctx: _Ctx, plan: _Plan) -> dict | None:
 def _dry_run_checks(ctx: _Ctx, plan: _Plan) -> None:
     """The checks of `_apply` before its first write, with the candidates staged in a private
     temp directory: nothing is created beside the file or in the state dir."""
-    _ensure_directory(ctx, create=False)
+    if plan.config_changed:
+        _ensure_directory(ctx, create=False)
     trans = _transition(ctx, plan)
     with tempfile.TemporaryDirectory(prefix="nvdocker2-dry-run-") as d:
         for s in _check_candidates(ctx, plan, trans, Path(d) / ctx.config.name):
@@ -385,37 +445,57 @@ def _apply(ctx: _Ctx, plan: _Plan) -> tuple[store.Backup, bool]:
     """
     old = plan.old_doc
     daemon = ctx.daemon
-    _ensure_directory(ctx)
+    write_config = plan.config_changed
+    extras = plan.changed_extras
+    if write_config:
+        _ensure_directory(ctx)
     trans = _transition(ctx, plan)
 
     staged: list[store.StagedFile] = []
+    extra_staged: list[tuple[ExtraFile, store.StagedFile]] = []
     try:
+        for x in extras:
+            if x.new is not None:
+                _ensure_parent(x.path)
+                extra_staged.append((x, store.stage(x.path, x.new)))
         staged = _check_candidates(ctx, plan, trans, ctx.config)
         backups = store.Backups(ctx.state)
-        backup = backups.create(
-            ctx.config,
-            old.raw if old.existed else None,
-            plan.reason,
-            store.Ownership.of(old.stat),
-        )
+        extra_backups = [backups.create(x.path, x.old, x.reason) for x in extras]
+        if write_config or not extra_backups:
+            backup = backups.create(
+                ctx.config,
+                old.raw if old.existed else None,
+                plan.reason,
+                store.Ownership.of(old.stat),
+            )
+        else:
+            backup = extra_backups[0]
         ctx.reporter.progress(f"backup {backup.id} saved")
-        journal = store.Journal(ctx.state, ctx.config)
+        journal = plan.journal or store.Journal(ctx.state, ctx.config)
         journal_old = journal.read_bytes()
         if plan.journal_record is not None and plan.journal_before_write:
             journal.write(plan.journal_record)
     except BaseException:
-        for s in staged:
+        for s in staged + [s for _, s in extra_staged]:
             s.discard()
         raise
 
     log_offset = _log_offset(ctx.dockerd_log)
     phase = "write"
     as_read = store.AsRead(old.raw if old.existed else None, old.stat)
+    written: list[ExtraFile] = []  # extras already replaced: put back if the write fails
     try:
+        for x, s in extra_staged:
+            s.commit(store.AsRead(x.old))
+            written.append(x)
+        for x in extras:
+            if x.new is None:
+                store.atomic_remove(x.path, store.AsRead(x.old))
+                written.append(x)
         if staged:
             staged[0].commit(as_read)
             _note_in_place(ctx, staged[0], backup)
-        else:
+        elif write_config:
             store.atomic_remove(ctx.config, as_read)
         phase = "reload"
         verified = False
@@ -442,9 +522,11 @@ def _apply(ctx: _Ctx, plan: _Plan) -> tuple[store.Backup, bool]:
         if plan.journal_record is not None and not plan.journal_before_write:
             journal.write(plan.journal_record)
     except BaseException as exc:
-        for s in staged:
+        for s in staged + [s for _, s in extra_staged]:
             s.discard()
         if phase == "write":
+            with contextlib.suppress(Exception):
+                _put_extras(written, old=True)
             with contextlib.suppress(Exception):
                 journal.restore(journal_old)
             if isinstance(exc, store.ChangedMeanwhile):
@@ -469,6 +551,8 @@ def _apply(ctx: _Ctx, plan: _Plan) -> tuple[store.Backup, bool]:
             exc.message = f"{exc.message}; {ctx.config} was restored from backup {backup.id}"
         raise
     backups.prune(ctx.config)
+    for x in extras:
+        backups.prune(x.path)
     return backup, verified
 
 
@@ -494,12 +578,20 @@ def _restore_after_failure(
     """
     old = plan.old_doc
     daemon = ctx.daemon
+    extras = plan.changed_extras
     by_hand = (
         f"cp {backup.file} {ctx.config}" if old.existed else f"rm {ctx.config}"
     ) + f", then: {locations.reload_hint(ctx.config)}"
+    if extras:
+        by_hand = "see nvdocker2 backups for " + ", ".join(
+            [str(ctx.config)] + [str(x.path) for x in extras]
+        ) + f"; {by_hand}"
     step = "write"
 
     def put_old() -> None:
+        _put_extras(extras, old=True)
+        if not plan.config_changed:
+            return
         if old.existed:
             store.atomic_write(ctx.config, old.raw, owner=store.Ownership.of(old.stat))
         else:
@@ -507,7 +599,11 @@ def _restore_after_failure(
 
     try:
         if reload_again and daemon.strategy != "none":
-            back = transitional(old.data, plan.new_data) if _needs_transition(daemon) else None
+            back = (
+                transitional(old.data, plan.new_data)
+                if plan.config_changed and _needs_transition(daemon)
+                else None
+            )
             if back is not None:
                 store.atomic_write(ctx.config, old.serialize(back))
             else:
@@ -623,9 +719,11 @@ def _finish(
     journal_record: dict | None = None,
     journal_before_write: bool = True,
     create_as: store.Ownership | None = None,
+    extras: Sequence[ExtraFile] = (),
+    journal: store.Journal | None = None,
 ) -> Result:
     """Shared tail: unchanged → say so; dry run → diff; else apply."""
-    unchanged = (new_bytes == doc.raw and doc.existed) or (new_bytes is None and not doc.existed)
+    unchanged = _same_bytes(doc, new_bytes) and not any(x.changed for x in extras)
     if unchanged:
         verified = not ctx.dry_run and _settle(ctx, expect)
         return _result(
@@ -633,20 +731,20 @@ def _finish(
             after=doc.raw if doc.existed else None,
         )
     plan = _Plan(
-        doc, new_data, new_bytes, reason, expect, journal_record, journal_before_write, create_as
+        doc, new_data, new_bytes, reason, expect, journal_record, journal_before_write, create_as,
+        tuple(extras), journal,
     )
     if ctx.dry_run:
         _dry_run_checks(ctx, plan)
-        return _result(
-            ctx, action, True, doc, changes, diff=unified_diff(ctx.config, doc.raw, new_bytes),
-            after=new_bytes,
-        )
+        diff = "".join(
+            unified_diff(x.path, x.old or b"", x.new) for x in plan.changed_extras
+        ) + unified_diff(ctx.config, doc.raw, new_bytes)
+        return _result(ctx, action, True, doc, changes, diff=diff, after=new_bytes)
     backup, verified = _apply(ctx, plan)
-    if ctx.daemon.strategy == "none":
-        ctx.notes.append(
-            "dockerd was not reloaded; to apply the change run: "
-            + locations.reload_hint(ctx.config)
-        )
+    if ctx.daemon.strategy == "none" and plan.config_changed:
+        # A daemon that knows better (CDI mode: a restart, not a reload) says what to run.
+        hint = getattr(ctx.daemon, "apply_hint", None) or locations.reload_hint(ctx.config)
+        ctx.notes.append("dockerd was not reloaded; to apply the change run: " + hint)
     return _result(ctx, action, True, doc, changes, backup, verified, after=new_bytes)
 
 

@@ -85,6 +85,25 @@ def _settings() -> Any:
                        " a valid one") from None
 
 
+def cdi_document(
+    *, driver_root: str | None, runtime_path: str, ldconfig: str | None
+) -> tuple[dict[str, Any], str]:
+    """(the CDI spec of this host's GPUs, the driver root it came from); the one generator
+    behind `cdi generate`, `install --mode cdi` and `cdi refresh` (defaults from config.toml).
+    """
+    settings = _settings()
+    root = driver_root or settings.runtime.driver_root
+    try:
+        spec = cdi.cdi_spec(
+            discover(root),
+            runtime_path=runtime_path,
+            ldconfig=host_ldconfig(ldconfig or settings.cli.ldconfig),
+        )
+    except DirectError as err:
+        raise EnvironmentProblem(err.message, err.hint) from None
+    return spec, root
+
+
 @dataclass(frozen=True)
 class CdiResult:
     output: str
@@ -101,17 +120,9 @@ def generate_cdi(
     ldconfig: str | None,
 ) -> CdiResult:
     """Write the CDI spec for this host's driver (defaults from config.toml)."""
-    settings = _settings()
-    root = driver_root or settings.runtime.driver_root
     out = output or cdi.DEFAULT_OUTPUT
-    try:
-        spec = cdi.cdi_spec(
-            discover(root),
-            runtime_path=runtime_path,
-            ldconfig=host_ldconfig(ldconfig or settings.cli.ldconfig),
-        )
-    except DirectError as err:
-        raise EnvironmentProblem(err.message, err.hint) from None
+    spec, root = cdi_document(driver_root=driver_root, runtime_path=runtime_path,
+                              ldconfig=ldconfig)
     _write(Path(out), cdi.render(spec, out))
     return CdiResult(
         output=os.path.abspath(out),

@@ -104,7 +104,38 @@ def describe_expectation(expect: Expectation) -> str:
     parts = [f"runtime {name} = {path}" for name, path in sorted(expect.present.items())]
     parts += [f"no runtime {name}" for name in expect.absent]
     parts.append(f"default runtime {expect.default_runtime}")
+    if expect.cdi_spec_dir is not None:
+        parts.append(f"CDI spec directory {expect.cdi_spec_dir}")
+        if expect.cdi_devices:
+            parts.append(f"CDI devices {', '.join(expect.cdi_devices)}")
+    if expect.cdi_devices_gone:
+        parts.append(f"no CDI devices {', '.join(expect.cdi_devices_gone)}")
     return ", ".join(parts)
+
+
+def _discovered(info: Mapping) -> set:
+    listed = info.get("DiscoveredDevices")
+    return {d.get("ID") for d in listed or [] if isinstance(d, dict)}
+
+
+def cdi_mismatches(info: Mapping, expect: Expectation) -> list[str]:
+    """What /info says about CDI that differs from `expect` (SPEC §9)."""
+    gone = _discovered(info) & set(expect.cdi_devices_gone)
+    if gone:
+        return ["DiscoveredDevices still lists " + ", ".join(sorted(gone))]
+    if expect.cdi_spec_dir is None:
+        return []
+    dirs = info.get("CDISpecDirs") or []
+    if not isinstance(dirs, list) or not dirs:
+        return ["CDI is off (CDISpecDirs is empty)"]
+    want = os.path.normpath(expect.cdi_spec_dir)
+    if not any(isinstance(d, str) and os.path.normpath(d) == want for d in dirs):
+        return [f"CDISpecDirs is {dirs}, without {expect.cdi_spec_dir}"]
+    ids = _discovered(info)
+    missing = [name for name in expect.cdi_devices if name not in ids]
+    if missing:
+        return ["DiscoveredDevices lacks " + ", ".join(missing)]
+    return []
 
 
 def mismatches(info: Mapping, expect: Expectation) -> list[str]:
@@ -125,6 +156,7 @@ def mismatches(info: Mapping, expect: Expectation) -> list[str]:
     default = info.get("DefaultRuntime") or "runc"
     if default != expect.default_runtime:
         problems.append(f"default runtime is {default}, not {expect.default_runtime}")
+    problems.extend(cdi_mismatches(info, expect))
     return problems
 
 

@@ -4,6 +4,7 @@ its path, and default-runtime."""
 from __future__ import annotations
 
 from nvdocker2.doctor.context import RUNTIME_NAME, Context, _norm_socket, dockerd_option_values
+from nvdocker2.doctor.modes import cdi_only
 from nvdocker2.doctor.registry import Outcome, check, fail, ok, skip, warn
 
 INSTALL_HINT = "run: nvdocker2 install"
@@ -109,6 +110,9 @@ def config_runtime(ctx: Context) -> Outcome:
     f = ctx.daemon_file()
     runtimes = (f.doc or {}).get("runtimes")
     entry = runtimes.get(RUNTIME_NAME) if isinstance(runtimes, dict) else None
+    if entry is None and cdi_only(ctx):
+        return skip(f"no runtimes.{RUNTIME_NAME} entry, not needed: CDI mode is installed "
+                    "(docker run --device nvidia.com/gpu=...)")
     if entry is None:
         return fail(
             f"{f.path} has no runtimes.{RUNTIME_NAME} entry: "

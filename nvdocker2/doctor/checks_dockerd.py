@@ -17,6 +17,7 @@ from nvdocker2.doctor.context import (
     Context,
     dockerd_option_values,
 )
+from nvdocker2.doctor.modes import cdi_only
 from nvdocker2.doctor.registry import Outcome, check, fail, ok, skip, warn
 
 # Seconds of doubt between the hook's change time and dockerd's start time.
@@ -73,6 +74,8 @@ def dockerd_runtimes(ctx: Context) -> Outcome:
     default = info.get("DefaultRuntime", "?")
     names = ", ".join(sorted(runtimes))
     detail = f"Runtimes: {names}; DefaultRuntime: {default}"
+    if RUNTIME_NAME not in runtimes and cdi_only(ctx):
+        return ok(f"{detail} (CDI mode: no {RUNTIME_NAME} runtime needed)")
     if RUNTIME_NAME not in runtimes:
         return fail(
             f"{detail}: no {RUNTIME_NAME} runtime loaded",

@@ -97,6 +97,7 @@ def all_checks(smoke: bool = False) -> list[Check]:
         checks_smoke,
         checks_toolkit,
     )
+    from nvdocker2.doctor import checks_cdi  # noqa: F401  (after them: CDI mode comes last)
 
     return [c for c in REGISTRY if smoke or not c.smoke]
 

@@ -50,6 +50,11 @@ def test_package_contents_and_relationships(packages):
         assert f"./usr/bin/{program}" in paths
         assert f"./usr/share/man/man1/{program}.1.gz" in paths
     assert "./etc/nvidia-container-runtime/config.toml" in paths
+    assert "./lib/systemd/system/nvdocker2-cdi-refresh.service" in paths
+    postinst = run(["dpkg-deb", "-I", str(packages.deb), "postinst"]).stdout
+    assert "nvdocker2-cdi-refresh.service" in postinst  # enabled at install, runs at boot
+    prerm = run(["dpkg-deb", "-I", str(packages.deb), "prerm"]).stdout
+    assert "nvdocker2 uninstall --mode cdi --json --no-verify --reload none" in prerm
     assert not [p for p in paths if p.startswith("./etc/docker")]
     conffiles = run(["dpkg-deb", "-I", str(packages.deb), "conffiles"]).stdout
     assert conffiles.split() == ["/etc/nvidia-container-runtime/config.toml"]

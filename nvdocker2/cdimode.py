@@ -1,0 +1,511 @@
+"""CDI mode (SPEC §9): `install --mode cdi`, `uninstall --mode cdi` and `cdi refresh`.
+
+The CDI spec of this host's GPUs (the same generator as `cdi generate`, built on direct
+mode's discovery) is the second file of the daemon.json transaction (`ExtraFile`): one lock,
+backups of both, a journal, atomic writes, and both put back together when dockerd does not
+come back right. dockerd registers CDI only when it starts, so a change that turns CDI on is
+applied by a restart (`--restart`) or left for the operator with the command to run.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import os
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+from nvdocker2 import locations, transaction
+from nvdocker2.daemonjson import features, store
+from nvdocker2.daemonjson.edit import Change
+from nvdocker2.errors import BadInput, NvDockerError
+from nvdocker2.transaction import Daemon, Expectation, ExtraFile, Reporter, Result
+
+DEFAULT_SPEC_DIR = "/etc/cdi"
+SPEC_NAME = "nvidia.yaml"
+KIND = "nvidia.com/gpu"
+
+
+# --- what the running Docker is ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DockerFacts:
+    """The Docker that CDI mode configures: its version and, when /info answered, its CDI."""
+
+    version: str | None
+    source: str  # where the version came from
+    cdi_dirs: tuple[str, ...] | None = None  # /info CDISpecDirs; None when /info not asked
+
+    @property
+    def release(self) -> tuple[int, int] | None:
+        return features.version_tuple(self.version)
+
+    @property
+    def lists_devices(self) -> bool:
+        """/info has DiscoveredDevices (Docker >= 28.2)."""
+        r = self.release
+        return r is not None and r >= features.CDI_DEFAULT_ON
+
+    def registers(self, spec_dir: Path) -> bool | None:
+        """Whether the running dockerd reads CDI specs from `spec_dir` (None: unknown)."""
+        if self.cdi_dirs is None:
+            return None
+        want = os.path.normpath(str(spec_dir))
+        return any(os.path.normpath(d) == want for d in self.cdi_dirs)
+
+
+_DOCKERD_VERSION = re.compile(r"Docker version (\S+?),")
+
+
+def docker_facts(daemon: Daemon, docker_host: str | None = None) -> DockerFacts:
+    """Ask the Engine API (/info: the daemon's client, else `docker_host`), else
+    `dockerd --version`."""
+    from nvdocker2.dockerd.api import (
+        EngineClient,
+        EngineError,
+        EngineUnavailable,
+        parse_docker_host,
+    )
+
+    client = getattr(daemon, "client", None)
+    if client is None:
+        client = EngineClient(parse_docker_host(docker_host), timeout=5.0)
+    if client is not None:
+        try:
+            info = client.info()
+        except (EngineUnavailable, EngineError):
+            info = None
+        if info is not None:
+            dirs = info.get("CDISpecDirs")
+            dirs = tuple(d for d in dirs if isinstance(d, str)) if isinstance(dirs, list) else ()
+            return DockerFacts(info.get("ServerVersion"), "/info", dirs)
+    exe = shutil.which("dockerd")
+    if exe:
+        try:
+            out = subprocess.run(
+                [exe, "--version"], capture_output=True, text=True, timeout=10, check=False
+            ).stdout
+        except (OSError, subprocess.SubprocessError):
+            out = ""
+        m = _DOCKERD_VERSION.search(out)
+        if m:
+            return DockerFacts(m.group(1), f"{exe} --version")
+    return DockerFacts(None, "unknown")
+
+
+def check_supported(facts: DockerFacts) -> None:
+    """Exit 2 on a Docker without CDI (< 25), naming the versions that have it."""
+    release = facts.release
+    if release is not None and release < features.CDI_MIN:
+        raise BadInput(
+            f"CDI mode needs Docker 25.0 or later; this dockerd is {facts.version} "
+            f"(from {facts.source})",
+            f"CDI works on {features.SUPPORTED}; on this Docker use the runtime: "
+            "nvdocker2 install (without --mode cdi)",
+        )
+
+
+def restart_hint(config: Path) -> str:
+    """The command that restarts the dockerd reading `config` (CDI is registered at start)."""
+    if str(config) == locations.SNAP_CONFIG:
+        return "sudo snap restart docker"
+    if locations.reload_hint(config).startswith("systemctl --user"):
+        return "systemctl --user restart docker"
+    if str(config) == locations.ROOTFUL_CONFIG:
+        return "sudo systemctl restart docker"
+    return "restart the dockerd that reads this file"
+
+
+# --- the spec -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Spec:
+    """The generated spec: where it goes, its bytes, and its qualified device names."""
+
+    path: Path
+    data: bytes
+    devices: tuple[str, ...]
+    driver_root: str
+
+
+def spec_path(spec_dir: str | os.PathLike | None) -> Path:
+    return Path(os.path.abspath(str(spec_dir or DEFAULT_SPEC_DIR))) / SPEC_NAME
+
+
+def build_spec(path: Path, runtime_path: str, driver_root: str | None = None) -> Spec:
+    """The spec of the GPUs present now (driver-root and ldconfig from config.toml)."""
+    from nvdocker2.direct.cdi import render
+    from nvdocker2.direct.commands import cdi_document
+
+    doc, root = cdi_document(driver_root=driver_root, runtime_path=runtime_path, ldconfig=None)
+    names = tuple(f"{doc['kind']}={d['name']}" for d in doc["devices"])
+    text = "# Written by nvdocker2 (CDI mode); regenerated by: nvdocker2 cdi refresh\n"
+    return Spec(path, (text + render(doc, str(path))).encode("utf-8"), names, root)
+
+
+def read_optional(path: Path) -> bytes | None:
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        raise store.os_error(e, str(path)) from None
+
+
+# --- the journal ----------------------------------------------------------------------------
+
+
+class CdiJournal(store.Journal):
+    """What CDI mode replaced, beside daemon.json's runtime journal:
+
+    {"config": PATH, "features_cdi": {"previous": SLOT, "features_present": bool} | absent,
+     "spec": {"path": SPEC, "previous": BASE64 | null}, "runtime_path": PATH}
+    """
+
+    def __init__(self, state: Path, config: Path) -> None:
+        super().__init__(state, config)
+        self.path = self.dir / f"{self.path.stem}-cdi.json"
+
+    def write(self, record: dict | None) -> None:
+        """Replace the record (None or empty: remove the file), as the runtime journal does."""
+        from nvdocker2.daemonjson import document
+
+        if not record or not (record.get("spec") or record.get("features_cdi")):
+            self.restore(None)
+            return
+        self.restore(document.dumps(record, document.Style(indent="  ")).encode())
+
+
+def recorded_spec(state: Path, config: Path) -> Path | None:
+    """The spec path the last `install --mode cdi` wrote, from its journal (None: none)."""
+    try:
+        rec = CdiJournal(state, config).load()
+    except NvDockerError:
+        return None
+    spec = rec.get("spec")
+    path = spec.get("path") if isinstance(spec, dict) else None
+    return Path(path) if isinstance(path, str) else None
+
+
+# --- the daemon in CDI mode -----------------------------------------------------------------
+
+
+class CdiDaemon:
+    """The transaction's `Daemon` for CDI mode: no reload (dockerd reads CDI at start only);
+    `restart` restarts through the given daemon (built with restart=True); `verify` only asks
+    /info; `none` writes and leaves the restart to the operator (`apply_hint`)."""
+
+    def __init__(self, inner: Daemon, config: Path) -> None:
+        self.inner = inner
+        self.needs_transition = False
+        self.apply_hint = restart_hint(config)
+        self.log_description = getattr(inner, "log_description", None)
+        self.decide("none")
+
+    def decide(self, action: str) -> None:
+        """Set the action ("restart", "verify", "none") once the file was read under the lock."""
+        self.action = action
+        self.strategy = f"{self.inner.strategy} restart" if action == "restart" else "none"
+        self.verifies = self.inner.verifies and action in ("restart", "verify")
+
+    def check_candidate(self, config_path: Path, candidate: dict, candidate_file: Path) -> None:
+        self.inner.check_candidate(config_path, candidate, candidate_file)
+
+    def reload(self) -> None:
+        if self.action == "restart":
+            self.inner.reload()
+
+    def verify(self, expect: Expectation, timeout: float) -> str | None:
+        return self.inner.verify(expect, timeout) if self.verifies else None
+
+
+@dataclass(frozen=True)
+class CdiOutcome:
+    """A CDI-mode transaction's result plus what CDI mode adds to the output."""
+
+    result: Result
+    spec: str
+    devices: tuple[str, ...]
+    docker_version: str | None
+    restart_needed: bool
+    notes: tuple[str, ...] = ()
+
+    def extra_json(self) -> dict[str, Any]:
+        return {
+            "mode": "cdi",
+            "spec": self.spec,
+            "devices": list(self.devices),
+            "docker_version": self.docker_version,
+            "restart_needed": self.restart_needed,
+        }
+
+
+@dataclass(frozen=True)
+class Run:
+    """How a CDI-mode transaction runs: the daemon flags of install/uninstall (SPEC §2)."""
+
+    daemon: Daemon
+    docker_host: str | None = None
+    restart: bool = False
+    dry_run: bool = False
+    reporter: Reporter | None = None
+    timeout: float = 30.0
+    config_reason: str = ""
+    state: Path | None = None
+    dockerd_log: Path | None = None
+
+
+def _begin(config: Path, run: Run) -> tuple[DockerFacts, CdiDaemon, Any]:
+    """What Docker runs here, the CDI daemon around `run.daemon`, the transaction context."""
+    facts = docker_facts(run.daemon, run.docker_host)
+    cdi_daemon = CdiDaemon(run.daemon, config)
+    ctx = transaction._ctx(
+        config, run.config_reason, cdi_daemon, run.reporter, run.timeout, run.dry_run,
+        run.state, run.dockerd_log,
+    )
+    return facts, cdi_daemon, ctx
+
+
+def _expect(new: dict, old: dict, **cdi: Any) -> Expectation:
+    return dataclasses.replace(transaction.expectation(new, old), **cdi)
+
+
+def _action(needs_restart: bool, restart: bool, facts: DockerFacts) -> str:
+    if needs_restart:
+        return "restart" if restart else "none"
+    return "verify" if facts.cdi_dirs is not None else "none"
+
+
+def _restart_note(config: Path) -> str:
+    return (
+        "dockerd registers CDI only when it starts: restart it to apply this: "
+        f"{restart_hint(config)} (or run again with --restart)"
+    )
+
+
+def _spec_change(path: Path, old: bytes | None, new: bytes | None) -> Change:
+    if old == new:
+        return Change(str(path), "unchanged")
+    if new is None:
+        return Change(str(path), "removed")
+    return Change(str(path), "written" if old is None else "rewritten")
+
+
+def install(
+    config: Path,
+    *,
+    spec_dir: str | None,
+    runtime_path: str,
+    run: Run,
+) -> CdiOutcome:
+    """Write the spec and turn CDI on in daemon.json where this Docker needs it (SPEC §9)."""
+    facts, cdi_daemon, ctx = _begin(config, run)
+    check_supported(facts)
+    path = spec_path(spec_dir)
+    spec = build_spec(path, runtime_path)
+    decided: dict[str, bool] = {}
+
+    def attempt() -> Result:
+        doc = transaction._load(ctx)
+        transaction._wrap_shape(ctx.config, lambda: transaction.edit.check_shape(doc.data))
+        before = transaction._wrap_shape(ctx.config, lambda: features.cdi_setting(doc.data))
+        new, ch = transaction._wrap_shape(
+            ctx.config, lambda: features.enable_cdi(doc.data, facts.release)
+        )
+        if str(path.parent) not in features.spec_dirs(new):
+            raise BadInput(
+                f"--cdi-spec-dir {path.parent}: dockerd does not read CDI specs there (it reads "
+                f"{', '.join(features.spec_dirs(new))})",
+                "use one of those directories, or add it to \"cdi-spec-dirs\" in "
+                f"{ctx.config} first",
+            )
+        if ch.changed:
+            new_bytes: bytes | None = doc.serialize(new)
+            transaction._schema_check(ctx, new)
+        else:
+            new_bytes = doc.raw if doc.existed else None
+        old_spec = read_optional(path)
+        journal = CdiJournal(ctx.state, ctx.config)
+        record = None
+        if not run.dry_run and (ch.changed or old_spec != spec.data):
+            rec = dict(journal.load() or {"config": str(ctx.config)})
+            if ch.changed and "features_cdi" not in rec:
+                rec["features_cdi"] = {
+                    "previous": store.slot(before),
+                    "features_present": features.FEATURES in doc.data,
+                }
+            if "spec" not in rec:
+                prev = base64.b64encode(old_spec).decode() if old_spec is not None else None
+                rec["spec"] = {"path": str(path), "previous": prev}
+            rec["runtime_path"] = runtime_path
+            record = rec
+        registers = facts.registers(path.parent)
+        needs_restart = (not registers) if registers is not None else ch.changed
+        decided["restart"] = needs_restart
+        cdi_daemon.decide(_action(needs_restart, run.restart, facts))
+        expect = _expect(
+            new, doc.data, cdi_spec_dir=str(path.parent),
+            cdi_devices=spec.devices if facts.lists_devices else (),
+        )
+        return transaction._finish(
+            ctx, "install", doc, new, new_bytes, [ch, _spec_change(path, old_spec, spec.data)],
+            "install CDI mode", expect, record, extras=[
+                ExtraFile(path, old_spec, spec.data, f"install CDI spec {path}")
+            ], journal=journal,
+        )
+
+    res = transaction._transact(ctx, attempt)
+    restart_needed = decided["restart"] and cdi_daemon.action != "restart" and not run.dry_run
+    notes = (_restart_note(ctx.config),) if restart_needed and not res.changed else ()
+    return CdiOutcome(res, str(path), spec.devices, facts.version, restart_needed, notes)
+
+
+def uninstall(
+    config: Path,
+    *,
+    spec_dir: str | None,
+    own_runtime_paths: Sequence[str],
+    run: Run,
+) -> CdiOutcome:
+    """Remove the spec install wrote (or put back the one it replaced) and restore
+    `features.cdi` as it was, from the journal. Without a journal the spec is removed only
+    when it is one nvdocker2 wrote for this package's runtime, and features stay."""
+    facts, cdi_daemon, ctx = _begin(config, run)
+    decided: dict[str, Any] = {}
+
+    def attempt() -> Result:
+        doc = transaction._load(ctx)
+        transaction._wrap_shape(ctx.config, lambda: transaction.edit.check_shape(doc.data))
+        journal = CdiJournal(ctx.state, ctx.config)
+        rec = journal.load()
+        spec_rec = rec.get("spec") if isinstance(rec.get("spec"), dict) else None
+        path = Path(spec_rec["path"]) if spec_rec and spec_dir is None else spec_path(spec_dir)
+        old_spec = read_optional(path)
+        new_spec: bytes | None = old_spec
+        if spec_rec is not None:
+            prev = spec_rec.get("previous")
+            new_spec = base64.b64decode(prev) if isinstance(prev, str) else None
+        elif old_spec is not None:
+            text = old_spec.decode("utf-8", "replace")
+            if "nvdocker2" in text and any(p in text for p in own_runtime_paths):
+                new_spec = None
+            else:
+                ctx.warnings.append(
+                    f"{path} was not written by this package's install (no journal entry, and "
+                    "it does not name this package's runtime): left in place"
+                )
+        new = doc.data
+        changes: list[Change] = []
+        frec = rec.get("features_cdi")
+        if isinstance(frec, dict):
+            new, ch = transaction._wrap_shape(
+                ctx.config, lambda: features.put_cdi(doc.data, store.unslot(frec.get("previous")))
+            )
+            changes.append(ch)
+            if not frec.get("features_present", True):
+                new, ch = features.drop_empty_features(new)
+                changes.append(ch)
+        data_changed = any(c.changed for c in changes)
+        new_bytes = doc.serialize(new) if data_changed else (doc.raw if doc.existed else None)
+        if data_changed:
+            transaction._schema_check(ctx, new)
+        changes.append(_spec_change(path, old_spec, new_spec))
+        devices = devices_of(old_spec) if facts.lists_devices else ()
+        # Turning CDI off takes a restart; removing the spec does not (dockerd rescans).
+        needs_restart = data_changed and facts.cdi_dirs != ()
+        decided.update(restart=needs_restart, path=path, devices=devices)
+        cdi_daemon.decide(_action(needs_restart, run.restart, facts))
+        expect = _expect(new, doc.data, cdi_devices_gone=devices if new_spec is None else ())
+        record = {} if not run.dry_run and rec else None
+        res = transaction._finish(
+            ctx, "uninstall", doc, new, new_bytes, changes, "uninstall CDI mode", expect,
+            record, journal_before_write=False,
+            extras=[ExtraFile(path, old_spec, new_spec, f"uninstall CDI spec {path}")],
+            journal=journal,
+        )
+        if record is not None and not res.changed:
+            journal.write(None)
+        return res
+
+    res = transaction._transact(ctx, attempt)
+    restart_needed = decided["restart"] and cdi_daemon.action != "restart" and not run.dry_run
+    return CdiOutcome(res, str(decided["path"]), decided["devices"], facts.version,
+                      restart_needed)
+
+
+_DEVICE_NAME = re.compile(r'^\s*- name: "([^"]+)"', re.M)
+
+
+def devices_of(spec: bytes | None) -> tuple[str, ...]:
+    """Qualified device names of a spec this package wrote (its YAML puts names as JSON)."""
+    if spec is None:
+        return ()
+    return tuple(f"{KIND}={n}" for n in _DEVICE_NAME.findall(spec.decode("utf-8", "replace")))
+
+
+@dataclass(frozen=True)
+class RefreshOutcome:
+    spec: str
+    changed: bool
+    present: bool  # a spec was there to refresh
+    devices: tuple[str, ...]
+    backup: str | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"spec": self.spec, "changed": self.changed, "present": self.present,
+                "devices": list(self.devices), "backup": self.backup}
+
+
+def refresh(
+    config: Path,
+    *,
+    spec_dir: str | None,
+    runtime_path: str,
+    timeout: float = 30.0,
+    state: Path | None = None,
+) -> RefreshOutcome:
+    """Regenerate the spec from the GPUs present; write it (with a backup) only when it
+    changed. Without a spec in place (CDI mode not installed) nothing is written."""
+    st = state if state is not None else store.state_dir()
+    path = spec_path(spec_dir) if spec_dir else (recorded_spec(st, config) or spec_path(None))
+    ctx = transaction._ctx(config, "", None, None, timeout, False, st, None)
+    with transaction._session(ctx):
+        old = read_optional(path)
+        if old is None:
+            return RefreshOutcome(str(path), False, False, (), None)
+        rec = CdiJournal(st, config).load()
+        spec = build_spec(path, rec.get("runtime_path") or runtime_path)
+        if spec.data == old:
+            return RefreshOutcome(str(path), False, True, spec.devices, None)
+        backups = store.Backups(st)
+        backup = backups.create(path, old, "cdi refresh")
+        staged = store.stage(path, spec.data)
+        with staged:
+            staged.commit(store.AsRead(old))
+        backups.prune(path)
+        return RefreshOutcome(str(path), True, True, spec.devices, backup.id)
+
+
+def spec_is_current(path: Path, runtime_path: str) -> tuple[bool | None, str]:
+    """For doctor: (whether the spec on disk is what the GPUs present give, why)."""
+    old = read_optional(path)
+    if old is None:
+        return None, f"no CDI spec at {path}"
+    spec = build_spec(path, runtime_path)
+    if spec.data == old:
+        return True, f"{path} lists {', '.join(spec.devices)}"
+    have, now = set(devices_of(old)), set(spec.devices)
+    diff = []
+    if have - now:
+        diff.append("lists " + ", ".join(sorted(have - now)) + " no longer present")
+    if now - have:
+        diff.append("lacks " + ", ".join(sorted(now - have)))
+    detail = f" ({'; '.join(diff)})" if diff else ""
+    return False, f"{path} differs from the GPUs present{detail}"
