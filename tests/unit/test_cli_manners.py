@@ -111,3 +111,16 @@ def test_show_completion_prints_a_bash_script():
                            text=True, timeout=60, env={"PATH": "/usr/bin:/bin", "SHELL": "/bin/bash"})
     assert r.returncode == 0, r.stderr
     assert "_NVDOCKER2_COMPLETE" in r.stdout and "complete " in r.stdout
+
+
+@pytest.mark.parametrize("args", [["--version"], ["install", "-h"], ["status", "--bogus"]])
+def test_start_up_imports_neither_rich_nor_jsonschema(args):
+    code = (
+        "import sys\nfrom nvdocker2.cli import main\n"
+        "try:\n    main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
+        "heavy = [m for m in ('rich', 'jsonschema', 'nvdocker2.transaction') if m in sys.modules]\n"
+        "sys.stderr.write(f'loaded: {heavy}\\n')\n"
+    )
+    r = subprocess.run([sys.executable, "-I", "-c", code, *args], capture_output=True, text=True,
+                       timeout=60)
+    assert r.stderr.splitlines()[-1] == "loaded: []", r.stderr
