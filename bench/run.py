@@ -406,7 +406,7 @@ def bench_docker_run(report: Report, runs: int) -> None:
                               "pass-throughs per docker run counted through a wrapper runtime"))
     for k, note in (("--gpus all (dockerd adds the hook) vs runc",
                      "no --runtime: dockerd runs our hook itself; against runc with no GPU "
-                     "request")):
+                     "request"),):
         if k in fig:
             report.add(Figure("docker run", k, fig[k], "x",
                               f"median of {pairs} alternating pairs' ratios",

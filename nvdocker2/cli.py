@@ -251,7 +251,7 @@ def _run(json_mode: bool, fn: Callable[[], int | None]) -> None:
         code = fn()
     except NvDockerError as e:
         raise typer.Exit(_fail(e)) from None
-    except KeyboardInterrupt:  # typer >= 0.20 would turn it into a silent exit 130
+    except KeyboardInterrupt:  # recent typer turns it into a silent exit 130
         raise typer.Exit(_interrupted()) from None
     if code:
         raise typer.Exit(code)
