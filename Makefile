@@ -1,6 +1,8 @@
 # Project tasks.
 #   make deb    dist/nvdocker2_VERSION_all.deb   (dpkg-buildpackage, debian/)
 #   make rpm    dist/nvdocker2-VERSION-1.noarch.rpm (rpmbuild, rpm/nvdocker2.spec)
+#   make ansible-test  ansible-test sanity on the collection nvdocker2.gpu, then its fleet tests
+#                      (scripts/ansible-test.sh: pinned ansible-core in .venv-ansible)
 #   make clean
 #   make bench  bench/RESULTS.md (bench/run.py; bench/Makefile.fragment)
 # Packages are built from a copy of the working tree (tracked and new files, not ignored ones)
@@ -110,5 +112,10 @@ rpm-build-deps:
 
 clean:
 	@rm -rf dist build *.egg-info
+
+.PHONY: ansible-test
+ansible-test:
+	scripts/setup.sh
+	scripts/ansible-test.sh
 
 include bench/Makefile.fragment

@@ -17,9 +17,9 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, Callable, Iterator, List, Optional
 
-from nvdocker2 import __version__, locations
+from nvdocker2 import __version__, locations, redact
 from nvdocker2.errors import EXIT_BAD_INPUT, EXIT_INTERNAL, NvDockerError
-
+from nvdocker2.oneline import one_line
 
 def _import_typer() -> Any:
     """typer, loaded without rich. typer < 0.8 imports rich (and markdown-it, ~0.1 s) as it
@@ -194,7 +194,8 @@ class _Out:
 
 
 def _stderr(line: str) -> None:
-    sys.stderr.write(line + "\n")
+    """One line on stderr; control characters in it are escaped (SPEC §8: one line each)."""
+    sys.stderr.write(one_line(line) + "\n")
     sys.stderr.flush()
 
 
@@ -554,6 +555,7 @@ def status(
             info["error"] = e.message
             code = e.exit_code
         st = store.state_dir()
+        store.check_state_dir(st)  # SPEC §8: nothing is read from an untrusted state dir
         rec = {}
         with contextlib.suppress(NvDockerError):
             rec = store.Journal(st, cfg).load()
@@ -624,13 +626,15 @@ def doctor(
     json_: bool = typer.Option(False, "--json", help="Print the results as a JSON list."),
     smoke: bool = typer.Option(False, "--smoke", help="Also start a tiny GPU container "
                                "(image: $NVDOCKER2_SMOKE_IMAGE, default ubuntu; never pulled)."),
+    verbose: bool = typer.Option(False, "--verbose", "-v",
+                                 help="Show every check on its own line, with what it found."),
 ) -> None:
     """Check this host's GPU container setup and say how to fix what is wrong (exit 1 if
     any check failed)."""
     from nvdocker2.doctor import run_doctor
 
     cfg = str(_resolve_config(config)[0]) if config is not None else None
-    _run(json_, lambda: run_doctor(cfg, docker_host, json_, smoke))
+    _run(json_, lambda: run_doctor(cfg, docker_host, json_, smoke, verbose=verbose))
 
 
 cdi_app = _typer(add_completion=False, help="Container Device Interface specs for this host's GPUs.")
@@ -750,6 +754,7 @@ def _aborts() -> tuple:
 
 def main(argv: Optional[List[str]] = None) -> None:
     """Console-script entry point: runs the app and maps every outcome to a SPEC exit code."""
+    redact.mask_standard_streams()  # no URL password reaches a terminal or a log
     for sig in (signal.SIGTERM, signal.SIGHUP):
         with contextlib.suppress(ValueError, OSError):
             signal.signal(sig, _on_signal)

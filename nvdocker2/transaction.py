@@ -1,7 +1,13 @@
 """install / uninstall / rollback, each as one transaction (SPEC §2).
 
-    lock → read → edit → validate → daemon.check_candidate → backup → journal → atomic write
-         → daemon.reload → daemon.verify → (on failure: restore, reload, verify the old state)
+    lock → read → edit → validate → daemon.check_candidate → backup → journal → compare
+         → atomic write → daemon.reload → daemon.verify → (on failure: restore, reload, verify
+         the old state)
+
+SPEC §8: "compare" checks, right before the rename, that the file is still what was read; when
+another program changed it, nothing is written and the transaction is redone from the read
+(`_transact`, CHANGE_ATTEMPTS times). A file that cannot be renamed over is written in place,
+with a warning.
 
 Nothing here prints: every function returns a `Result` (or raises an `NvDockerError` with the
 SPEC exit code) and reports live progress only through a `Reporter`. How dockerd is reloaded
@@ -13,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import difflib
 import os
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, ContextManager, Iterator, Protocol, Sequence
@@ -24,9 +31,13 @@ from nvdocker2.errors import (
     EXIT_REJECTED,
     BadInput,
     DockerdRejected,
+    EnvironmentProblem,
     NvDockerError,
     RollbackFailed,
 )
+from nvdocker2.redact import mask_credentials, masked_text
+
+CHANGE_ATTEMPTS = 3  # reads of a file another program keeps changing before giving up
 
 # --- the Daemon slot ---------------------------------------------------------------------------
 
@@ -62,8 +73,9 @@ class Daemon(Protocol):
     def reload(self) -> None:
         """Make dockerd read the file; raise EnvironmentProblem if it cannot."""
 
-    def verify(self, expect: Expectation, timeout: float) -> None:
-        """Raise VerifyFailed(reason) when dockerd does not report `expect` within `timeout`."""
+    def verify(self, expect: Expectation, timeout: float) -> str | None:
+        """Raise VerifyFailed(reason) when dockerd does not report `expect` within `timeout`;
+        return a warning when it does but its taking the file is not proven (SPEC §8)."""
 
 
 class NoDaemon:
@@ -113,6 +125,8 @@ class Result:
     dry_run: bool = False
     diff: str | None = None
     style: str = ""
+    before: str | None = None  # the file's text before (None: no file), credentials masked
+    after: str | None = None  # its text after, or what a dry run would write; masked
 
     def to_json(self) -> dict:
         out: dict[str, Any] = {
@@ -128,6 +142,8 @@ class Result:
             "notes": list(self.notes),
             "changes": [c.to_json() for c in self.changes if c.changed],
             "dry_run": self.dry_run,
+            "before": self.before,
+            "after": self.after,
         }
         if self.dry_run:
             out["diff"] = self.diff or ""
@@ -171,7 +187,7 @@ def unified_diff(config: Path, old: bytes, new: bytes | None) -> str:
         if not line.endswith("\n"):
             line += "\n\\ No newline at end of file\n"
         lines.append(line.replace("\r\n", "\n") if line.endswith("\r\n") else line)
-    return "".join(lines)
+    return mask_credentials("".join(lines))
 
 
 def _runtimes(doc: dict) -> dict:
@@ -289,11 +305,13 @@ class _Plan:
     expect: Expectation
     journal_record: dict | None = None  # None: leave the journal alone
     journal_before_write: bool = True
+    create_as: store.Ownership | None = None  # mode/owner/group when the file is recreated
 
 
-def _ensure_directory(ctx: _Ctx) -> None:
+def _ensure_directory(ctx: _Ctx, create: bool = True) -> None:
     """Create the file's directory (0755) when only that last level is missing, e.g.
-    /etc/docker before Docker is installed; a deeper missing path is a wrong --config."""
+    /etc/docker before Docker is installed; a deeper missing path is a wrong --config.
+    `create` False (a dry run) only checks."""
     d = store.resolve_target(ctx.config).parent
     if d.is_dir():
         return
@@ -302,6 +320,8 @@ def _ensure_directory(ctx: _Ctx) -> None:
             f"{ctx.config}: directory {d.parent} does not exist",
             "check --config (nvdocker2 creates at most the file's own directory)",
         )
+    if not create:
+        return
     try:
         store.make_dirs(d, mode=0o755)
     except (FileExistsError, NotADirectoryError):
@@ -309,6 +329,52 @@ def _ensure_directory(ctx: _Ctx) -> None:
     except OSError as e:
         raise store.os_error(e, str(d)) from None
     ctx.notes.append(f"created the directory {d}")
+
+
+def _check_candidates(
+    ctx: _Ctx, plan: _Plan, trans: dict | None, stage_as: Path
+) -> list[store.StagedFile]:
+    """Stage every file the change writes (the transitional one first) as `stage_as` and run
+    each check that comes before writing: `dockerd --validate` and the daemon's own (flag
+    conflicts with the running dockerd, ...). Returns the staged files; none stay on failure.
+    The apply and the dry run both come through here, so a dry run fails as the apply would.
+    """
+    files = []
+    if trans is not None:
+        files.append((plan.old_doc.serialize(trans), trans))
+    if plan.new_bytes is not None:
+        files.append((plan.new_bytes, plan.new_data))
+    staged: list[store.StagedFile] = []
+    try:
+        for i, (data, doc) in enumerate(files):
+            if i == 0:
+                ctx.reporter.progress(f"checking the candidate {ctx.config}")
+            s = store.stage(stage_as, data, owner=plan.create_as)
+            staged.append(s)
+            _dockerd_check(ctx, s)
+            ctx.daemon.check_candidate(ctx.config, doc, s.path)
+    except BaseException:
+        for s in staged:
+            s.discard()
+        raise
+    return staged
+
+
+def _transition(ctx: _Ctx, plan: _Plan) -> dict | None:
+    """The transitional file `plan` needs with this daemon first, or None."""
+    if not _needs_transition(ctx.daemon):
+        return None
+    return transitional(plan.new_data, plan.old_doc.data)
+
+
+def _dry_run_checks(ctx: _Ctx, plan: _Plan) -> None:
+    """The checks of `_apply` before its first write, with the candidates staged in a private
+    temp directory: nothing is created beside the file or in the state dir."""
+    _ensure_directory(ctx, create=False)
+    trans = _transition(ctx, plan)
+    with tempfile.TemporaryDirectory(prefix="nvdocker2-dry-run-") as d:
+        for s in _check_candidates(ctx, plan, trans, Path(d) / ctx.config.name):
+            s.discard()
 
 
 def _apply(ctx: _Ctx, plan: _Plan) -> tuple[store.Backup, bool]:
@@ -322,27 +388,18 @@ def _apply(ctx: _Ctx, plan: _Plan) -> tuple[store.Backup, bool]:
     old = plan.old_doc
     daemon = ctx.daemon
     _ensure_directory(ctx)
-    trans = transitional(plan.new_data, old.data) if _needs_transition(daemon) else None
-    trans_bytes = old.serialize(trans) if trans is not None else None
+    trans = _transition(ctx, plan)
 
     staged: list[store.StagedFile] = []
     try:
-        first_bytes = trans_bytes if trans_bytes is not None else plan.new_bytes
-        first_data = trans if trans is not None else plan.new_data
-        if first_bytes is not None:
-            ctx.reporter.progress(f"checking the candidate {ctx.config}")
-            s = store.stage(ctx.config, first_bytes)
-            staged.append(s)
-            _dockerd_check(ctx, s)
-            daemon.check_candidate(ctx.config, first_data, s.path)
-        if trans_bytes is not None and plan.new_bytes is not None:
-            s2 = store.stage(ctx.config, plan.new_bytes)
-            staged.append(s2)
-            _dockerd_check(ctx, s2)
-            daemon.check_candidate(ctx.config, plan.new_data, s2.path)
-
+        staged = _check_candidates(ctx, plan, trans, ctx.config)
         backups = store.Backups(ctx.state)
-        backup = backups.create(ctx.config, old.raw if old.existed else None, plan.reason)
+        backup = backups.create(
+            ctx.config,
+            old.raw if old.existed else None,
+            plan.reason,
+            store.Ownership.of(old.stat),
+        )
         ctx.reporter.progress(f"backup {backup.id} saved")
         journal = store.Journal(ctx.state, ctx.config)
         journal_old = journal.read_bytes()
@@ -355,11 +412,13 @@ def _apply(ctx: _Ctx, plan: _Plan) -> tuple[store.Backup, bool]:
 
     log_offset = _log_offset(ctx.dockerd_log)
     phase = "write"
+    as_read = store.AsRead(old.raw if old.existed else None, old.stat)
     try:
         if staged:
-            staged[0].commit()
+            staged[0].commit(as_read)
+            _note_in_place(ctx, staged[0], backup)
         else:
-            store.atomic_remove(ctx.config)
+            store.atomic_remove(ctx.config, as_read)
         phase = "reload"
         verified = False
         if daemon.strategy != "none":
@@ -369,14 +428,19 @@ def _apply(ctx: _Ctx, plan: _Plan) -> tuple[store.Backup, bool]:
         phase = "verify"
         if daemon.verifies:
             with ctx.reporter.waiting("waiting for dockerd to report the change"):
-                daemon.verify(plan.expect, ctx.timeout)
-            verified = True
+                unproven = daemon.verify(plan.expect, ctx.timeout)
+            verified = not unproven
+            if unproven:
+                ctx.warnings.append(unproven)
         phase = "final"
         if trans is not None:
+            # Still the transitional file we wrote? (another program may have written since)
+            ours = store.AsRead(old.serialize(trans))
             if plan.new_bytes is None:
-                store.atomic_remove(ctx.config)
+                store.atomic_remove(ctx.config, ours)
             else:
-                staged[1].commit()
+                staged[1].commit(ours)
+                _note_in_place(ctx, staged[1], backup)
         if plan.journal_record is not None and not plan.journal_before_write:
             journal.write(plan.journal_record)
     except BaseException as exc:
@@ -385,6 +449,9 @@ def _apply(ctx: _Ctx, plan: _Plan) -> tuple[store.Backup, bool]:
         if phase == "write":
             with contextlib.suppress(Exception):
                 journal.restore(journal_old)
+            if isinstance(exc, store.ChangedMeanwhile):
+                with contextlib.suppress(Exception):
+                    backups.discard(backup)  # a backup of bytes that were never replaced
             raise
         _restore_after_failure(ctx, plan, backup, exc, reload_again=phase != "reload")
         with contextlib.suppress(Exception):
@@ -407,6 +474,18 @@ def _apply(ctx: _Ctx, plan: _Plan) -> tuple[store.Backup, bool]:
     return backup, verified
 
 
+def _note_in_place(ctx: _Ctx, staged: store.StagedFile, backup: store.Backup) -> None:
+    if staged.in_place is None:
+        return
+    warning = (
+        f"{ctx.config} cannot be replaced by a rename ({staged.in_place}; a bind mount?), so it "
+        f"was written in place: this write is not atomic (the previous file is backup "
+        f"{backup.id})"
+    )
+    if warning not in ctx.warnings:
+        ctx.warnings.append(warning)
+
+
 def _restore_after_failure(
     ctx: _Ctx, plan: _Plan, backup: store.Backup, exc: BaseException, reload_again: bool
 ) -> None:
@@ -424,7 +503,7 @@ def _restore_after_failure(
 
     def put_old() -> None:
         if old.existed:
-            store.atomic_write(ctx.config, old.raw)
+            store.atomic_write(ctx.config, old.raw, owner=store.Ownership.of(old.stat))
         else:
             store.atomic_remove(ctx.config)
 
@@ -479,6 +558,30 @@ def _session(ctx: _Ctx) -> Iterator[None]:
         yield
 
 
+def _transact(ctx: _Ctx, attempt: Callable[[], Result]) -> Result:
+    """Run `attempt` (read → edit → … → write) under the lock; when another program changed the
+    file between our read and our rename, nothing was written: redo it from the read, at most
+    CHANGE_ATTEMPTS times in all (SPEC §8), else exit 3."""
+    with _session(ctx):
+        for n in range(1, CHANGE_ATTEMPTS + 1):
+            warnings, notes = len(ctx.warnings), len(ctx.notes)
+            try:
+                return attempt()
+            except store.ChangedMeanwhile as e:
+                if n == CHANGE_ATTEMPTS:
+                    raise EnvironmentProblem(
+                        f"{ctx.config} was changed by another program {n} times while "
+                        f"nvdocker2 was editing it ({e.why}); gave up, nothing was written",
+                        e.hint,
+                    ) from None
+                del ctx.warnings[warnings:], ctx.notes[notes:]
+                ctx.notes.append(
+                    f"{ctx.config} was changed by another program meanwhile ({e.why}); "
+                    "read it again and redid the change"
+                )
+    raise AssertionError("not reached")  # pragma: no cover
+
+
 def _result(
     ctx: _Ctx,
     action: str,
@@ -488,6 +591,7 @@ def _result(
     backup: store.Backup | None = None,
     verified: bool = False,
     diff: str | None = None,
+    after: bytes | None = None,
 ) -> Result:
     return Result(
         action=action,
@@ -504,6 +608,8 @@ def _result(
         dry_run=ctx.dry_run,
         diff=diff,
         style=doc.style.describe(),
+        before=masked_text(doc.raw if doc.existed else None),
+        after=masked_text(after),
     )
 
 
@@ -518,23 +624,49 @@ def _finish(
     expect: Expectation,
     journal_record: dict | None = None,
     journal_before_write: bool = True,
+    create_as: store.Ownership | None = None,
 ) -> Result:
     """Shared tail: unchanged → say so; dry run → diff; else apply."""
     unchanged = (new_bytes == doc.raw and doc.existed) or (new_bytes is None and not doc.existed)
     if unchanged:
-        return _result(ctx, action, False, doc, changes)
-    if ctx.dry_run:
+        verified = not ctx.dry_run and _settle(ctx, expect)
         return _result(
-            ctx, action, True, doc, changes, diff=unified_diff(ctx.config, doc.raw, new_bytes)
+            ctx, action, False, doc, changes, verified=verified,
+            after=doc.raw if doc.existed else None,
         )
-    plan = _Plan(doc, new_data, new_bytes, reason, expect, journal_record, journal_before_write)
+    plan = _Plan(
+        doc, new_data, new_bytes, reason, expect, journal_record, journal_before_write, create_as
+    )
+    if ctx.dry_run:
+        _dry_run_checks(ctx, plan)
+        return _result(
+            ctx, action, True, doc, changes, diff=unified_diff(ctx.config, doc.raw, new_bytes),
+            after=new_bytes,
+        )
     backup, verified = _apply(ctx, plan)
     if ctx.daemon.strategy == "none":
         ctx.notes.append(
             "dockerd was not reloaded; to apply the change run: "
             + locations.reload_hint(ctx.config)
         )
-    return _result(ctx, action, True, doc, changes, backup, verified)
+    return _result(ctx, action, True, doc, changes, backup, verified, after=new_bytes)
+
+
+def _settle(ctx: _Ctx, expect: Expectation) -> bool:
+    """Reload an unchanged file that dockerd is not running; True when that was done.
+
+    An earlier run stopped between its rename and its reload (SIGKILL, power cut) leaves the
+    file right and dockerd on the old one: the next run writes nothing, so it must reload.
+    """
+    lags = getattr(ctx.daemon, "lags_behind", None)
+    if lags is None or not lags(expect):
+        return False
+    ctx.notes.append("dockerd was not running this file (an earlier run was interrupted): reloaded")
+    ctx.daemon.reload()
+    unproven = ctx.daemon.verify(expect, ctx.timeout)
+    if unproven:
+        ctx.warnings.append(unproven)
+    return not unproven
 
 
 def _ctx(
@@ -588,7 +720,8 @@ def install(
     ctx = _ctx(config, config_reason, daemon, reporter, timeout, dry_run, state, dockerd_log)
     edit.check_name(runtime_name, adding=True)
     entry = edit.runtime_entry(runtime_path, list(runtime_args) or None)
-    with _session(ctx):
+
+    def attempt() -> Result:
         doc = _load(ctx)
         new, ch = _wrap_shape(
             ctx.config,
@@ -650,6 +783,8 @@ def install(
             record,
         )
 
+    return _transact(ctx, attempt)
+
 
 def uninstall(
     config: Path,
@@ -669,7 +804,8 @@ def uninstall(
     Never leaves default-runtime naming a runtime that no longer exists."""
     ctx = _ctx(config, config_reason, daemon, reporter, timeout, dry_run, state, dockerd_log)
     edit.check_name(runtime_name, adding=False)
-    with _session(ctx):
+
+    def attempt() -> Result:
         doc = _load(ctx)
         _wrap_shape(ctx.config, lambda: edit.check_shape(doc.data))
         journal = store.Journal(ctx.state, ctx.config)
@@ -747,6 +883,8 @@ def uninstall(
             journal_before_write=False,
         )
 
+    return _transact(ctx, attempt)
+
 
 def rollback(
     config: Path | None,
@@ -783,7 +921,8 @@ def rollback(
             )
         b = found[0]
     ctx = _ctx(config, config_reason, daemon, reporter, timeout, dry_run, st, dockerd_log)
-    with _session(ctx):
+
+    def attempt() -> Result:
         doc = _load(ctx)
         data = backups.read(b)
         if data is None:
@@ -805,8 +944,18 @@ def rollback(
         change = Change(str(ctx.config), "restored", ABSENT, b.id)
         expect = expectation(target.data, doc.data)
         res = _finish(
-            ctx, "rollback", doc, target.data, data, [change], f"rollback to {b.id}", expect
+            ctx,
+            "rollback",
+            doc,
+            target.data,
+            data,
+            [change],
+            f"rollback to {b.id}",
+            expect,
+            create_as=b.ownership,
         )
         if not res.changed:
             return Result(**{**res.__dict__, "changes": ()})
         return res
+
+    return _transact(ctx, attempt)

@@ -5,7 +5,8 @@
 # with them the venvs are skipped unless NVDOCKER2_VENVS=1 (NVDOCKER2_VENVS=0 always skips).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh
+scripts/setup.sh tests
+scripts/ansible-test.sh sanity  # the Ansible collection; its fleet tests run in pytest below
 if [ "${NVDOCKER2_VENVS:-}" = 1 ] || { [ $# -eq 0 ] && [ "${NVDOCKER2_VENVS:-}" != 0 ]; }; then
     scripts/test-venvs.sh
 fi

@@ -17,6 +17,7 @@ from dockerd_cli import (
     sleeper,
     state,
     systemd_env,
+    tcp_host,
 )
 
 
@@ -70,8 +71,12 @@ def test_an_idempotent_rerun_does_not_signal_dockerd(dockerd):
 def test_a_flag_conflict_the_installer_can_see_exits_2_before_writing(make_dockerd):
     daemon = make_dockerd(extra_args=["--default-runtime=runc"])
     original = daemon.config_file.read_bytes()
+    # The dry run runs the same checks (SPEC §10): it fails as the apply does, touching nothing.
+    dry = nvdocker2(daemon, *INSTALL, "--set-default", "--dry-run", "--json")
+    assert dry.returncode == 2 and json.loads(dry.stdout)["exit_code"] == 2
+    assert not Path(os.environ["NVDOCKER2_STATE_DIR"]).exists()
     out = nvdocker2(daemon, *INSTALL, "--set-default")
-    assert out.returncode == 2
+    assert out.returncode == 2 and out.stderr == dry.stderr
     assert out.stderr.startswith(
         f'error: {daemon.config_file}: "default-runtime" (flag --default-runtime)'
     )
@@ -84,9 +89,11 @@ def test_a_flag_conflict_the_installer_can_see_exits_2_before_writing(make_docke
 
 
 def test_a_conflict_the_installer_cannot_see_is_rolled_back_exit_4(make_dockerd, stand_ins):
-    # systemd runs dockerd, but its MainPID cannot be read: dockerd's flags are unknown, and
-    # it refuses the file on reload ("default-runtime" is also its --default-runtime flag).
-    daemon = make_dockerd(extra_args=["--default-runtime=runc"])
+    # systemd runs dockerd, but its MainPID cannot be read and its API is reached over tcp
+    # (no SO_PEERCRED): dockerd's flags are unknown, and it refuses the file on reload
+    # ("default-runtime" is also its --default-runtime flag).
+    flag, tcp = tcp_host()
+    daemon = make_dockerd(extra_args=["--default-runtime=runc", flag])
     cid = sleeper(daemon)
     before = state(daemon, cid)
     original = daemon.config_file.read_bytes()
@@ -96,7 +103,7 @@ def test_a_conflict_the_installer_cannot_see_is_rolled_back_exit_4(make_dockerd,
         *INSTALL,
         "--set-default",
         "--docker-host",
-        daemon.host,
+        tcp,
         env=env,
         daemon_flags=False,
     )
