@@ -35,7 +35,9 @@ for name in newest oldest; do
 print(" ".join(f"{d} {m.version(d)}" for d in ("typer", "rich", "jsonschema", "filelock", "packaging")))')
     echo "venv $name: $versions (built in $((SECONDS - start)) s)"
     # pytest from the venv's bin (not `python -m`), so the installed package is the one tested.
-    if ! (cd tests && "$venv/bin/pytest" -q -p no:cacheprovider -o addopts= unit "$@"); then
+    # The Ansible module's tests run it under the Ansible venv's own Python, not this one.
+    if ! (cd tests && "$venv/bin/pytest" -q -p no:cacheprovider -o addopts= \
+            --ignore=unit/test_ansible_module.py unit "$@"); then
         failed+=("$name")
     fi
 done
