@@ -565,7 +565,8 @@ def status(
         recorded = (rec.get("runtimes") or {}) if rec else {}
         info["installed_runtimes"] = sorted(
             name for name, r in recorded.items()
-            if isinstance(r, dict) and "installed" in r and info["runtimes"].get(name) == r["installed"]
+            if isinstance(r, dict) and "installed" in r
+            and info["runtimes"].get(name) == r["installed"]
         )
         info["installed"] = bool(info["installed_runtimes"])
         with contextlib.suppress(NvDockerError):

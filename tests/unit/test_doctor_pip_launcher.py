@@ -7,9 +7,9 @@ import shutil
 import sys
 from pathlib import Path
 
-import nvdocker2
 from test_doctor_checks import WARN, FakeHost, assert_status
 
+import nvdocker2
 from nvdocker2.doctor.context import run_command
 from nvdocker2.runtime.launcher import render_pip
 

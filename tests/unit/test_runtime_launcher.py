@@ -5,9 +5,12 @@ from __future__ import annotations
 import ast
 import os
 import re
+import shutil
 import subprocess
+import sys
+from pathlib import Path
 
-from nvdocker2.runtime.launcher import main, render
+from nvdocker2.runtime.launcher import main, render, render_pip
 
 SYS_PATH_LINE = re.compile(r"sys\.path\[len\(sys\.path\):\] = (\[[^\]]*\])")
 
@@ -40,12 +43,6 @@ def test_written_launchers_are_executable_and_run(tmp_path):
 
 # --- the launchers a pip install ships --------------------------------------------------------
 
-import shutil  # noqa: E402
-import sys  # noqa: E402
-from pathlib import Path  # noqa: E402
-
-from nvdocker2.runtime.launcher import render_pip  # noqa: E402
-
 REPO = Path(__file__).resolve().parents[2]
 NAMES = ("nvidia-container-runtime", "nvidia-container-runtime-hook")
 
@@ -55,7 +52,8 @@ def test_pip_launchers_in_the_tree_are_what_the_generator_writes():
     pyproject = (REPO / "pyproject.toml").read_text()
     for name in NAMES:
         path = REPO / "nvdocker2" / "runtime" / "bin" / name
-        assert path.read_text() == texts[name], f"rerun: python3 -m nvdocker2.runtime.launcher --pip {path.parent}"
+        assert path.read_text() == texts[name], (
+            f"rerun: python3 -m nvdocker2.runtime.launcher --pip {path.parent}")
         assert os.access(path, os.X_OK)
         assert f'"nvdocker2/runtime/bin/{name}"' in pyproject
         assert f"\n{name} = " not in pyproject  # not a (slow) console script
@@ -65,7 +63,8 @@ def test_pip_launchers_in_the_tree_are_what_the_generator_writes():
 def pip_prefix(tmp_path: Path, version: str, sh_form: bool = False) -> Path:
     """A pip-like install: PREFIX/bin/{nvdocker2, launchers}, the package (a copy saying
     `version`) in PREFIX/lib/pythonX.Y/site-packages."""
-    site = tmp_path / "prefix" / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}" / "site-packages"
+    lib = tmp_path / "prefix" / "lib"
+    site = lib / f"python{sys.version_info[0]}.{sys.version_info[1]}" / "site-packages"
     shutil.copytree(REPO / "nvdocker2", site / "nvdocker2",
                     ignore=shutil.ignore_patterns("__pycache__"))
     (site / "nvdocker2" / "__init__.py").write_text(f'__version__ = "{version}"\n')
@@ -75,7 +74,8 @@ def pip_prefix(tmp_path: Path, version: str, sh_form: bool = False) -> Path:
         head = f"#!/bin/sh\n'''exec' \"{sys.executable}\" \"$0\" \"$@\"\n' '''\n"
     else:
         head = f"#!{sys.executable}\n"
-    (bin_ / "nvdocker2").write_text(head + "import sys\nfrom nvdocker2.cli import main\nsys.exit(main())\n")
+    (bin_ / "nvdocker2").write_text(
+        head + "import sys\nfrom nvdocker2.cli import main\nsys.exit(main())\n")
     for name, text in render_pip().items():
         (bin_ / name).write_text(text)
         (bin_ / name).chmod(0o755)
@@ -96,7 +96,8 @@ def test_pip_launchers_run_the_package_installed_beside_them(tmp_path):
            "NVIDIA_CONTAINER_RUNTIME_CONFIG": str(tmp_path / "none.toml")}
     r = subprocess.run([str(bin_ / "nvidia-container-runtime-hook"), "--version"],
                        capture_output=True, text=True, env=env)
-    assert (r.returncode, r.stdout) == (0, "nvidia-container-runtime-hook version 7.7.7-pip (nvdocker2)\n")
+    assert (r.returncode, r.stdout) == (
+        0, "nvidia-container-runtime-hook version 7.7.7-pip (nvdocker2)\n")
     r = subprocess.run([str(bin_ / "nvidia-container-runtime"), "--version"],
                        capture_output=True, text=True, env=env)
     assert r.returncode == 0, r.stderr
@@ -117,7 +118,8 @@ def test_pip_launchers_read_pips_sh_form_and_follow_pipx_links(tmp_path):
         (links / name).symlink_to(bin_ / name)
     r = subprocess.run([str(links / "nvidia-container-runtime-hook"), "--version"],
                        capture_output=True, text=True, env={"PATH": "/usr/bin:/bin"})
-    assert (r.returncode, r.stdout) == (0, "nvidia-container-runtime-hook version 8.8.8-pipx (nvdocker2)\n")
+    assert (r.returncode, r.stdout) == (
+        0, "nvidia-container-runtime-hook version 8.8.8-pipx (nvdocker2)\n")
     r = subprocess.run([str(links / "nvidia-container-runtime-hook"), "poststop"],
                        capture_output=True, text=True, env={})
     assert (r.returncode, r.stderr) == (0, "")
