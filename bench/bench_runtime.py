@@ -3,7 +3,8 @@
 
 Run as root on a machine that can run the e2e tests: `.venv/bin/python bench/bench_runtime.py`.
 It starts a private dockerd (tests/e2e/privatedockerd.py) whose runtimes are this package's
-launchers (`nvidia`) and pip console scripts (`nvidia-console`), with a no-op TEST FIXTURE
+launchers as the .deb writes them (`nvidia`) and as `pip install` ships them (`nvidia-pip`, from
+a venv this script builds with `pip install .`), with a no-op TEST FIXTURE
 nvidia-container-cli standing in for libnvidia-container (no GPU needed; it only counts its
 calls, so what is measured is our part), then prints:
 
@@ -13,7 +14,11 @@ calls, so what is measured is our part), then prints:
    `--gpus all` (dockerd injects our hook) vs runc without a GPU request.
 2. Per invocation, wall and CPU time: `nvidia-container-runtime state` (a pass-through),
    `create` up to the exec of a stand-in runc, and the hook's prestart (a GPU request,
-   cli = /bin/true), against `runc state` itself.
+   cli = /bin/true), against `runc state` itself. CPU is user + system time of the children
+   (getrusage), not wall time.
+3. Shim + hook CPU per GPU container start: create + hook prestart + each pass-through call
+   containerd makes per `docker run` (counted through a wrapper runtime) less runc's own
+   CPU for that call.
 """
 
 from __future__ import annotations
@@ -38,7 +43,18 @@ from privatedockerd import PrivateDockerd, remove_rootfs_tar  # noqa: E402
 
 from nvdocker2.runtime.launcher import write_launchers  # noqa: E402
 
-CONSOLE_BIN = Path(sys.executable).parent
+
+
+def pip_install(work: Path) -> Path:
+    """A venv with this checkout installed as `pip install .` does (the libraries from the
+    system, so no network); returns its bin directory."""
+    venv = work / "pip-venv"
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)],
+                   check=True)
+    subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--no-deps",
+                    "--no-build-isolation", "--no-index", "--disable-pip-version-check",
+                    str(REPO)], check=True, stdout=subprocess.DEVNULL)
+    return venv / "bin"
 
 
 def timed(argv, **kw) -> float:
@@ -93,6 +109,13 @@ def main() -> int:
     bindir = work / "bin"
     bindir.mkdir()
     write_launchers(str(bindir))
+    pip_bin = pip_install(work)
+    # A runtime that records each call, then runs the pip install's: how many times containerd
+    # runs the runtime per `docker run`.
+    counted = work / "counted-runtime"
+    counted.write_text(f'#!/bin/sh\necho "$*" >> {work}/invocations\n'
+                       f'exec {pip_bin}/nvidia-container-runtime "$@"\n')
+    counted.chmod(0o755)
     # The GPU boundary as a no-op that counts its calls (one shell builtin), so that what is
     # measured is the shim and the hook, not a stand-in's work.
     record = work / "record"
@@ -106,7 +129,8 @@ def main() -> int:
     env = dict(os.environ, NVIDIA_CONTAINER_RUNTIME_CONFIG=str(config))
     daemon_config = {"runtimes": {
         "nvidia": {"path": str(bindir / "nvidia-container-runtime")},
-        "nvidia-console": {"path": str(CONSOLE_BIN / "nvidia-container-runtime")},
+        "nvidia-pip": {"path": str(pip_bin / "nvidia-container-runtime")},
+        "nvidia-counted": {"path": str(counted)},
     }}
     daemon = PrivateDockerd(config=json.dumps(daemon_config).encode(), env=env,
                             path_prepend=[bindir])
@@ -120,8 +144,8 @@ def main() -> int:
         for name, a_args, b_args in (
             ("runtime=nvidia (launcher) + hook vs runc", ["--runtime=nvidia", *gpu],
              ["--runtime=runc", *gpu]),
-            ("runtime=nvidia-console (pip script) + hook vs runc",
-             ["--runtime=nvidia-console", *gpu], ["--runtime=runc", *gpu]),
+            ("runtime=nvidia-pip (pip install) + hook vs runc",
+             ["--runtime=nvidia-pip", *gpu], ["--runtime=runc", *gpu]),
             ("--gpus all (dockerd adds the hook) vs runc", ["--gpus", "all"], ["--runtime=runc"]),
         ):
             a, b = pairs(daemon, a_args, b_args, args.pairs)
@@ -133,6 +157,15 @@ def main() -> int:
                   f"  (fastest {min(a) * 1000:.0f} vs {min(b) * 1000:.0f} ms: {fastest:.3f})")
         calls = (record / "calls").read_text().count("called")
         print(f"  (the no-op nvidia-container-cli ran {calls} times)")
+        counted_runs = 3
+        pairs(daemon, ["--runtime=nvidia-counted", *gpu], ["--runtime=nvidia-counted", *gpu], 1)
+        pairs(daemon, ["--runtime=nvidia-counted", *gpu], ["--runtime=runc"], 1)
+        invocations = (work / "invocations").read_text().splitlines()
+        creates = sum(" create " in f" {line} " for line in invocations)
+        passthrough = (len(invocations) - creates) / counted_runs
+        results["runtime calls per docker run besides create"] = passthrough
+        print(f"  (per docker run containerd ran the runtime {len(invocations) / counted_runs:.1f}"
+              f" times, {creates / counted_runs:.1f} of them create)")
     finally:
         daemon.cleanup()
         remove_rootfs_tar()
@@ -170,19 +203,19 @@ def main() -> int:
         "runtime create (launcher)": loop([str(bindir / "nvidia-container-runtime"),
                                            *create_args], args.calls, create_env,
                                           before=fresh_spec),
-        "runtime create (pip script)": loop([str(CONSOLE_BIN / "nvidia-container-runtime"),
+        "runtime create (pip install)": loop([str(pip_bin / "nvidia-container-runtime"),
                                              *create_args], args.calls, create_env,
                                             before=fresh_spec),
         "runc state": loop([runc, *state_args], args.calls, plain),
         "runtime state (launcher)": loop([str(bindir / "nvidia-container-runtime"), *state_args],
                                          args.calls, plain),
-        "runtime state (pip script)": loop(
-            [str(CONSOLE_BIN / "nvidia-container-runtime"), *state_args], args.calls, plain),
+        "runtime state (pip install)": loop(
+            [str(pip_bin / "nvidia-container-runtime"), *state_args], args.calls, plain),
         "hook prestart (launcher)": loop(
             [str(bindir / "nvidia-container-runtime-hook"), "--config", str(hook_config),
              "prestart"], args.calls, {}, state),
-        "hook prestart (pip script)": loop(
-            [str(CONSOLE_BIN / "nvidia-container-runtime-hook"), "--config", str(hook_config),
+        "hook prestart (pip install)": loop(
+            [str(pip_bin / "nvidia-container-runtime-hook"), "--config", str(hook_config),
              "prestart"], args.calls, {}, state),
         "/bin/true": loop(["/bin/true"], args.calls, plain),
     }
@@ -193,6 +226,15 @@ def main() -> int:
         results[name + " cpu ms"] = statistics.median(cpu) * 1000
         print(f"  {name:30s} {ms(wall)} (x{statistics.median(wall) / base:.2f})"
               f"  cpu {ms(cpu)}")
+    cpu = {name: statistics.median(c) * 1000 for name, (_, c) in runs.items()}
+    k = results["runtime calls per docker run besides create"]
+    print(f"\nshim + hook CPU per GPU container start (create + prestart + {k:.1f} pass-throughs"
+          " less runc's own CPU):")
+    for kind in ("launcher", "pip install"):
+        total = (cpu[f"runtime create ({kind})"] + cpu[f"hook prestart ({kind})"]
+                 + k * max(0.0, cpu[f"runtime state ({kind})"] - cpu["runc state"]))
+        results[f"shim + hook cpu ms per GPU container start ({kind})"] = total
+        print(f"  {kind:12s} {total:6.1f} ms")
     shutil.rmtree(work, ignore_errors=True)
     if args.json:
         print(json.dumps(results, indent=2))

@@ -17,17 +17,61 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, Callable, Iterator, List, Optional
 
-import click
-import typer
-
-from nvdocker2 import __version__, locations, redact, transaction
-from nvdocker2.errors import EXIT_INTERNAL, BadInput, NvDockerError
+from nvdocker2 import __version__, locations, redact
+from nvdocker2.errors import EXIT_BAD_INPUT, EXIT_INTERNAL, BadInput, NvDockerError
 from nvdocker2.oneline import one_line
 
-app = typer.Typer(
-    add_completion=False,
-    no_args_is_help=True,
-    pretty_exceptions_enable=False,
+def _import_typer() -> Any:
+    """typer, loaded without rich. typer < 0.8 imports rich (and markdown-it, ~0.1 s) as it
+    loads, only to format help, which we print plain on every typer version (see `_Command`);
+    rich stays importable for the spinner, which imports it when it is shown."""
+    if "typer" in sys.modules or "rich" in sys.modules:
+        import typer
+        return typer
+    sys.modules["rich"] = None  # type: ignore[assignment]  # `import rich` raises ImportError
+    try:
+        import typer
+    finally:
+        if sys.modules.get("rich", 0) is None:
+            del sys.modules["rich"]
+    return typer
+
+
+typer = _import_typer()
+# The exception classes typer raises: click's up to typer 0.19, its own copy of click from
+# typer 0.20 on. Named through typer's own export, never by importing click.
+_click_errors = sys.modules[typer.BadParameter.__module__]
+
+
+class _Command(typer.core.TyperCommand):
+    """Plain click help on every typer: typer < 0.8 formats help with rich whenever rich is
+    importable, and rich's tables cut long defaults with "…"."""
+
+    def format_help(self, ctx: Any, formatter: Any) -> None:
+        super(typer.core.TyperCommand, self).format_help(ctx, formatter)
+
+    def get_short_help_str(self, limit: int = 45) -> str:
+        """The command's first paragraph, whole (click cuts it at `limit` with "...")."""
+        return " ".join((self.short_help or (self.help or "").split("\n\n")[0]).split())
+
+
+class _Group(typer.core.TyperGroup):
+    __doc__ = _Command.__doc__
+
+    def format_help(self, ctx: Any, formatter: Any) -> None:
+        super(typer.core.TyperGroup, self).format_help(ctx, formatter)
+
+
+CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+
+
+def _typer(**kw: Any) -> Any:
+    return typer.Typer(cls=_Group, context_settings=CONTEXT, no_args_is_help=True,
+                       rich_markup_mode=None, pretty_exceptions_enable=False, **kw)
+
+
+app = _typer(
+    add_completion=True,
     help="Configure Docker for NVIDIA GPUs: add, remove and check the nvidia runtime in "
     "daemon.json safely (merge, backup, atomic write, reload, verify, roll back).",
 )
@@ -62,13 +106,13 @@ def _no_default(*names: str, **kw: Any) -> Any:
 # --- options shared by several commands (a fresh OptionInfo per use) -----------------------
 
 
-def _opt_config() -> Any:
+def _opt_config(what: str) -> Any:
     return _no_default(
         "--config",
         metavar="PATH",
-        help="daemon.json to change [default: chosen for this host's Docker: rootful "
+        help=f"daemon.json {what} [default: chosen for this host's Docker: rootful "
         "/etc/docker/daemon.json, rootless ~/.config/docker/daemon.json, snap "
-        "/var/snap/docker/current/config/daemon.json; printed with why]",
+        "/var/snap/docker/current/config/daemon.json; printed with why].",
     )
 
 
@@ -106,11 +150,11 @@ def _opt_no_verify() -> Any:
                         help="Do not ask dockerd (GET /info) whether it runs the change.")
 
 
-def _opt_docker_host() -> Any:
+def _opt_docker_host(what: str = "to verify the change through") -> Any:
     return _no_default(
         "--docker-host",
         metavar="URL",
-        help="Engine API to verify through [default: $DOCKER_HOST, else "
+        help=f"Engine API {what} [default: $DOCKER_HOST, else "
         "unix:///var/run/docker.sock].",
     )
 
@@ -184,7 +228,7 @@ def _fail(e: NvDockerError) -> int:
     return e.exit_code
 
 
-class CliReporter(transaction.Reporter):
+class CliReporter:
     """Progress lines and a spinner on stderr when a person is watching (a TTY, no --json)."""
 
     def __init__(self, json_mode: bool) -> None:
@@ -205,12 +249,19 @@ class CliReporter(transaction.Reporter):
             yield
 
 
+def _interrupted() -> int:
+    _stderr("error: interrupted; daemon.json is unchanged or was restored")
+    return EXIT_INTERNAL
+
+
 def _run(json_mode: bool, fn: Callable[[], int | None]) -> None:
     _Out.json = json_mode
     try:
         code = fn()
     except NvDockerError as e:
         raise typer.Exit(_fail(e)) from None
+    except KeyboardInterrupt:  # recent typer turns it into a silent exit 130
+        raise typer.Exit(_interrupted()) from None
     if code:
         raise typer.Exit(code)
 
@@ -224,7 +275,7 @@ def _resolve_config(config: Optional[Path]) -> tuple[Path, str]:
 def _make_daemon(
     mode: ReloadMode, restart: bool, no_verify: bool, docker_host: Optional[str],
     pidfile: Optional[Path], dockerd_log: Optional[Path], config: Path,
-) -> tuple[transaction.Daemon, list[str]]:
+) -> tuple[Any, list[str]]:
     """The Daemon for the reload flags. The one place dockerd reloading gets wired in."""
     from nvdocker2.dockerd import DaemonOptions, make_daemon, reporter_for
 
@@ -237,7 +288,7 @@ def _make_daemon(
     return daemon, notes
 
 
-def _render(res: transaction.Result, extra_notes: list[str], extra_warnings: list[str],
+def _render(res: Any, extra_notes: list[str], extra_warnings: list[str],
             extra_json: Optional[dict] = None) -> None:
     warnings = list(extra_warnings) + list(res.warnings)
     notes = list(extra_notes) + list(res.notes)
@@ -307,9 +358,9 @@ def _main(
     """nvdocker2: the nvidia-docker2 layer, made safe."""
 
 
-@app.command()
+@app.command(cls=_Command)
 def install(
-    config: Optional[Path] = _opt_config(),
+    config: Optional[Path] = _opt_config("to add the runtime to"),
     runtime_name: str = _opt_runtime_name(),
     runtime_path: Optional[str] = _no_default(
         "--runtime-path",
@@ -366,6 +417,8 @@ def install(
         elif os.path.isabs(path) and not (os.path.isfile(path) and os.access(path, os.X_OK)):
             warnings.append(f"--runtime-path {path} is not an executable file (yet)")
         daemon, notes = _make_daemon(reload, restart, no_verify, docker_host, pidfile, dockerd_log, cfg)
+        from nvdocker2 import transaction
+
         res = transaction.install(
             cfg, runtime_name=runtime_name, runtime_path=path, runtime_args=runtime_arg or [],
             set_default=set_default, dry_run=dry_run, daemon=daemon,
@@ -416,9 +469,9 @@ def _render_cdi(out: Any, notes: list[str]) -> None:
         sys.stdout.write("restart needed: yes (dockerd reads CDI settings only at start)\n")
 
 
-@app.command()
+@app.command(cls=_Command)
 def uninstall(
-    config: Optional[Path] = _opt_config(),
+    config: Optional[Path] = _opt_config("to remove the runtime from"),
     runtime_name: str = _opt_runtime_name(),
     dry_run: bool = _opt_dry_run(),
     reload: ReloadMode = _opt_reload(),
@@ -458,6 +511,8 @@ def uninstall(
         _no_cdi_spec_dir(cdi_spec_dir)
         daemon, notes = _make_daemon(reload, restart, no_verify, docker_host, pidfile, dockerd_log, cfg)
         own, _ = locations.default_runtime_path()
+        from nvdocker2 import transaction
+
         res = transaction.uninstall(
             cfg, runtime_name=runtime_name, own_runtime_paths=[own], dry_run=dry_run,
             daemon=daemon, reporter=CliReporter(json_), timeout=timeout, config_reason=why,
@@ -469,7 +524,7 @@ def uninstall(
     _run(json_, go)
 
 
-@app.command()
+@app.command(cls=_Command)
 def rollback(
     backup_id: Optional[str] = typer.Argument(
         None,
@@ -477,7 +532,7 @@ def rollback(
         metavar="[BACKUP_ID]",
         help="Backup to restore [default: the newest].",
     ),
-    config: Optional[Path] = _opt_config(),
+    config: Optional[Path] = _opt_config("to restore from its backups"),
     dry_run: bool = _opt_dry_run(),
     reload: ReloadMode = _opt_reload(),
     restart: bool = _opt_restart(),
@@ -497,6 +552,8 @@ def rollback(
             cfg, why = _resolve_config(config)
         daemon, notes = _make_daemon(reload, restart, no_verify, docker_host, pidfile, dockerd_log,
                                      cfg or Path(locations.ROOTFUL_CONFIG))
+        from nvdocker2 import transaction
+
         res = transaction.rollback(
             cfg, backup_id, dry_run=dry_run, daemon=daemon, reporter=CliReporter(json_),
             timeout=timeout, config_reason=why, dockerd_log=dockerd_log,
@@ -507,9 +564,9 @@ def rollback(
     _run(json_, go)
 
 
-@app.command()
+@app.command(cls=_Command)
 def backups(
-    config: Optional[Path] = _opt_config(),
+    config: Optional[Path] = _opt_config("whose backups to list"),
     json_: bool = _opt_json(),
 ) -> None:
     """List the backups of daemon.json, newest first."""
@@ -540,10 +597,10 @@ def backups(
     _run(json_, go)
 
 
-@app.command()
+@app.command(cls=_Command)
 def status(
-    config: Optional[Path] = _opt_config(),
-    docker_host: Optional[str] = _opt_docker_host(),
+    config: Optional[Path] = _opt_config("to report on"),
+    docker_host: Optional[str] = _opt_docker_host("to ask what the running dockerd uses"),
     json_: bool = _opt_json(),
 ) -> None:
     """Show what daemon.json says about runtimes, what install recorded, and the backups."""
@@ -580,7 +637,15 @@ def status(
         with contextlib.suppress(NvDockerError):
             rec = store.Journal(st, cfg).load()
         info["journal"] = rec or None
-        info["installed"] = bool(rec.get("runtimes")) if rec else False
+        # What the file says now, not history: a recorded entry counts only while the file
+        # still holds it as install wrote it (rollback or a hand edit may have taken it out).
+        recorded = (rec.get("runtimes") or {}) if rec else {}
+        info["installed_runtimes"] = sorted(
+            name for name, r in recorded.items()
+            if isinstance(r, dict) and "installed" in r
+            and info["runtimes"].get(name) == r["installed"]
+        )
+        info["installed"] = bool(info["installed_runtimes"])
         with contextlib.suppress(NvDockerError):
             found = store.Backups(st).all(cfg)
             info["backups"] = len(found)
@@ -607,9 +672,14 @@ def status(
             lines.append(f"default-runtime: {info['default_runtime'] or 'runc (not set)'}")
             for err in info["errors"]:
                 lines.append(f"invalid: {err}")
-        if rec:
-            names = ", ".join(sorted((rec.get("runtimes") or {}).keys()))
+        gone = sorted(set(recorded) - set(info["installed_runtimes"]))
+        if info["installed"]:
+            names = ", ".join(info["installed_runtimes"])
             lines.append(f"installed by nvdocker2: {names} (journal {store.Journal(st, cfg).path})")
+        elif gone:
+            lines.append(f"installed by nvdocker2: nothing in the file (the journal records "
+                         f"{', '.join(gone)}, which the file no longer holds as installed: "
+                         f"rolled back or edited since)")
         else:
             lines.append("installed by nvdocker2: nothing recorded")
         lines.append(f"mode: {info['mode']}")
@@ -628,13 +698,13 @@ def status(
     _run(json_, go)
 
 
-@app.command()
+@app.command(cls=_Command)
 def doctor(
-    config: Optional[Path] = typer.Option(
-        None, "--config", metavar="PATH",
+    config: Optional[Path] = _no_default(
+        "--config", metavar="PATH",
         help="daemon.json to check [default: the one install would change, printed with why]."),
-    docker_host: Optional[str] = typer.Option(
-        None, "--docker-host", metavar="URL",
+    docker_host: Optional[str] = _no_default(
+        "--docker-host", metavar="URL",
         help="Engine API of the dockerd to check [default: $DOCKER_HOST, else the current "
         "docker context, else the socket of this host's Docker]."),
     json_: bool = typer.Option(False, "--json", help="Print the results as a JSON list."),
@@ -651,12 +721,11 @@ def doctor(
     _run(json_, lambda: run_doctor(cfg, docker_host, json_, smoke, verbose=verbose))
 
 
-cdi_app = typer.Typer(help="Container Device Interface specs for this host's GPUs.",
-                      no_args_is_help=True)
+cdi_app = _typer(add_completion=False, help="Container Device Interface specs for this host's GPUs.")
 app.add_typer(cdi_app, name="cdi")
 
 
-@cdi_app.command("generate")
+@cdi_app.command("generate", cls=_Command)
 def cdi_generate(
     output: Optional[str] = typer.Option(
         None, "--output", metavar="PATH",
@@ -695,7 +764,7 @@ def cdi_generate(
     _run(json_, go)
 
 
-@cdi_app.command("refresh")
+@cdi_app.command("refresh", cls=_Command)
 def cdi_refresh(
     config: Optional[Path] = _opt_config(),
     cdi_spec_dir: Optional[str] = _no_default(
@@ -803,27 +872,54 @@ def _on_signal(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 
 
+def _usage_error(e: Any) -> int:
+    """A usage error (unknown option or command, bad value, missing argument): our two lines,
+    exit 2, the same on every typer version."""
+    message = " ".join(e.format_message().split()) or "bad usage"
+    ctx = getattr(e, "ctx", None)
+    where = ctx.command_path if ctx is not None else "nvdocker2"
+    _stderr(f"error: {message}")
+    _stderr(f"hint: see '{where} --help' for its options")
+    return EXIT_BAD_INPUT
+
+
+def _exits() -> tuple:
+    """typer.Exit, and click's Exit where typer raises that instead (typer < 0.20)."""
+    return tuple({typer.Exit, getattr(_click_errors, "Exit", typer.Exit)})
+
+
+def _aborts() -> tuple:
+    return tuple({typer.Abort, getattr(_click_errors, "Abort", typer.Abort)})
+
+
 def main(argv: Optional[List[str]] = None) -> None:
     """Console-script entry point: runs the app and maps every outcome to a SPEC exit code."""
     redact.mask_standard_streams()  # no URL password reaches a terminal or a log
     for sig in (signal.SIGTERM, signal.SIGHUP):
         with contextlib.suppress(ValueError, OSError):
             signal.signal(sig, _on_signal)
+    no_args = getattr(_click_errors, "NoArgsIsHelpError", None)
     try:
         rv = app(args=argv, prog_name="nvdocker2", standalone_mode=False)
-    except click.exceptions.Exit as e:
+    except _exits() as e:
         sys.exit(e.exit_code)
-    except click.ClickException as e:
-        e.show()
+    except _click_errors.UsageError as e:
+        if no_args is not None and isinstance(e, no_args) and e.ctx is not None:
+            # click >= 8.2 (typer >= 0.20): no command given is an error; typer 0.7 prints the
+            # help and exits 0, which every version does here.
+            typer.echo(e.ctx.get_help())
+            sys.exit(0)
+        sys.exit(_usage_error(e))
+    except _click_errors.ClickException as e:
+        _stderr(f"error: {' '.join(e.format_message().split())}")
+        _stderr("hint: see 'nvdocker2 --help'")
         sys.exit(e.exit_code)
-    except click.exceptions.Abort:
-        _stderr("error: interrupted; daemon.json is unchanged or was restored")
-        sys.exit(EXIT_INTERNAL)
+    except _aborts():
+        sys.exit(_interrupted())
     except NvDockerError as e:
         sys.exit(_fail(e))
     except KeyboardInterrupt:
-        _stderr("error: interrupted; daemon.json is unchanged or was restored")
-        sys.exit(EXIT_INTERNAL)
+        sys.exit(_interrupted())
     except Exception as e:  # an unexpected internal error: one line, traceback only in debug
         if _debug():
             traceback.print_exc()

@@ -288,7 +288,9 @@ def _schema_check(ctx: _Ctx, new: dict) -> None:
 
 
 def _dockerd_check(ctx: _Ctx, staged: store.StagedFile) -> None:
-    check = validate.dockerd_validate(staged.path)
+    # The running dockerd's version, where the daemon knows it: below 23, no --validate probe.
+    version = getattr(ctx.daemon, "server_version", None)
+    check = validate.dockerd_validate(staged.path, server_version=version() if version else None)
     if check.available and not check.ok:
         why = check.output.splitlines()[-1] if check.output else "no reason given"
         raise BadInput(

@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import re
 import shutil
 import subprocess
 from dataclasses import dataclass
@@ -211,12 +212,21 @@ def find_dockerd() -> str | None:
 
 
 def dockerd_validate(
-    candidate: Path, dockerd: str | None = None, timeout: float = 20.0
+    candidate: Path, dockerd: str | None = None, timeout: float = 20.0,
+    server_version: str | None = None,
 ) -> DockerdCheck:
-    """Run `dockerd --validate --config-file CANDIDATE`; "unknown flag" means not available."""
+    """Run `dockerd --validate --config-file CANDIDATE`; "unknown flag" means not available.
+
+    `server_version`: the running dockerd's version (GET /info); below 23.0, which added
+    --validate, nothing is run."""
     exe = dockerd or os.environ.get("NVDOCKER2_DOCKERD") or find_dockerd()
     if not exe:
         return DockerdCheck(False, True, "dockerd not found", None)
+    major = re.match(r"\s*(\d+)\.", server_version or "")
+    if major and int(major.group(1)) < 23:
+        return DockerdCheck(
+            False, True, f"dockerd {server_version} has no --validate (23.0 added it)", exe
+        )
     try:
         key = (exe, os.stat(exe).st_mtime_ns)
     except OSError:

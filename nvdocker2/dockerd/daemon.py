@@ -357,6 +357,18 @@ class Dockerd:
 
     # -- before anything is written -------------------------------------------------------
 
+    def server_version(self) -> str | None:
+        """The running dockerd's version (GET /info, asked once); None when not verifying or
+        when it does not answer (check_candidate then says so)."""
+        if not self.verifies:
+            return None
+        if getattr(self, "_server_version", None) is None:
+            try:
+                self._server_version = str(self.client.info().get("ServerVersion") or "")
+            except (EngineUnavailable, EngineError):
+                return None
+        return self._server_version or None
+
     def check_candidate(self, config_path: Path, candidate: dict, candidate_file: Path) -> None:
         version = None
         if self.verifies:

@@ -640,6 +640,13 @@ def _program_version(ctx: Context, path: Path | None) -> tuple[str | None, str]:
         if words and os.path.basename(words[0]) == "env":
             words = words[1:]
         interp = words[:1]
+        if interp and os.path.basename(interp[0]) in ("sh", "dash", "bash"):
+            # pip's launchers find the package when they run: ask them.
+            res = ctx.run([str(path), "--version"])
+            m = re.match(r"\S+ version (\S+) \(nvdocker2\)", res.first_line() or "")
+            if res.ok and m:
+                return m.group(1), f"nvdocker2 {m.group(1)} (its --version)"
+            return None, f"{BROKEN}`{path.name} --version` failed: {res.first_line()}"
         res = ctx.run(interp + ["-c", "import nvdocker2; print(nvdocker2.__version__)"])
         if res.ok and res.stdout.strip():
             return res.stdout.strip(), f"nvdocker2 {res.stdout.strip()} (read from the script)"

@@ -23,7 +23,7 @@ from nvdocker2.oneline import one_line
 PROG = "nvidia-container-runtime-hook"
 MAX_STATE_BYTES = 4 * 1024 * 1024
 MAX_SPEC_BYTES = 16 * 1024 * 1024
-USAGE = f"usage: {PROG} [--config FILE] [--debug] prestart|poststart|poststop"
+USAGE = f"usage: {PROG} [--config FILE] [--debug] prestart|poststart|poststop, or {PROG} --version"
 
 
 class HookError(Exception):
@@ -159,6 +159,11 @@ def prestart(config_file: str | None, debug: bool, stdin) -> int:
 def main(argv: list[str] | None = None) -> int:
     """Console entry point; returns the exit code (0, 1 refused/failed, 2 usage)."""
     args = sys.argv[1:] if argv is None else argv
+    if args in (["--version"], ["-v"]):
+        from nvdocker2 import __version__
+
+        print(f"{PROG} version {__version__} (nvdocker2)")
+        return 0
     try:
         config_file, debug, command = _parse_argv(args)
     except _Usage as e:

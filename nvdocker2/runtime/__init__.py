@@ -53,6 +53,12 @@ def main(args: list[str] | None = None, self_path: str | None = None) -> int:
         if not is_create:
             runtimes, log_path, log_level = _passthrough_settings()
             runtime = find_low_level_runtime(runtimes, self_path)
+            if args[:1] in (["--version"], ["-v"]):
+                # Our own name and version first, then the low-level runtime's own lines.
+                from nvdocker2 import __version__
+
+                sys.stdout.write(f"{PROG} version {__version__} (nvdocker2)\n\n")
+                sys.stdout.flush()
             if log_level == "debug":
                 _log(log_path, f"exec {runtime} {' '.join(args)}")
             return _exec(runtime, args)

@@ -9,21 +9,14 @@ import sys
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
 from nvdocker2 import __version__
-from nvdocker2.cli import app
+from cli_run import cli
 
 NVDOCKER2 = Path(sys.executable).parent / "nvdocker2"
 RT = "/usr/bin/nvidia-container-runtime"
 NONE = ["--reload", "none", "--no-verify"]
 
-
-def cli(*args: str) -> tuple[int, str, str]:
-    r = CliRunner(mix_stderr=False).invoke(app, list(args))
-    if r.exception and not isinstance(r.exception, SystemExit):
-        raise r.exception
-    return r.exit_code, r.stdout, r.stderr
 
 
 @pytest.fixture
@@ -288,3 +281,22 @@ def test_status_says_when_dockerd_is_not_reachable(cfg, tmp_path):
     assert json.loads(out)["dockerd"]["reachable"] is False
     code, _, err = cli("status", "--config", str(cfg), "--docker-host", "ssh://host")
     assert code == 2 and "only unix:// and tcp://" in err
+
+
+def test_status_follows_the_file_after_rollback_and_hand_edits(cfg):
+    cfg.write_bytes(b'{"debug": true}\n')
+    assert cli("install", "--config", str(cfg), "--runtime-path", RT, *NONE)[0] == 0
+    assert json.loads(cli("status", "--config", str(cfg), "--json")[1])["installed"] is True
+    assert cli("rollback", "--config", str(cfg), *NONE)[0] == 0
+    assert cfg.read_bytes() == b'{"debug": true}\n'
+    code, out, _ = cli("status", "--config", str(cfg), "--json")
+    obj = json.loads(out)
+    assert code == 0 and obj["installed"] is False and obj["installed_runtimes"] == []
+    assert obj["journal"] is not None  # the history is still there; the answer follows the file
+    out = cli("status", "--config", str(cfg))[1]
+    assert "installed by nvdocker2: nothing in the file (the journal records nvidia" in out
+    # Back again by install, then changed by hand: the entry is no longer what install wrote.
+    assert cli("install", "--config", str(cfg), "--runtime-path", RT, *NONE)[0] == 0
+    assert "installed by nvdocker2: nvidia (journal" in cli("status", "--config", str(cfg))[1]
+    cfg.write_bytes(b'{"debug": true, "runtimes": {"nvidia": {"path": "/opt/other"}}}\n')
+    assert json.loads(cli("status", "--config", str(cfg), "--json")[1])["installed"] is False

@@ -10,9 +10,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
-from nvdocker2.cli import app
+from cli_run import cli
 
 NVDOCKER2 = Path(sys.executable).parent / "nvdocker2"
 RT = "/usr/bin/nvidia-container-runtime"
@@ -105,12 +104,6 @@ def etc(tmp_path: Path) -> Path:
     d.mkdir(exist_ok=True)
     return d
 
-
-def cli(*args: str) -> tuple[int, str, str]:
-    r = CliRunner(mix_stderr=False).invoke(app, list(args))
-    if r.exception and not isinstance(r.exception, SystemExit):
-        raise r.exception
-    return r.exit_code, r.stdout, r.stderr
 
 
 def assert_two_lines(stderr: str) -> None:

@@ -5,9 +5,12 @@ from __future__ import annotations
 import ast
 import os
 import re
+import shutil
 import subprocess
+import sys
+from pathlib import Path
 
-from nvdocker2.runtime.launcher import main, render
+from nvdocker2.runtime.launcher import main, render, render_pip
 
 SYS_PATH_LINE = re.compile(r"sys\.path\[len\(sys\.path\):\] = (\[[^\]]*\])")
 
@@ -36,3 +39,87 @@ def test_written_launchers_are_executable_and_run(tmp_path):
     assert proc.returncode == 2 and "usage:" in proc.stderr
     assert sorted(os.listdir(tmp_path)) == ["nvidia-container-runtime",
                                             "nvidia-container-runtime-hook"]
+
+
+# --- the launchers a pip install ships --------------------------------------------------------
+
+REPO = Path(__file__).resolve().parents[2]
+NAMES = ("nvidia-container-runtime", "nvidia-container-runtime-hook")
+
+
+def test_pip_launchers_in_the_tree_are_what_the_generator_writes():
+    texts = render_pip()
+    pyproject = (REPO / "pyproject.toml").read_text()
+    for name in NAMES:
+        path = REPO / "nvdocker2" / "runtime" / "bin" / name
+        assert path.read_text() == texts[name], (
+            f"rerun: python3 -m nvdocker2.runtime.launcher --pip {path.parent}")
+        assert os.access(path, os.X_OK)
+        assert f'"nvdocker2/runtime/bin/{name}"' in pyproject
+        assert f"\n{name} = " not in pyproject  # not a (slow) console script
+        assert texts[name].startswith("#!/bin/sh\n")
+
+
+def pip_prefix(tmp_path: Path, version: str, sh_form: bool = False) -> Path:
+    """A pip-like install: PREFIX/bin/{nvdocker2, launchers}, the package (a copy saying
+    `version`) in PREFIX/lib/pythonX.Y/site-packages."""
+    lib = tmp_path / "prefix" / "lib"
+    site = lib / f"python{sys.version_info[0]}.{sys.version_info[1]}" / "site-packages"
+    shutil.copytree(REPO / "nvdocker2", site / "nvdocker2",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    (site / "nvdocker2" / "__init__.py").write_text(f'__version__ = "{version}"\n')
+    bin_ = tmp_path / "prefix" / "bin"
+    bin_.mkdir()
+    if sh_form:  # pip's form for an interpreter path that is long or has spaces
+        head = f"#!/bin/sh\n'''exec' \"{sys.executable}\" \"$0\" \"$@\"\n' '''\n"
+    else:
+        head = f"#!{sys.executable}\n"
+    (bin_ / "nvdocker2").write_text(
+        head + "import sys\nfrom nvdocker2.cli import main\nsys.exit(main())\n")
+    for name, text in render_pip().items():
+        (bin_ / name).write_text(text)
+        (bin_ / name).chmod(0o755)
+    return bin_
+
+
+def stand_in_runc(tmp_path: Path) -> str:
+    d = tmp_path / "runc-bin"
+    d.mkdir()
+    (d / "runc").write_text('#!/bin/sh\necho "runc version 1.9.9-stand-in $*"\n')
+    (d / "runc").chmod(0o755)
+    return f"{d}:/usr/bin:/bin"
+
+
+def test_pip_launchers_run_the_package_installed_beside_them(tmp_path):
+    bin_ = pip_prefix(tmp_path, "7.7.7-pip")
+    env = {"PATH": stand_in_runc(tmp_path), "PYTHONPATH": str(REPO / "nonexistent"),
+           "NVIDIA_CONTAINER_RUNTIME_CONFIG": str(tmp_path / "none.toml")}
+    r = subprocess.run([str(bin_ / "nvidia-container-runtime-hook"), "--version"],
+                       capture_output=True, text=True, env=env)
+    assert (r.returncode, r.stdout) == (
+        0, "nvidia-container-runtime-hook version 7.7.7-pip (nvdocker2)\n")
+    r = subprocess.run([str(bin_ / "nvidia-container-runtime"), "--version"],
+                       capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == ("nvidia-container-runtime version 7.7.7-pip (nvdocker2)\n\n"
+                        "runc version 1.9.9-stand-in --version\n")
+    # Not create: runc straight from sh, no Python (a broken interpreter does not matter).
+    (bin_ / "nvdocker2").write_text("#!/nonexistent/python\n")
+    r = subprocess.run([str(bin_ / "nvidia-container-runtime"), "state", "x"],
+                       capture_output=True, text=True, env=env)
+    assert (r.returncode, r.stdout) == (0, "runc version 1.9.9-stand-in state x\n")
+
+
+def test_pip_launchers_read_pips_sh_form_and_follow_pipx_links(tmp_path):
+    bin_ = pip_prefix(tmp_path, "8.8.8-pipx", sh_form=True)
+    links = tmp_path / "local-bin"
+    links.mkdir()
+    for name in ("nvdocker2", *NAMES):
+        (links / name).symlink_to(bin_ / name)
+    r = subprocess.run([str(links / "nvidia-container-runtime-hook"), "--version"],
+                       capture_output=True, text=True, env={"PATH": "/usr/bin:/bin"})
+    assert (r.returncode, r.stdout) == (
+        0, "nvidia-container-runtime-hook version 8.8.8-pipx (nvdocker2)\n")
+    r = subprocess.run([str(links / "nvidia-container-runtime-hook"), "poststop"],
+                       capture_output=True, text=True, env={})
+    assert (r.returncode, r.stderr) == (0, "")
