@@ -766,7 +766,7 @@ def cdi_generate(
 
 @cdi_app.command("refresh", cls=_Command)
 def cdi_refresh(
-    config: Optional[Path] = _opt_config(),
+    config: Optional[Path] = _opt_config("whose CDI mode to refresh"),
     cdi_spec_dir: Optional[str] = _no_default(
         "--cdi-spec-dir", metavar="DIR",
         help="Directory of the spec [default: where install --mode cdi wrote it, else /etc/cdi].",
