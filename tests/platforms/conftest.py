@@ -6,9 +6,10 @@ platform), else `make deb` once per session.
 
     platform       the suite name of the current parameter ("bookworm", "trixie", "sid")
     deb            Path of the .deb under test
-    tree           a fresh tree of that suite, module scope, closed after the module
+    tree           a fresh tree of that suite, session scope (one per platform), closed at
+                   the end
     tree_with_deb  the same tree with the .deb installed (daemon.json left alone)
-    tree_dockerd   the tree's dockerd, started on tree_with_deb (module scope)
+    tree_dockerd   the tree's dockerd, started on tree_with_deb, stopped after the module
 
 A tree that cannot be built or a dockerd that cannot start fails under CI=true with one line
 naming the platform and the reason, and skips otherwise; it is never silently skipped in CI.
@@ -54,7 +55,7 @@ def pytest_configure(config):
 
 def pytest_generate_tests(metafunc):
     if "platform" in metafunc.fixturenames:
-        metafunc.parametrize("platform", selected_platforms(), scope="module")
+        metafunc.parametrize("platform", selected_platforms(), scope="session")
 
 
 @pytest.fixture(scope="session")
@@ -74,7 +75,7 @@ def deb(tmp_path_factory) -> Path:
     return dist / f"nvdocker2_{__version__}_all.deb"
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def tree(platform):
     if os.geteuid() != 0:
         trees.unavailable("the platform matrix needs root (debootstrap, chroot, dockerd)")
@@ -88,7 +89,7 @@ def tree(platform):
         made.close()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def tree_with_deb(tree, deb):
     tree.install_deb(deb, env={"NVDOCKER2_SKIP_DOCKER_CONFIG": "1"})
     return tree
@@ -100,4 +101,5 @@ def tree_dockerd(tree_with_deb):
         daemon = tree_with_deb.start_dockerd()
     except trees.TreeUnavailable as exc:
         trees.unavailable(str(exc))
-    return daemon
+    yield daemon
+    daemon.stop()

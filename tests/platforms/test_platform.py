@@ -1,7 +1,7 @@
 """The platform matrix: the .deb built once, installed in a Debian 12, 13 and sid tree, and
 driven on that tree's own live dockerd (Docker 20.10, 26.1, 28.5; see trees.py).
 
-Each module-scoped tree gets the .deb (daemon.json left alone by the package), the TEST FIXTURE
+The platform's tree gets the .deb (daemon.json left alone by the package), the TEST FIXTURE
 nvidia-container-cli (tests/fixtures) as the config.toml's cli, and a dockerd started on a
 user's hand-written daemon.json. Every test starts from that state (`fresh`).
 """
@@ -71,7 +71,8 @@ def daemon(tree_with_deb):
         started = tree.start_dockerd()
     except trees.TreeUnavailable as exc:
         trees.unavailable(str(exc))
-    return started
+    yield started
+    started.stop()
 
 
 @pytest.fixture
@@ -207,7 +208,7 @@ def _refused_install(daemon) -> tuple:
     daemon.daemon_json.write_bytes(REFUSED_JSON)
     count, before = reloads(daemon), backups(tree)
     try:
-        out = nv(tree, "install")
+        out = nv(tree, "install --dockerd-log /var/log/dockerd.log")
     finally:
         wrapper.unlink()
     probes = calls.read_text().splitlines() if calls.exists() else []

@@ -36,14 +36,16 @@ Stable API (other test modules build on it; extend, do not change):
                                 --storage-driver=vfs --iptables=false --bridge=none
       .pid, .socket (this machine's path of the socket), .host ("unix://" + socket),
       .daemon_json (this machine's path of the tree's /etc/docker/daemon.json),
-      .log_file, .version (ServerVersion), .major
+      .log_file (this machine's path of the tree's /var/log/dockerd.log: stdout and stderr),
+      .version (ServerVersion), .major
       .docker(*args, check=True, timeout=120, input=None)   the tree's docker CLI
       .info()                   `docker info` as a dict
       .wait_info(predicate, timeout=30)
       .running(), .stop(), .restart(), .log_tail()
       .image                    "nvd2-busybox:latest", imported from the tree's busybox-static
     TreeContainerd              the tree's containerd alone
-      .pid, .socket (this machine's path), .address (the path inside the tree), .log_file,
+      .pid, .socket (this machine's path), .address (the path inside the tree),
+      .log_file (this machine's path of the tree's /var/log/containerd.log),
       .ctr(*args, ...)          the tree's ctr on that socket; .running(), .stop(), .log_tail()
 
 Under pytest use the fixtures of tests/platforms/conftest.py (`tree`, `tree_dockerd`), which
@@ -415,7 +417,8 @@ class _Daemon:
 
     def __init__(self, tree: Tree) -> None:
         self.tree = tree
-        self.log_file = tree.base / f"{self.name}.log"
+        # Inside the tree, where a user's dockerd started by hand would log to.
+        self.log_file = tree.path(f"/var/log/{self.name}.log")
         self._proc: subprocess.Popen | None = None
 
     def argv(self) -> list[str]:
