@@ -448,15 +448,23 @@ class _Daemon:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self._proc is not None and self._proc.poll() is not None:
-                last = self.log_tail(3).replace("\n", " | ")
                 raise TreeUnavailable(
                     self.tree.suite,
-                    f"{self.name} exited {self._proc.returncode} at start: {last}")
+                    f"{self.name} exited {self._proc.returncode} at start: {self._reason()}")
             if ready():
                 return
             time.sleep(0.2)
-        raise TreeUnavailable(self.tree.suite, f"{self.name} not ready after {timeout:g}s: "
-                              + self.log_tail(3).replace("\n", " | "))
+        raise TreeUnavailable(self.tree.suite,
+                              f"{self.name} not ready after {timeout:g}s: {self._reason()}")
+
+    def _reason(self) -> str:
+        """The log line that says why (a usage text can follow it), else the last line."""
+        lines = [ln for ln in self.log_tail(2000).splitlines() if ln.strip()]
+        for word in ("unknown flag", "level=fatal", "failed to start", "level=error", "error:"):
+            for line in reversed(lines):
+                if word in line.lower():
+                    return line.strip()
+        return lines[-1].strip() if lines else f"(no {self.name} log)"
 
     def stop(self, timeout: float = 30) -> None:
         if self._proc is not None:
