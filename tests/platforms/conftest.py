@@ -10,6 +10,7 @@ platform), else `make deb` once per session.
                    the end
     tree_with_deb  the same tree with the .deb installed (daemon.json left alone)
     tree_dockerd   the tree's dockerd, started on tree_with_deb, stopped after the module
+                   (every daemon a module starts in the tree is stopped after it)
 
 A tree that cannot be built or a dockerd that cannot start fails under CI=true with one line
 naming the platform and the reason, and skips otherwise; it is never silently skipped in CI.
@@ -28,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 import trees  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
+_open_trees: list[trees.Tree] = []
 
 
 def selected_platforms() -> list[str]:
@@ -58,6 +60,15 @@ def pytest_generate_tests(metafunc):
         metafunc.parametrize("platform", selected_platforms(), scope="session")
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _daemons_stop_with_their_module():
+    """A tree is shared by the modules of a session; each module's daemons stop with it, so
+    the next module can start the tree's dockerd on the same default socket and pidfile."""
+    yield
+    for made in _open_trees:
+        made.stop_daemons()
+
+
 @pytest.fixture(scope="session")
 def deb(tmp_path_factory) -> Path:
     given = os.environ.get("NVDOCKER2_DEB")
@@ -83,9 +94,11 @@ def tree(platform):
         made = trees.Tree.create(platform)
     except trees.TreeUnavailable as exc:
         trees.unavailable(str(exc))
+    _open_trees.append(made)
     try:
         yield made
     finally:
+        _open_trees.remove(made)
         made.close()
 
 

@@ -29,6 +29,7 @@ Stable API (other test modules build on it; extend, do not change):
       .install_deb(path, env=)  `apt-get install ./x.deb` inside the tree (no network needed)
       .start_dockerd(extra_args=(), env=None, timeout=120) -> TreeDockerd
       .start_containerd(config=None, extra_args=(), timeout=60) -> TreeContainerd
+      .stop_daemons()           stop every daemon started in the tree (by pid); the tree stays
       .close()                  stop everything started here (by pid), delete the tree
     TreeDockerd                 the tree's dockerd, with its defaults: config
                                 /etc/docker/daemon.json, pidfile /run/docker.pid, socket
@@ -396,9 +397,14 @@ class Tree:
                 pids.append(int(entry))
         return pids
 
-    def close(self) -> None:
+    def stop_daemons(self) -> None:
+        """Stop every daemon started in this tree (the tree and its namespace stay)."""
         for daemon in reversed(self.daemons):
             daemon.stop()
+        self.daemons = []
+
+    def close(self) -> None:
+        self.stop_daemons()
         holder = self._holder
         if holder is not None:
             for pid in self.namespace_pids():
