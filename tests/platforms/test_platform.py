@@ -31,7 +31,7 @@ MARKER = "configured by the test fixture nvidia-container-cli for pid "
 # A hand-written daemon.json every dockerd of the matrix runs with; install must keep each
 # snippet byte for byte and uninstall must give back exactly these bytes.
 USER_SNIPPETS = [
-    '"log-level":  "warn"',
+    '"log-level":  "info"',
     '"labels": ["owner=Zo\u00eb", "rack=\u03b2-7"]',
     '"shutdown-timeout": 15',
 ]
@@ -113,9 +113,10 @@ def test_the_tree_is_the_platform_and_the_deb_installs(tree_with_deb, platform):
 
 
 def test_install_is_verified_and_uninstall_restores_the_bytes(fresh):
-    tree = fresh.tree
+    tree, count = fresh.tree, reloads(fresh)
     out = nv(tree, "install --json")
     assert out.returncode == 0, out.stderr
+    assert reloads(fresh) == count + 1  # what the refusal tests count is seen here
     result = json.loads(out.stdout)
     assert (result["changed"], result["reload"], result["verified"]) == (True, "signal", True)
     assert runtimes(fresh)["nvidia"]["path"] == RUNTIME
