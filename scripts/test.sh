@@ -1,13 +1,33 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh Debian 12 machine (as root): installs what the tests need,
-# runs the unit and CLI suites in pip venvs with the newest and the oldest supported libraries
-# (scripts/test-venvs.sh), then pytest on Debian's libraries. Extra arguments go to pytest;
-# with them the venvs are skipped unless NVDOCKER2_VENVS=1 (NVDOCKER2_VENVS=0 always skips).
+# then, without arguments, runs
+#   1. `ansible-test sanity` on the Ansible collection (its fleet tests run in step 4),
+#   2. the unit and CLI suites in pip venvs with the newest and the oldest supported libraries
+#      (scripts/test-venvs.sh),
+#   3. the platform matrix (`make matrix`: the .deb on Debian 12, 13 and sid trees, each on
+#      its own dockerd),
+#   4. pytest on Debian's libraries, last, so its closing line ends the output.
+# Every step runs even when an earlier one failed; the exit status is non-zero if any failed.
+# Extra arguments go to pytest (step 4) and skip steps 2 and 3 unless NVDOCKER2_VENVS=1 or
+# NVDOCKER2_MATRIX=1 (=0 always skips them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh tests
-scripts/ansible-test.sh sanity  # the Ansible collection; its fleet tests run in pytest below
-if [ "${NVDOCKER2_VENVS:-}" = 1 ] || { [ $# -eq 0 ] && [ "${NVDOCKER2_VENVS:-}" != 0 ]; }; then
-    scripts/test-venvs.sh
+failed=()
+scripts/ansible-test.sh sanity || failed+=("ansible-test sanity")
+wanted() {  # wanted VAR ARGC: run a step by default only when pytest got no arguments
+    [ "${!1:-}" = 1 ] || { [ "$2" -eq 0 ] && [ "${!1:-}" != 0 ]; }
+}
+if wanted NVDOCKER2_VENVS $#; then
+    scripts/test-venvs.sh || failed+=("pip venvs")
 fi
-exec .venv/bin/python -m pytest -q -p no:cacheprovider "$@"
+if wanted NVDOCKER2_MATRIX $#; then
+    make --no-print-directory matrix || failed+=("platform matrix")
+fi
+status=0
+.venv/bin/python -m pytest -q -p no:cacheprovider --ignore=tests/platforms "$@" || status=$?
+if [ "${#failed[@]}" -gt 0 ]; then
+    echo "error: failed before the main pytest run: ${failed[*]}" >&2
+    exit 1
+fi
+exit "$status"

@@ -6,9 +6,11 @@ platform), else `make deb` once per session.
 
     platform       the suite name of the current parameter ("bookworm", "trixie", "sid")
     deb            Path of the .deb under test
-    tree           a fresh tree of that suite, module scope, closed after the module
+    tree           a fresh tree of that suite, session scope (one per platform), closed at
+                   the end
     tree_with_deb  the same tree with the .deb installed (daemon.json left alone)
-    tree_dockerd   the tree's dockerd, started on tree_with_deb (module scope)
+    tree_dockerd   the tree's dockerd, started on tree_with_deb, stopped after the module
+                   (every daemon a module starts in the tree is stopped after it)
 
 A tree that cannot be built or a dockerd that cannot start fails under CI=true with one line
 naming the platform and the reason, and skips otherwise; it is never silently skipped in CI.
@@ -27,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 import trees  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
+_open_trees: list[trees.Tree] = []
 
 
 def selected_platforms() -> list[str]:
@@ -54,7 +57,16 @@ def pytest_configure(config):
 
 def pytest_generate_tests(metafunc):
     if "platform" in metafunc.fixturenames:
-        metafunc.parametrize("platform", selected_platforms(), scope="module")
+        metafunc.parametrize("platform", selected_platforms(), scope="session")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _daemons_stop_with_their_module():
+    """A tree is shared by the modules of a session; each module's daemons stop with it, so
+    the next module can start the tree's dockerd on the same default socket and pidfile."""
+    yield
+    for made in _open_trees:
+        made.stop_daemons()
 
 
 @pytest.fixture(scope="session")
@@ -74,7 +86,7 @@ def deb(tmp_path_factory) -> Path:
     return dist / f"nvdocker2_{__version__}_all.deb"
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def tree(platform):
     if os.geteuid() != 0:
         trees.unavailable("the platform matrix needs root (debootstrap, chroot, dockerd)")
@@ -82,13 +94,15 @@ def tree(platform):
         made = trees.Tree.create(platform)
     except trees.TreeUnavailable as exc:
         trees.unavailable(str(exc))
+    _open_trees.append(made)
     try:
         yield made
     finally:
+        _open_trees.remove(made)
         made.close()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def tree_with_deb(tree, deb):
     tree.install_deb(deb, env={"NVDOCKER2_SKIP_DOCKER_CONFIG": "1"})
     return tree
@@ -100,4 +114,5 @@ def tree_dockerd(tree_with_deb):
         daemon = tree_with_deb.start_dockerd()
     except trees.TreeUnavailable as exc:
         trees.unavailable(str(exc))
-    return daemon
+    yield daemon
+    daemon.stop()

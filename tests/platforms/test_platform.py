@@ -1,7 +1,7 @@
 """The platform matrix: the .deb built once, installed in a Debian 12, 13 and sid tree, and
 driven on that tree's own live dockerd (Docker 20.10, 26.1, 28.5; see trees.py).
 
-Each module-scoped tree gets the .deb (daemon.json left alone by the package), the TEST FIXTURE
+The platform's tree gets the .deb (daemon.json left alone by the package), the TEST FIXTURE
 nvidia-container-cli (tests/fixtures) as the config.toml's cli, and a dockerd started on a
 user's hand-written daemon.json. Every test starts from that state (`fresh`).
 """
@@ -31,7 +31,7 @@ MARKER = "configured by the test fixture nvidia-container-cli for pid "
 # A hand-written daemon.json every dockerd of the matrix runs with; install must keep each
 # snippet byte for byte and uninstall must give back exactly these bytes.
 USER_SNIPPETS = [
-    '"log-level":  "warn"',
+    '"log-level":  "info"',
     '"labels": ["owner=Zo\u00eb", "rack=\u03b2-7"]',
     '"shutdown-timeout": 15',
 ]
@@ -71,7 +71,8 @@ def daemon(tree_with_deb):
         started = tree.start_dockerd()
     except trees.TreeUnavailable as exc:
         trees.unavailable(str(exc))
-    return started
+    yield started
+    started.stop()
 
 
 @pytest.fixture
@@ -112,9 +113,10 @@ def test_the_tree_is_the_platform_and_the_deb_installs(tree_with_deb, platform):
 
 
 def test_install_is_verified_and_uninstall_restores_the_bytes(fresh):
-    tree = fresh.tree
+    tree, count = fresh.tree, reloads(fresh)
     out = nv(tree, "install --json")
     assert out.returncode == 0, out.stderr
+    assert reloads(fresh) == count + 1  # what the refusal tests count is seen here
     result = json.loads(out.stdout)
     assert (result["changed"], result["reload"], result["verified"]) == (True, "signal", True)
     assert runtimes(fresh)["nvidia"]["path"] == RUNTIME
@@ -207,7 +209,7 @@ def _refused_install(daemon) -> tuple:
     daemon.daemon_json.write_bytes(REFUSED_JSON)
     count, before = reloads(daemon), backups(tree)
     try:
-        out = nv(tree, "install")
+        out = nv(tree, "install --dockerd-log /var/log/dockerd.log")
     finally:
         wrapper.unlink()
     probes = calls.read_text().splitlines() if calls.exists() else []

@@ -29,6 +29,7 @@ Stable API (other test modules build on it; extend, do not change):
       .install_deb(path, env=)  `apt-get install ./x.deb` inside the tree (no network needed)
       .start_dockerd(extra_args=(), env=None, timeout=120) -> TreeDockerd
       .start_containerd(config=None, extra_args=(), timeout=60) -> TreeContainerd
+      .stop_daemons()           stop every daemon started in the tree (by pid); the tree stays
       .close()                  stop everything started here (by pid), delete the tree
     TreeDockerd                 the tree's dockerd, with its defaults: config
                                 /etc/docker/daemon.json, pidfile /run/docker.pid, socket
@@ -36,14 +37,16 @@ Stable API (other test modules build on it; extend, do not change):
                                 --storage-driver=vfs --iptables=false --bridge=none
       .pid, .socket (this machine's path of the socket), .host ("unix://" + socket),
       .daemon_json (this machine's path of the tree's /etc/docker/daemon.json),
-      .log_file, .version (ServerVersion), .major
+      .log_file (this machine's path of the tree's /var/log/dockerd.log: stdout and stderr),
+      .version (ServerVersion), .major
       .docker(*args, check=True, timeout=120, input=None)   the tree's docker CLI
       .info()                   `docker info` as a dict
       .wait_info(predicate, timeout=30)
       .running(), .stop(), .restart(), .log_tail()
       .image                    "nvd2-busybox:latest", imported from the tree's busybox-static
     TreeContainerd              the tree's containerd alone
-      .pid, .socket (this machine's path), .address (the path inside the tree), .log_file,
+      .pid, .socket (this machine's path), .address (the path inside the tree),
+      .log_file (this machine's path of the tree's /var/log/containerd.log),
       .ctr(*args, ...)          the tree's ctr on that socket; .running(), .stop(), .log_tail()
 
 Under pytest use the fixtures of tests/platforms/conftest.py (`tree`, `tree_dockerd`), which
@@ -394,9 +397,14 @@ class Tree:
                 pids.append(int(entry))
         return pids
 
-    def close(self) -> None:
+    def stop_daemons(self) -> None:
+        """Stop every daemon started in this tree (the tree and its namespace stay)."""
         for daemon in reversed(self.daemons):
             daemon.stop()
+        self.daemons = []
+
+    def close(self) -> None:
+        self.stop_daemons()
         holder = self._holder
         if holder is not None:
             for pid in self.namespace_pids():
@@ -415,7 +423,8 @@ class _Daemon:
 
     def __init__(self, tree: Tree) -> None:
         self.tree = tree
-        self.log_file = tree.base / f"{self.name}.log"
+        # Inside the tree, where a user's dockerd started by hand would log to.
+        self.log_file = tree.path(f"/var/log/{self.name}.log")
         self._proc: subprocess.Popen | None = None
 
     def argv(self) -> list[str]:
@@ -445,15 +454,23 @@ class _Daemon:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self._proc is not None and self._proc.poll() is not None:
-                last = self.log_tail(3).replace("\n", " | ")
                 raise TreeUnavailable(
                     self.tree.suite,
-                    f"{self.name} exited {self._proc.returncode} at start: {last}")
+                    f"{self.name} exited {self._proc.returncode} at start: {self._reason()}")
             if ready():
                 return
             time.sleep(0.2)
-        raise TreeUnavailable(self.tree.suite, f"{self.name} not ready after {timeout:g}s: "
-                              + self.log_tail(3).replace("\n", " | "))
+        raise TreeUnavailable(self.tree.suite,
+                              f"{self.name} not ready after {timeout:g}s: {self._reason()}")
+
+    def _reason(self) -> str:
+        """The log line that says why (a usage text can follow it), else the last line."""
+        lines = [ln for ln in self.log_tail(2000).splitlines() if ln.strip()]
+        for word in ("unknown flag", "level=fatal", "failed to start", "level=error", "error:"):
+            for line in reversed(lines):
+                if word in line.lower():
+                    return line.strip()
+        return lines[-1].strip() if lines else f"(no {self.name} log)"
 
     def stop(self, timeout: float = 30) -> None:
         if self._proc is not None:
