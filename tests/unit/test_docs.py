@@ -22,7 +22,7 @@ NVDOCKER2 = Path(sys.executable).parent / "nvdocker2"
 LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
 # Pages that other work adds beside these ones; until they exist, the README may name them
 # under "Read more" only.
-PENDING = {"docs/cli.md", "docs/cdi.md", "docs/containerd.md", "docs/platforms.md"}
+PENDING = {"docs/containerd.md"}
 
 
 def section(text: str, title: str) -> str:
