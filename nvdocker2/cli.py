@@ -139,6 +139,53 @@ def _opt_runtime_name() -> Any:
     return typer.Option("nvidia", "--runtime-name", metavar="NAME", help="Name of the runtime entry.")
 
 
+# --- engines other than Docker (SPEC §11) ------------------------------------------------------
+
+
+class EngineName(str, Enum):
+    docker = "docker"
+    containerd = "containerd"
+    crio = "crio"
+
+
+def _opt_engine() -> Any:
+    return typer.Option(EngineName.docker, "--engine", case_sensitive=False,
+                        help="Container engine to configure: docker, containerd or crio.")
+
+
+def _opt_unit() -> Any:
+    return _no_default("--unit", metavar="UNIT",
+                       help="systemd unit containerd/CRI-O runs as [default: containerd, crio].")
+
+
+def _opt_engine_address() -> Any:
+    return _no_default("--containerd-address", metavar="PATH",
+                       help="containerd's socket to verify on [default: "
+                       "/run/containerd/containerd.sock] (CRI-O: its socket).")
+
+
+def _engine_run(engine: EngineName, action: str, config: Optional[Path], reload: ReloadMode,
+                no_verify: bool, unit: Optional[str], address: Optional[str], json_: bool,
+                **kw: Any) -> int:
+    """install/uninstall/rollback for --engine containerd|crio (the engine transaction)."""
+    from nvdocker2.engines import commands
+    from nvdocker2.engines.base import Request
+
+    cfg = Path(os.path.abspath(os.path.expanduser(str(config)))) if config else None
+    eng, svc, notes = commands.make(engine.value, cfg, reload.value, not no_verify, unit, address)
+    common = dict(reporter=CliReporter(json_), timeout=kw.pop("timeout"),
+                  dry_run=kw.pop("dry_run"))
+    if action == "rollback":
+        res = commands.rollback(eng, svc, kw["backup_id"], **common)
+    else:
+        own, _ = locations.default_runtime_path()
+        path = kw.get("runtime_path") or own
+        req = Request(kw["runtime_name"], path, bool(kw.get("set_default")), (own,))
+        res = getattr(commands, action)(eng, svc, req, **common)
+    _render(res, notes if res.changed and not res.dry_run else [], [])
+    return 0
+
+
 # --- output ------------------------------------------------------------------------------------
 
 
@@ -325,10 +372,18 @@ def install(
         "direct = the runtime gives GPUs itself, without libnvidia-container.",
     ),
     json_: bool = _opt_json(),
+    engine: EngineName = _opt_engine(),
+    unit: Optional[str] = _opt_unit(),
+    containerd_address: Optional[str] = _opt_engine_address(),
 ) -> None:
     """Add the nvidia runtime to daemon.json (merge, back up, write atomically, reload, verify)."""
 
     def go() -> int:
+        if engine != EngineName.docker:
+            return _engine_run(engine, "install", config, reload, no_verify, unit,
+                               containerd_address, json_, runtime_name=runtime_name,
+                               runtime_path=runtime_path, set_default=set_default,
+                               timeout=timeout, dry_run=dry_run)
         cfg, why = _resolve_config(config)
         warnings: list[str] = []
         path = runtime_path
@@ -372,10 +427,17 @@ def uninstall(
     timeout: float = _opt_timeout(),
     dockerd_log: Optional[Path] = _opt_dockerd_log(),
     json_: bool = _opt_json(),
+    engine: EngineName = _opt_engine(),
+    unit: Optional[str] = _opt_unit(),
+    containerd_address: Optional[str] = _opt_engine_address(),
 ) -> None:
     """Undo install: put back what it replaced (from the journal), never leave a dangling default."""
 
     def go() -> int:
+        if engine != EngineName.docker:
+            return _engine_run(engine, "uninstall", config, reload, no_verify, unit,
+                               containerd_address, json_, runtime_name=runtime_name,
+                               timeout=timeout, dry_run=dry_run)
         cfg, why = _resolve_config(config)
         daemon, notes = _make_daemon(reload, restart, no_verify, docker_host, pidfile, dockerd_log, cfg)
         own, _ = locations.default_runtime_path()
@@ -408,10 +470,17 @@ def rollback(
     timeout: float = _opt_timeout(),
     dockerd_log: Optional[Path] = _opt_dockerd_log(),
     json_: bool = _opt_json(),
+    engine: EngineName = _opt_engine(),
+    unit: Optional[str] = _opt_unit(),
+    containerd_address: Optional[str] = _opt_engine_address(),
 ) -> None:
     """Restore the newest backup (or BACKUP_ID); the current file is backed up first."""
 
     def go() -> int:
+        if engine != EngineName.docker:
+            return _engine_run(engine, "rollback", config, reload, no_verify, unit,
+                               containerd_address, json_, backup_id=backup_id,
+                               timeout=timeout, dry_run=dry_run)
         if config is None and backup_id:
             cfg, why = None, ""
         else:
@@ -466,10 +535,21 @@ def status(
     config: Optional[Path] = _opt_config(),
     docker_host: Optional[str] = _opt_docker_host(),
     json_: bool = _opt_json(),
+    engine: EngineName = _opt_engine(),
 ) -> None:
     """Show what daemon.json says about runtimes, what install recorded, and the backups."""
 
     def go() -> int:
+        if engine != EngineName.docker:
+            from nvdocker2.engines import commands
+
+            cfg = Path(os.path.abspath(os.path.expanduser(str(config)))) if config else None
+            st = commands.status(commands.make(engine.value, cfg, "none", False, None, None)[0])
+            if _Out.json:
+                _emit_json(st)
+            else:
+                sys.stdout.write("".join(f"{k}: {v}\n" for k, v in st.items()))
+            return 0
         from nvdocker2.daemonjson import document, edit, store, validate
 
         cfg, why = _resolve_config(config)
