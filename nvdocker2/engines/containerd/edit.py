@@ -158,9 +158,9 @@ def _checked(path: Path, text: str, expected: dict) -> bytes:
         got = {"<error>": str(e)}
     if _prune(got) != _prune(expected):
         raise BadInput(
-            f"{path}: could not add the runtime without changing other settings (the tables "
-            "are laid out in a way this edit does not handle)",
-            "add the runtime by hand, or pass --dry-run to see what would be written",
+            f"{path}: could not change the runtime without changing other settings (the "
+            "tables are laid out in a way this edit does not handle)",
+            "change the runtime by hand, or pass --dry-run to see what would be written",
         )
     return text.encode("utf-8")
 
@@ -288,6 +288,9 @@ def _install_in_place(root: D.Config, table: dict, req: Request, entry: dict) ->
     name = req.runtime_name
     text, nl = root.text, root.newline
     expected = D._deep_copy(root.data)
+    if not root.existed:
+        text = f"version = {root.version}{nl}"
+        expected["version"] = root.version
     cur = _get_in(root.data, cri + ("runtimes", name))
     if req.set_default:
         _set_in(expected, cri + ("default_runtime_name",), name)
@@ -365,7 +368,7 @@ def plan_uninstall(root: D.Config, dropin: D.Config | None, req: Request,
                 _set_in(expected, cri + ("runtimes", name), prev)
                 changes.append(Change(f"{D.dotted(cri)}.runtimes.{name}", "replaced", cur, prev))
             else:
-                text = _tk_set(text, cri + ("runtimes", name), ABSENT)
+                text = _drop_table(text, cri + ("runtimes", name))
                 _set_in(expected, cri + ("runtimes", name), ABSENT)
                 changes.append(Change(f"{D.dotted(cri)}.runtimes.{name}", "removed", cur, ABSENT))
     now_default = _get_in(_loads_or(text, expected), cri + ("default_runtime_name",))
@@ -397,7 +400,8 @@ def plan_uninstall(root: D.Config, dropin: D.Config | None, req: Request,
     new_root: bytes | None = root.raw
     if text != root.text:
         new_root = _checked(root.path, text, expected)
-    if entry.get("file_existed") is False and root.existed and not text.strip():
+    if entry.get("file_existed") is False and root.existed and text.strip() in (
+            "", f"version = {root.version}"):
         new_root = None
     files.insert(0, FileEdit(root.path, root.raw, new_root))
     changed = any(f.changed for f in files)
@@ -406,6 +410,49 @@ def plan_uninstall(root: D.Config, dropin: D.Config | None, req: Request,
     expect_old = {"present": {}, "absent": [], "default": None}
     return Plan(tuple(files), tuple(changes), f"uninstall runtime {name} (containerd)", rec,
                 expect, expect_old, warnings=tuple(warnings))
+
+
+_HEADER = re.compile(r"^[ \t]*\[([^\[\]]+)\][ \t]*(#.*)?$")
+
+
+def _header_keys(line: str) -> tuple[str, ...] | None:
+    m = _HEADER.match(line.rstrip("\r\n"))
+    if not m:
+        return None
+    try:
+        d: Any = D.tomllib.loads(f"[{m.group(1)}]")
+    except D.tomllib.TOMLDecodeError:
+        return None
+    keys = []
+    while isinstance(d, dict) and len(d) == 1:
+        k = next(iter(d))
+        keys.append(k)
+        d = d[k]
+    return tuple(keys)
+
+
+def _drop_table(text: str, keys: tuple[str, ...]) -> str:
+    """Remove the table `keys` and its sub-tables (headers and their lines) as text, with the
+    blank lines before it; tomlkit when the table is not laid out as headers."""
+    lines = text.splitlines(keepends=True)
+    out: list[str] = []
+    dropping = False
+    found = False
+    for line in lines:
+        hk = _header_keys(line) if line.lstrip().startswith("[") else None
+        if hk is not None:
+            dropping = hk[: len(keys)] == keys
+            if dropping:
+                found = True
+                while out and not out[-1].strip():
+                    out.pop()
+                if out and not out[-1].endswith("\n"):
+                    out[-1] += "\n"
+        if not dropping:
+            out.append(line)
+    if not found:
+        return _tk_set(text, keys, ABSENT)
+    return "".join(out)
 
 
 def _binary(rt: Any) -> Any:
