@@ -1,8 +1,12 @@
 # Project tasks.
 #   make deb    dist/nvdocker2_VERSION_all.deb   (dpkg-buildpackage, debian/)
 #   make rpm    dist/nvdocker2-VERSION-1.noarch.rpm (rpmbuild, rpm/nvdocker2.spec)
+#   make ansible-test  ansible-test sanity on the collection nvdocker2.gpu, then its fleet tests
+#                      (scripts/ansible-test.sh: pinned ansible-core in .venv-ansible)
 #   make clean
 #   make bench  bench/RESULTS.md (bench/run.py; bench/Makefile.fragment)
+#   make matrix the platform matrix: the .deb on Debian 12, 13 and sid trees, each on its own
+#               dockerd (scripts/matrix.py; MATRIX_PLATFORMS="bookworm sid" picks, MATRIX_JOBS=N)
 # Packages are built from a copy of the working tree (tracked and new files, not ignored ones)
 # in a temporary directory, so the checkout stays clean. On Debian 12 a missing build tool or
 # build dependency is installed first (as root). The version comes from nvdocker2/__init__.py;
@@ -27,7 +31,7 @@ RPM_DEBIAN_DEPS := rpm python3-pip python3-setuptools python3-typer python3-rich
 RPM_PYTHON_CHECK := import setuptools, pip, typer, rich, jsonschema, filelock, packaging
 APT_INSTALL := DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends
 
-.PHONY: deb rpm clean deb-build-deps rpm-build-deps
+.PHONY: deb rpm clean deb-build-deps rpm-build-deps matrix
 
 # $(call source_tree,DIR,VERSION): copy the working tree to DIR, with VERSION in __init__.py.
 define source_tree
@@ -110,5 +114,16 @@ rpm-build-deps:
 
 clean:
 	@rm -rf dist build *.egg-info
+
+.PHONY: ansible-test
+ansible-test:
+	scripts/setup.sh
+	scripts/ansible-test.sh
+
+MATRIX_PLATFORMS ?=
+MATRIX_PYTHON := $(if $(wildcard .venv/bin/python),.venv/bin/python,python3)
+
+matrix:
+	@$(MATRIX_PYTHON) scripts/matrix.py $(MATRIX_PLATFORMS)
 
 include bench/Makefile.fragment

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import difflib
 import os
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, ContextManager, Iterator, Protocol, Sequence
@@ -27,6 +28,7 @@ from nvdocker2.errors import (
     NvDockerError,
     RollbackFailed,
 )
+from nvdocker2.redact import mask_credentials, masked_text
 
 # --- the Daemon slot ---------------------------------------------------------------------------
 
@@ -113,6 +115,8 @@ class Result:
     dry_run: bool = False
     diff: str | None = None
     style: str = ""
+    before: str | None = None  # the file's text before (None: no file), credentials masked
+    after: str | None = None  # its text after, or what a dry run would write; masked
 
     def to_json(self) -> dict:
         out: dict[str, Any] = {
@@ -128,6 +132,8 @@ class Result:
             "notes": list(self.notes),
             "changes": [c.to_json() for c in self.changes if c.changed],
             "dry_run": self.dry_run,
+            "before": self.before,
+            "after": self.after,
         }
         if self.dry_run:
             out["diff"] = self.diff or ""
@@ -171,7 +177,7 @@ def unified_diff(config: Path, old: bytes, new: bytes | None) -> str:
         if not line.endswith("\n"):
             line += "\n\\ No newline at end of file\n"
         lines.append(line.replace("\r\n", "\n") if line.endswith("\r\n") else line)
-    return "".join(lines)
+    return mask_credentials("".join(lines))
 
 
 def _runtimes(doc: dict) -> dict:
@@ -289,9 +295,10 @@ class _Plan:
     journal_before_write: bool = True
 
 
-def _ensure_directory(ctx: _Ctx) -> None:
+def _ensure_directory(ctx: _Ctx, create: bool = True) -> None:
     """Create the file's directory (0755) when only that last level is missing, e.g.
-    /etc/docker before Docker is installed; a deeper missing path is a wrong --config."""
+    /etc/docker before Docker is installed; a deeper missing path is a wrong --config.
+    `create` False (a dry run) only checks."""
     d = store.resolve_target(ctx.config).parent
     if d.is_dir():
         return
@@ -300,6 +307,8 @@ def _ensure_directory(ctx: _Ctx) -> None:
             f"{ctx.config}: directory {d.parent} does not exist",
             "check --config (nvdocker2 creates at most the file's own directory)",
         )
+    if not create:
+        return
     try:
         store.make_dirs(d, mode=0o755)
     except (FileExistsError, NotADirectoryError):
@@ -307,6 +316,52 @@ def _ensure_directory(ctx: _Ctx) -> None:
     except OSError as e:
         raise store.os_error(e, str(d)) from None
     ctx.notes.append(f"created the directory {d}")
+
+
+def _check_candidates(
+    ctx: _Ctx, plan: _Plan, trans: dict | None, stage_as: Path
+) -> list[store.StagedFile]:
+    """Stage every file the change writes (the transitional one first) as `stage_as` and run
+    each check that comes before writing: `dockerd --validate` and the daemon's own (flag
+    conflicts with the running dockerd, ...). Returns the staged files; none stay on failure.
+    The apply and the dry run both come through here, so a dry run fails as the apply would.
+    """
+    files = []
+    if trans is not None:
+        files.append((plan.old_doc.serialize(trans), trans))
+    if plan.new_bytes is not None:
+        files.append((plan.new_bytes, plan.new_data))
+    staged: list[store.StagedFile] = []
+    try:
+        for i, (data, doc) in enumerate(files):
+            if i == 0:
+                ctx.reporter.progress(f"checking the candidate {ctx.config}")
+            s = store.stage(stage_as, data)
+            staged.append(s)
+            _dockerd_check(ctx, s)
+            ctx.daemon.check_candidate(ctx.config, doc, s.path)
+    except BaseException:
+        for s in staged:
+            s.discard()
+        raise
+    return staged
+
+
+def _transition(ctx: _Ctx, plan: _Plan) -> dict | None:
+    """The transitional file `plan` needs with this daemon first, or None."""
+    if not _needs_transition(ctx.daemon):
+        return None
+    return transitional(plan.new_data, plan.old_doc.data)
+
+
+def _dry_run_checks(ctx: _Ctx, plan: _Plan) -> None:
+    """The checks of `_apply` before its first write, with the candidates staged in a private
+    temp directory: nothing is created beside the file or in the state dir."""
+    _ensure_directory(ctx, create=False)
+    trans = _transition(ctx, plan)
+    with tempfile.TemporaryDirectory(prefix="nvdocker2-dry-run-") as d:
+        for s in _check_candidates(ctx, plan, trans, Path(d) / ctx.config.name):
+            s.discard()
 
 
 def _apply(ctx: _Ctx, plan: _Plan) -> tuple[store.Backup, bool]:
@@ -320,25 +375,11 @@ def _apply(ctx: _Ctx, plan: _Plan) -> tuple[store.Backup, bool]:
     old = plan.old_doc
     daemon = ctx.daemon
     _ensure_directory(ctx)
-    trans = transitional(plan.new_data, old.data) if _needs_transition(daemon) else None
-    trans_bytes = old.serialize(trans) if trans is not None else None
+    trans = _transition(ctx, plan)
 
     staged: list[store.StagedFile] = []
     try:
-        first_bytes = trans_bytes if trans_bytes is not None else plan.new_bytes
-        first_data = trans if trans is not None else plan.new_data
-        if first_bytes is not None:
-            ctx.reporter.progress(f"checking the candidate {ctx.config}")
-            s = store.stage(ctx.config, first_bytes)
-            staged.append(s)
-            _dockerd_check(ctx, s)
-            daemon.check_candidate(ctx.config, first_data, s.path)
-        if trans_bytes is not None and plan.new_bytes is not None:
-            s2 = store.stage(ctx.config, plan.new_bytes)
-            staged.append(s2)
-            _dockerd_check(ctx, s2)
-            daemon.check_candidate(ctx.config, plan.new_data, s2.path)
-
+        staged = _check_candidates(ctx, plan, trans, ctx.config)
         backups = store.Backups(ctx.state)
         backup = backups.create(ctx.config, old.raw if old.existed else None, plan.reason)
         ctx.reporter.progress(f"backup {backup.id} saved")
@@ -486,6 +527,7 @@ def _result(
     backup: store.Backup | None = None,
     verified: bool = False,
     diff: str | None = None,
+    after: bytes | None = None,
 ) -> Result:
     return Result(
         action=action,
@@ -502,6 +544,8 @@ def _result(
         dry_run=ctx.dry_run,
         diff=diff,
         style=doc.style.describe(),
+        before=masked_text(doc.raw if doc.existed else None),
+        after=masked_text(after),
     )
 
 
@@ -520,19 +564,40 @@ def _finish(
     """Shared tail: unchanged → say so; dry run → diff; else apply."""
     unchanged = (new_bytes == doc.raw and doc.existed) or (new_bytes is None and not doc.existed)
     if unchanged:
-        return _result(ctx, action, False, doc, changes)
-    if ctx.dry_run:
+        verified = not ctx.dry_run and _settle(ctx, expect)
         return _result(
-            ctx, action, True, doc, changes, diff=unified_diff(ctx.config, doc.raw, new_bytes)
+            ctx, action, False, doc, changes, verified=verified,
+            after=doc.raw if doc.existed else None,
         )
     plan = _Plan(doc, new_data, new_bytes, reason, expect, journal_record, journal_before_write)
+    if ctx.dry_run:
+        _dry_run_checks(ctx, plan)
+        return _result(
+            ctx, action, True, doc, changes, diff=unified_diff(ctx.config, doc.raw, new_bytes),
+            after=new_bytes,
+        )
     backup, verified = _apply(ctx, plan)
     if ctx.daemon.strategy == "none":
         ctx.notes.append(
             "dockerd was not reloaded; to apply the change run: "
             + locations.reload_hint(ctx.config)
         )
-    return _result(ctx, action, True, doc, changes, backup, verified)
+    return _result(ctx, action, True, doc, changes, backup, verified, after=new_bytes)
+
+
+def _settle(ctx: _Ctx, expect: Expectation) -> bool:
+    """Reload an unchanged file that dockerd is not running; True when that was done.
+
+    An earlier run stopped between its rename and its reload (SIGKILL, power cut) leaves the
+    file right and dockerd on the old one: the next run writes nothing, so it must reload.
+    """
+    lags = getattr(ctx.daemon, "lags_behind", None)
+    if lags is None or not lags(expect):
+        return False
+    ctx.notes.append("dockerd was not running this file (an earlier run was interrupted): reloaded")
+    ctx.daemon.reload()
+    ctx.daemon.verify(expect, ctx.timeout)
+    return True
 
 
 def _ctx(

@@ -266,6 +266,16 @@ class Dockerd:
         process = read_process(pid, self.proc) if pid is not None else None
         check_candidate_against(process, config_path, candidate, candidate_file, version)
 
+    def lags_behind(self, expect: Expectation) -> bool:
+        """True when dockerd answers and does not report `expect` (the file is ahead of it)."""
+        if not self.verifies:
+            return False
+        try:
+            info = self.client.info(timeout=5)
+        except (EngineUnavailable, EngineError):
+            return False
+        return bool(mismatches(info, expect))
+
     # -- acting ---------------------------------------------------------------------------
 
     def reload(self) -> None:

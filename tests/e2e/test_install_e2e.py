@@ -70,8 +70,12 @@ def test_an_idempotent_rerun_does_not_signal_dockerd(dockerd):
 def test_a_flag_conflict_the_installer_can_see_exits_2_before_writing(make_dockerd):
     daemon = make_dockerd(extra_args=["--default-runtime=runc"])
     original = daemon.config_file.read_bytes()
+    # The dry run runs the same checks (SPEC §10): it fails as the apply does, touching nothing.
+    dry = nvdocker2(daemon, *INSTALL, "--set-default", "--dry-run", "--json")
+    assert dry.returncode == 2 and json.loads(dry.stdout)["exit_code"] == 2
+    assert not Path(os.environ["NVDOCKER2_STATE_DIR"]).exists()
     out = nvdocker2(daemon, *INSTALL, "--set-default")
-    assert out.returncode == 2
+    assert out.returncode == 2 and out.stderr == dry.stderr
     assert out.stderr.startswith(
         f'error: {daemon.config_file}: "default-runtime" (flag --default-runtime)'
     )

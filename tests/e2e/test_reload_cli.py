@@ -135,3 +135,35 @@ def test_a_restart_dockerd_refuses_is_rolled_back_with_the_journal_words(make_do
     assert daemon.config_file.read_bytes() == original
     assert daemon.docker("version").returncode == 0
     assert daemon.info()["DefaultRuntime"] == "runc"
+
+
+def test_install_reloads_a_file_dockerd_is_not_running_yet(dockerd):
+    """An earlier run killed between its rename and its reload leaves the file right and dockerd
+    on the old one: the next install writes nothing but reloads, and only then says verified."""
+    daemon = dockerd
+    written = nvdocker2(daemon, *INSTALL, "--set-default", "--reload", "none", "--json")
+    assert written.returncode == 0, written.stderr
+    data = daemon.config_file.read_bytes()
+    assert "nvidia" not in daemon.info()["Runtimes"]
+    count = reloads(daemon)
+
+    out = nvdocker2(daemon, *INSTALL, "--set-default", "--reload", "signal", "--json")
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    assert (result["changed"], result["verified"]) == (False, True)
+    assert daemon.config_file.read_bytes() == data
+    info = daemon.info()
+    assert info["Runtimes"]["nvidia"] == {"path": RUNTIME}
+    assert info["DefaultRuntime"] == "nvidia"
+    assert reloads(daemon) == count + 1
+
+    again = nvdocker2(daemon, *INSTALL, "--set-default", "--reload", "signal", "--json")
+    assert again.returncode == 0, again.stderr
+    assert json.loads(again.stdout)["verified"] is False
+    assert reloads(daemon) == count + 1
+    assert uninstalled(daemon)
+
+
+def uninstalled(daemon) -> bool:
+    out = nvdocker2(daemon, "uninstall", "--reload", "signal")
+    return out.returncode == 0 and "nvidia" not in daemon.info()["Runtimes"]

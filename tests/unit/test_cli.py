@@ -104,16 +104,45 @@ def test_second_install_says_unchanged_and_writes_nothing(cfg, tmp_path):
 
 def test_dry_run_prints_a_diff_and_touches_nothing(cfg, tmp_path):
     cfg.write_bytes(b'{\n    "debug": true\n}\n')
-    code, out, _ = cli("install", "--config", str(cfg), "--runtime-path", RT, "--dry-run")
+    code, out, _ = cli("install", "--config", str(cfg), "--runtime-path", RT, "--dry-run", *NONE)
     assert code == 0
     assert f"--- a{cfg}\n+++ b{cfg}\n" in out
     assert '-    "debug": true\n+    "debug": true,\n+    "runtimes": {\n' in out
     assert "dry run:" in out
     assert cfg.read_bytes() == b'{\n    "debug": true\n}\n'
     assert not (tmp_path / "state").exists()
-    code, out, _ = cli("install", "--config", str(cfg), "--runtime-path", RT, "--dry-run", "--json")
+    code, out, _ = cli("install", "--config", str(cfg), "--runtime-path", RT, "--dry-run", "--json",
+                       *NONE)
     obj = json.loads(out)
     assert obj["dry_run"] is True and obj["changed"] is True and '+    "runtimes"' in obj["diff"]
+    assert obj["before"] == '{\n    "debug": true\n}\n'
+    # `after` is exactly what the apply then writes.
+    assert cli("install", "--config", str(cfg), "--runtime-path", RT, *NONE)[0] == 0
+    assert obj["after"] == cfg.read_text()
+
+
+def test_dry_run_fails_as_the_apply_would_when_dockerd_cannot_be_found(cfg, tmp_path):
+    """No dockerd to verify with: the apply exits 3, and so does its dry run."""
+    cfg.write_bytes(b"{}\n")
+    args = ("install", "--config", str(cfg), "--runtime-path", RT, "--pidfile",
+            str(tmp_path / "none.pid"), "--docker-host", f"unix://{tmp_path}/none.sock")
+    dry_code, _, dry_err = cli(*args, "--dry-run")
+    assert cfg.read_bytes() == b"{}\n" and not (tmp_path / "state").exists()
+    code, _, err = cli(*args)
+    assert code == 3 and (dry_code, dry_err) == (code, err)
+    assert cfg.read_bytes() == b"{}\n"
+
+
+def test_diff_and_json_text_mask_credentials_in_urls(cfg):
+    proxy = '{\n    "proxies": {"http-proxy": "http://alice:s3cret@proxy:3128"}\n}\n'
+    cfg.write_text(proxy)
+    code, out, _ = cli("install", "--config", str(cfg), "--runtime-path", RT, "--dry-run", *NONE)
+    assert code == 0 and "s3cret" not in out and "alice" not in out
+    code, out, _ = cli("install", "--config", str(cfg), "--runtime-path", RT, "--json", *NONE)
+    obj = json.loads(out)
+    assert "s3cret" not in out and "http://xxxxx:xxxxx@proxy:3128" in obj["before"]
+    assert "http://xxxxx:xxxxx@proxy:3128" in obj["after"]
+    assert "http://alice:s3cret@proxy:3128" in cfg.read_text()  # the file keeps them
 
 
 def test_json_result_has_the_fields_scripts_rely_on(cfg):

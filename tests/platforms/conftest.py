@@ -1,0 +1,105 @@
+"""Fixtures of the platform matrix (see trees.py for the trees and their daemons).
+
+Which platforms: NVDOCKER2_PLATFORMS, comma-separated suite names (default: all of
+trees.SUITES). The .deb: NVDOCKER2_DEB when set (`make matrix` builds it once for every
+platform), else `make deb` once per session.
+
+    platform       the suite name of the current parameter ("bookworm", "trixie", "sid")
+    deb            Path of the .deb under test
+    tree           a fresh tree of that suite, session scope (one per platform), closed at
+                   the end
+    tree_with_deb  the same tree with the .deb installed (daemon.json left alone)
+    tree_dockerd   the tree's dockerd, started on tree_with_deb, stopped after the module
+
+A tree that cannot be built or a dockerd that cannot start fails under CI=true with one line
+naming the platform and the reason, and skips otherwise; it is never silently skipped in CI.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+import trees  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def selected_platforms() -> list[str]:
+    raw = os.environ.get("NVDOCKER2_PLATFORMS", "")
+    names = [n.strip() for n in raw.split(",") if n.strip()] or list(trees.SUITES)
+    unknown = [n for n in names if n not in trees.SUITES]
+    if unknown:
+        raise pytest.UsageError(
+            f"NVDOCKER2_PLATFORMS: unknown suite {', '.join(unknown)} "
+            f"(known: {', '.join(trees.SUITES)})")
+    return names
+
+
+def pytest_collection_modifyitems(items):
+    here = Path(__file__).parent
+    for item in items:
+        if Path(str(item.fspath)).parent == here:
+            item.add_marker(pytest.mark.platforms)
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "platforms: runs in Debian trees with their own dockerd (root, network once)")
+
+
+def pytest_generate_tests(metafunc):
+    if "platform" in metafunc.fixturenames:
+        metafunc.parametrize("platform", selected_platforms(), scope="session")
+
+
+@pytest.fixture(scope="session")
+def deb(tmp_path_factory) -> Path:
+    given = os.environ.get("NVDOCKER2_DEB")
+    if given:
+        if not Path(given).is_file():
+            trees.unavailable(f"NVDOCKER2_DEB={given}: no such file")
+        return Path(given)
+    if os.geteuid() != 0:
+        trees.unavailable("the platform matrix needs root (make deb, chroot, dockerd)")
+    from nvdocker2 import __version__
+
+    dist = tmp_path_factory.mktemp("dist")
+    proc = trees._run(["make", "-C", str(REPO), "deb", f"DIST={dist}"], timeout=900)
+    assert proc.returncode == 0, f"make deb failed:\n{proc.stdout}\n{proc.stderr}"
+    return dist / f"nvdocker2_{__version__}_all.deb"
+
+
+@pytest.fixture(scope="session")
+def tree(platform):
+    if os.geteuid() != 0:
+        trees.unavailable("the platform matrix needs root (debootstrap, chroot, dockerd)")
+    try:
+        made = trees.Tree.create(platform)
+    except trees.TreeUnavailable as exc:
+        trees.unavailable(str(exc))
+    try:
+        yield made
+    finally:
+        made.close()
+
+
+@pytest.fixture(scope="session")
+def tree_with_deb(tree, deb):
+    tree.install_deb(deb, env={"NVDOCKER2_SKIP_DOCKER_CONFIG": "1"})
+    return tree
+
+
+@pytest.fixture(scope="module")
+def tree_dockerd(tree_with_deb):
+    try:
+        daemon = tree_with_deb.start_dockerd()
+    except trees.TreeUnavailable as exc:
+        trees.unavailable(str(exc))
+    yield daemon
+    daemon.stop()
