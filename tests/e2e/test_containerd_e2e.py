@@ -1,8 +1,10 @@
 """install / uninstall on a private containerd through the CLI (SPEC §11).
 
-Each release of containerd found is tested: this machine's, and the ones in
-$NVD2_CONTAINERD_BINS (colon-separated containerd executables, e.g. from Debian 13 and sid
-trees). containerd is restarted by the `systemctl` stand-in, as systemd would.
+Three releases: this machine's containerd 1.6 (Debian 12), and containerd 1.7 and 2.1 taken
+from the Debian 13 and sid trees of tests/platforms (their binaries link only libc, so they run
+here directly, with this machine's runc). $NVD2_CONTAINERD_BINS (colon-separated containerd
+executables) replaces the list. containerd is restarted by the `systemctl` stand-in, as systemd
+would.
 """
 
 from __future__ import annotations
@@ -23,7 +25,32 @@ from privatecontainerd import IMAGE, PrivateContainerd, missing_prerequisites  #
 from nvdocker2.engines.containerd import service  # noqa: E402
 
 NVDOCKER2 = [sys.executable, "-m", "nvdocker2"]
-BINS = [b for b in os.environ.get("NVD2_CONTAINERD_BINS", "").split(":") if b] or ["containerd"]
+BINS = [b for b in os.environ.get("NVD2_CONTAINERD_BINS", "").split(":") if b] or [
+    "containerd", "trixie", "sid"]
+
+
+def _tree_binaries(suite: str) -> str:
+    """containerd, its shim and ctr of a Debian suite's cached tree, unpacked once beside it."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "platforms"))
+    import tarfile
+
+    import trees
+
+    try:
+        tarball = trees.ensure_tarball(suite)
+    except trees.TreeUnavailable as e:
+        trees.unavailable(f"containerd of {suite}: {e}")
+    dest = trees.CACHE / f"{tarball.stem}-containerd-bin"
+    if not (dest / "containerd").exists():
+        tmp = Path(str(dest) + f".tmp{os.getpid()}")
+        tmp.mkdir(parents=True, exist_ok=True)
+        with tarfile.open(tarball) as t:
+            for name in ("containerd", "containerd-shim-runc-v2", "ctr"):
+                f = t.extractfile(f"./usr/bin/{name}")
+                (tmp / name).write_bytes(f.read())
+                (tmp / name).chmod(0o755)
+        os.replace(tmp, dest)
+    return str(dest / "containerd")
 
 
 def _require(exe: str) -> None:
@@ -37,8 +64,11 @@ def _require(exe: str) -> None:
 
 @pytest.fixture(params=BINS, scope="module")
 def containerd(request, tmp_path_factory):
-    _require(request.param)
-    c = PrivateContainerd(request.param)
+    exe = request.param
+    _require("containerd" if exe in ("trixie", "sid") else exe)
+    if exe in ("trixie", "sid"):
+        exe = _tree_binaries(exe)
+    c = PrivateContainerd(exe)
     try:
         c.start()
         c.import_busybox()
@@ -86,7 +116,15 @@ def test_install_restart_keeps_container_and_uninstall_restores_bytes(containerd
     assert "nvidia" in _cri_runtimes(c, t0)  # the restarted containerd reports it
     assert c.task_pid("keeper") == task  # the running container survived the restart
     installed = c.config.read_bytes()
-    assert installed.startswith(before)  # everything before the runtime kept byte for byte
+    dropin = c.dir / "conf.d" / "99-nvidia.toml"
+    if service.major_version(c.exe) >= 2:
+        # containerd 2.x: our own drop-in, and the root gains only the import line.
+        assert dropin.read_bytes().startswith(b"# Written by nvdocker2")
+        line = f'imports = ["{c.dir}/conf.d/*.toml"]\n'.encode()
+        assert installed.replace(line, b"", 1) == before
+    else:
+        assert not dropin.exists()
+        assert installed.startswith(before)  # everything before the runtime kept byte for byte
 
     pid1 = c.pid()
     p = _run(c, state, "install")
@@ -100,6 +138,7 @@ def test_install_restart_keeps_container_and_uninstall_restores_bytes(containerd
     assert p.returncode == 0, p.stderr
     assert json.loads(p.stdout)["verified"] is True
     assert c.config.read_bytes() == before
+    assert not dropin.exists()
     assert "nvidia" not in _cri_runtimes(c, t1)
     assert c.task_pid("keeper") == task
     c.ctr("task", "kill", "-s", "SIGKILL", "keeper")
