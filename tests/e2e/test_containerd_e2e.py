@@ -77,11 +77,11 @@ def containerd(request, tmp_path_factory):
         c.cleanup()
 
 
-def _run(c: PrivateContainerd, state: Path, *args: str) -> subprocess.CompletedProcess:
+def _run(c: PrivateContainerd, state: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
     cmd = NVDOCKER2 + [*args, "--engine", "containerd", "--config", str(c.config),
                        "--containerd-address", c.address, "--json"]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=300,
-                          env=c.env(NVDOCKER2_STATE_DIR=str(state)))
+                          env=c.env(NVDOCKER2_STATE_DIR=str(state), **env))
 
 
 def _cri_runtimes(c: PrivateContainerd, since: float) -> dict:
@@ -172,3 +172,24 @@ def test_refused_candidate_leaves_file_and_containerd_alone(containerd, tmp_path
         assert c.pid() == pid
     finally:
         c.config.write_bytes(good)
+
+
+def test_containerd_that_does_not_come_back_is_rolled_back_exit_4(containerd, tmp_path):
+    c = containerd
+    state = tmp_path / "state"
+    before = c.config.read_bytes()
+    c.ctr("run", "-d", IMAGE, "survivor", "sleep", "3000")
+    task = c.task_pid("survivor")
+    (c.dir / "fail-restarts").unlink(missing_ok=True)
+    p = _run(c, state, "install", NVD2_FAKE_FAIL_RESTARTS="1")
+    (c.dir / "fail-restarts").unlink(missing_ok=True)
+    assert p.returncode == 4, p.stderr
+    assert "restored from backup" in p.stderr and "hint: " in p.stderr
+    assert c.config.read_bytes() == before
+    assert not (c.dir / "conf.d" / "99-nvidia.toml").exists()
+    assert c.pid() is not None  # restarted on the previous files
+    assert c.task_pid("survivor") == task
+    c.ctr("task", "kill", "-s", "SIGKILL", "survivor")
+    time.sleep(0.5)
+    c.ctr("task", "delete", "-f", "survivor", check=False)
+    c.ctr("container", "delete", "survivor")
