@@ -634,9 +634,19 @@ def doctor(
     json_: bool = typer.Option(False, "--json", help="Print the results as a JSON list."),
     smoke: bool = typer.Option(False, "--smoke", help="Also start a tiny GPU container "
                                "(image: $NVDOCKER2_SMOKE_IMAGE, default ubuntu; never pulled)."),
+    engine: EngineName = _opt_engine(),
+    unit: Optional[str] = _opt_unit(),
+    containerd_address: Optional[str] = _opt_engine_address(),
 ) -> None:
     """Check this host's GPU container setup and say how to fix what is wrong (exit 1 if
     any check failed)."""
+    if engine != EngineName.docker:
+        from nvdocker2.engines import doctor as engine_doctor
+
+        cfg_path = Path(os.path.abspath(str(config))) if config is not None else None
+        _run(json_, lambda: engine_doctor.run(engine.value, cfg_path, containerd_address, unit,
+                                              json_))
+        return
     from nvdocker2.doctor import run_doctor
 
     cfg = str(_resolve_config(config)[0]) if config is not None else None

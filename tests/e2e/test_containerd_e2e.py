@@ -115,6 +115,11 @@ def test_install_restart_keeps_container_and_uninstall_restores_bytes(containerd
     assert rt["options"]["BinaryName"].endswith("nvidia-container-runtime")
     assert "nvidia" in _cri_runtimes(c, t0)  # the restarted containerd reports it
     assert c.task_pid("keeper") == task  # the running container survived the restart
+    doc = subprocess.run(NVDOCKER2 + ["doctor", "--engine", "containerd", "--config",
+                                      str(c.config), "--containerd-address", c.address,
+                                      "--json"], capture_output=True, text=True, env=c.env())
+    checks = {r["id"]: r["status"] for r in json.loads(doc.stdout)}
+    assert doc.returncode == 0 and set(checks.values()) == {"ok"}, doc.stdout
     installed = c.config.read_bytes()
     dropin = c.dir / "conf.d" / "99-nvidia.toml"
     if service.major_version(c.exe) >= 2:
