@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 packages=(
     docker.io runc containerd busybox-static iproute2 make git
     python3 python3-venv python3-pip python3-setuptools
-    python3-typer python3-rich python3-jsonschema python3-filelock python3-packaging python3-tomli
+    python3-typer python3-rich python3-jsonschema python3-filelock python3-packaging python3-tomli python3-tomlkit
     python3-pytest python3-hypothesis
     dpkg-dev debhelper dh-python pybuild-plugin-pyproject python3-all rpm lintian equivs devscripts
 )
