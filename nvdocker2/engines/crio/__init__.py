@@ -82,12 +82,8 @@ class CrioEngine:
 
 def runtimes_from_status(text: str) -> tuple[dict[str, str], str]:
     """(runtime → runtime_path, default) from `crio status config` (the running TOML)."""
-    import sys
+    from nvdocker2.engines.containerd.document import tomllib
 
-    if sys.version_info >= (3, 11):
-        import tomllib
-    else:  # pragma: no cover
-        import tomli as tomllib
     data = tomllib.loads(text)
     rt = (data.get("crio") or {}).get("runtime") or {}
     rts = {n: str(v.get("runtime_path", "")) for n, v in (rt.get("runtimes") or {}).items()
