@@ -46,6 +46,9 @@ class Plan:
     expect_old: Any = None
     notes: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()
+    # install records before writing (what it replaces must survive a crash); uninstall after,
+    # so a crash between leaves the record that lets the next uninstall finish the job.
+    journal_before_write: bool = True
 
     @property
     def changed(self) -> bool:

@@ -83,10 +83,15 @@ def run(engine: Any, action: str, req: Request, *, service: Service | None = Non
         plan = planner(_read, req, journal)
         return _result(engine, action, plan, service, True, [], [])
     with store.locked(st, timeout):
+        notes: list[str] = []
+        store.clean_state_temps(st)
         for _ in range(RETRIES):
             journal = store.Journal(st, engine.config)
             plan = planner(_read, req, journal.load())
-            warnings, notes = [], []
+            warnings: list[str] = []
+            for f in plan.files:
+                for p in store.clean_stale_temps(f.path):
+                    notes.append(f"removed {p}, left behind by an interrupted earlier run")
             if not plan.changed:
                 if plan.journal is not None and plan.journal != journal.load():
                     journal.write(plan.journal)
@@ -119,7 +124,7 @@ def _apply(engine: Any, action: str, plan: Plan, service: Service, reporter: Rep
     reporter.progress(f"backup {made[0].id} saved")
     journal = store.Journal(st, engine.config)
     journal_old = journal.read_bytes()
-    if plan.journal is not None:
+    if plan.journal is not None and plan.journal_before_write:
         journal.write(plan.journal)
     written: list[FileEdit] = []
     phase = "write"
@@ -138,6 +143,8 @@ def _apply(engine: Any, action: str, plan: Plan, service: Service, reporter: Rep
             with reporter.waiting(f"waiting for {engine.name} to report the change"):
                 service.verify(plan.expect, timeout)
             verified = True
+        if plan.journal is not None and not plan.journal_before_write:
+            journal.write(plan.journal)
     except BaseException as exc:
         _restore(engine, written, service, plan, timeout, phase != "write", exc, made)
         with contextlib.suppress(Exception):

@@ -409,7 +409,7 @@ def plan_uninstall(root: D.Config, dropin: D.Config | None, req: Request,
     expect = {"present": {}, "absent": [name], "default": None}
     expect_old = {"present": {}, "absent": [], "default": None}
     return Plan(tuple(files), tuple(changes), f"uninstall runtime {name} (containerd)", rec,
-                expect, expect_old, warnings=tuple(warnings))
+                expect, expect_old, warnings=tuple(warnings), journal_before_write=False)
 
 
 _HEADER = re.compile(r"^[ \t]*\[([^\[\]]+)\][ \t]*(#.*)?$")
