@@ -294,8 +294,11 @@ def _render(res: transaction.Result, extra_notes: list[str], extra_warnings: lis
             sys.stdout.write("\n".join(out) + f"\nunchanged: {res.config} already says that (dry run)\n")
         sys.stdout.write("".join(f"note: {n}\n" for n in notes))
         return
+    # The engine transactions name their engine in config_reason ("containerd engine").
+    who = res.config_reason[: -len(" engine")] if res.config_reason.endswith(" engine") else "dockerd"
     if not res.changed:
-        out.append(f"unchanged: {res.config} already says that; nothing written, dockerd not reloaded")
+        out.append(f"unchanged: {res.config} already says that; nothing written, {who} not "
+                   + ("reloaded" if who == "dockerd" else "restarted"))
     else:
         for c in res.changes:
             if not c.changed:
@@ -310,7 +313,7 @@ def _render(res: transaction.Result, extra_notes: list[str], extra_warnings: lis
             where = f" ({res.backup_file})" if res.backup_file else " (the file did not exist before)"
             out.append(f"backup: {res.backup}{where}")
         out.append(f"reload: {res.reload}")
-        out.append("verified: " + ("yes, dockerd reports the change" if res.verified else "no"))
+        out.append("verified: " + (f"yes, {who} reports the change" if res.verified else "no"))
     for n in notes:
         out.append(f"note: {n}")
     sys.stdout.write("\n".join(out) + "\n")
