@@ -200,3 +200,20 @@ def test_containerd_that_does_not_come_back_is_rolled_back_exit_4(containerd, tm
     time.sleep(0.5)
     c.ctr("task", "delete", "-f", "survivor", check=False)
     c.ctr("container", "delete", "survivor")
+
+
+def test_set_default_is_what_the_restarted_cri_plugin_runs(containerd, tmp_path):
+    c = containerd
+    state = tmp_path / "state"
+    before = c.config.read_bytes()
+    t0 = time.time()
+    p = _run(c, state, "install", "--set-default")
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout)["verified"] is True
+    text = subprocess.run(["journalctl", "-u", "containerd", "-o", "cat", "--since",
+                           f"@{int(t0)}"], capture_output=True, text=True, env=c.env()).stdout
+    runtimes, default = service.runtimes_from_log(text)
+    assert default == "nvidia" and "nvidia" in runtimes
+    p = _run(c, state, "uninstall")
+    assert p.returncode == 0, p.stderr
+    assert c.config.read_bytes() == before
