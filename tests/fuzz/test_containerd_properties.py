@@ -61,18 +61,27 @@ def configs(draw) -> bytes:
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(raw=configs(), set_default=st.booleans())
-def test_install_then_uninstall_gives_the_original_bytes(raw, set_default):
+@given(raw=configs(), set_default=st.booleans(), major=st.sampled_from([1, 2]))
+def test_install_then_uninstall_gives_the_original_bytes(raw, set_default, major):
+    """In place (containerd 1.x) and through our drop-in plus an added import (2.x)."""
     req = Request("nvidia", RT, set_default, (RT,))
-    plan = E.plan_install(D.parse(ROOT, raw), [], None, 1, req, {})
+    plan = E.plan_install(D.parse(ROOT, raw), [], None, major, req, {})
     new = plan.files[0].new
     cfg = D.parse(ROOT, new)
-    rt = E._get_in(cfg.data, cfg.cri() + ("runtimes", "nvidia"))
+    dropin = None
+    if major == 1:
+        eff = cfg.data
+    else:
+        f = plan.files[1]
+        dropin = D.parse(f.path, f.new)
+        eff = D.merged(cfg, [dropin], True)
+    rt = E._get_in(eff, cfg.cri() + ("runtimes", "nvidia"))
     assert rt["options"]["BinaryName"] == RT
-    again = E.plan_install(cfg, [], None, 1, req, plan.journal)
+    again = E.plan_install(cfg, [], dropin, major, req, plan.journal)
     assert not again.changed
-    back = E.plan_uninstall(cfg, None, req, plan.journal)
+    back = E.plan_uninstall(cfg, dropin, req, plan.journal)
     assert back.files[0].new == raw
+    assert all(f.new is None for f in back.files[1:])
 
 
 HOSTILE = [
