@@ -10,9 +10,10 @@ rolls back.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, Optional, Protocol, Sequence
+from typing import Any, Callable, Optional, Protocol
 
 from nvdocker2.daemonjson.edit import Change
 from nvdocker2.errors import EXIT_REJECTED, NvDockerError

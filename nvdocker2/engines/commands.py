@@ -4,15 +4,15 @@ transaction, and describe the state for `status` (the CLI only renders)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from nvdocker2.engines import transaction as txn
 from nvdocker2.engines.base import NoService, Request
 from nvdocker2.errors import BadInput
 
 
-def make(engine: str, config: Optional[Path], reload: str, verify: bool, unit: Optional[str],
-         address: Optional[str]) -> tuple[Any, Any, list[str]]:
+def make(engine: str, config: Path | None, reload: str, verify: bool, unit: str | None,
+         address: str | None) -> tuple[Any, Any, list[str]]:
     """(engine, service, notes) for the flags."""
     notes: list[str] = []
     if engine == "containerd":
@@ -54,7 +54,7 @@ def uninstall(eng: Any, svc: Any, req: Request, **kw: Any):
     return txn.run(eng, "uninstall", req, service=svc, **kw)
 
 
-def rollback(eng: Any, svc: Any, backup_id: Optional[str], **kw: Any):
+def rollback(eng: Any, svc: Any, backup_id: str | None, **kw: Any):
     return txn.rollback(eng, backup_id, service=svc, **kw)
 
 

@@ -8,7 +8,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable
 
 from nvdocker2.doctor.registry import CheckResult, Outcome, fail, ok, skip, warn
 from nvdocker2.errors import NvDockerError
@@ -135,7 +135,7 @@ def crio_checks(dropin: Path, runtime: str = "nvidia"):
     return [("crio-dropin", "CRI-O drop-in", drop), ("crio-running", "running CRI-O", binary)]
 
 
-def run(engine: str, config: Optional[Path], address: Optional[str], unit: Optional[str],
+def run(engine: str, config: Path | None, address: str | None, unit: str | None,
         as_json: bool) -> int:
     from nvdocker2.doctor.registry import FAIL
     from nvdocker2.doctor.render import render

@@ -13,7 +13,6 @@ together.
 from __future__ import annotations
 
 import contextlib
-import os
 import secrets
 from pathlib import Path
 from typing import Any, Callable

@@ -20,7 +20,6 @@ import tarfile
 import tempfile
 import time
 from pathlib import Path
-from typing import Sequence
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 BUSYBOX = "/bin/busybox"

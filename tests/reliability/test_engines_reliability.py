@@ -107,7 +107,7 @@ def test_sigkill_at_random_instants_leaves_old_or_new_file(setup):
 def test_sigkill_before_each_rename_then_a_clean_run_converges(setup, point):
     """Killed while paused before its n-th rename (backup, its metadata, journal, the file),
     the install leaves the old file; the next install and uninstall land exactly."""
-    engine, cfg, original, installed, state = setup
+    engine, cfg, original, installed, _ = setup
     p = subprocess.Popen(_cli(engine, cfg, "install"), stdout=subprocess.DEVNULL,
                          stderr=subprocess.PIPE, text=True,
                          env={**os.environ, store.PAUSE_HOOK: "0.25"})

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import glob
 import os
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from nvdocker2.engines.base import Plan, Reader, Request
 from nvdocker2.engines.containerd import document, edit, service

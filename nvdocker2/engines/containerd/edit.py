@@ -106,13 +106,13 @@ def render_table(prefix: tuple[str, ...], table: dict, indent: str, nl: str) -> 
 
 
 def _header_indent(text: str, keys: tuple[str, ...]) -> str:
-    m = re.search(r"^([ \t]*)\[" + re.escape(D.dotted(keys)), text, re.M)
+    m = re.search(r"^([ \t]*)\[" + re.escape(D.dotted(keys)), text, re.MULTILINE)
     return m.group(1) if m else ""
 
 
 def _has_header(text: str, keys: tuple[str, ...]) -> bool:
     return re.search(r"^[ \t]*\[" + re.escape(D.dotted(keys)) + r"\][ \t]*(#.*)?$", text,
-                     re.M) is not None
+                     re.MULTILINE) is not None
 
 
 def _set_in(data: dict, keys: tuple[str, ...], value: Any) -> None:
@@ -207,8 +207,8 @@ def _insert_import(root: D.Config, pattern: str) -> tuple[str, str | None]:
         doc["imports"].append(pattern)
         return tomlkit.dumps(doc), None
     line = f"imports = [{_val(pattern)}]{nl}"
-    first_header = re.search(r"^[ \t]*\[", text, re.M)
-    m = re.search(r"^version[ \t]*=.*(\r?\n|$)", text, re.M)
+    first_header = re.search(r"^[ \t]*\[", text, re.MULTILINE)
+    m = re.search(r"^version[ \t]*=.*(\r?\n|$)", text, re.MULTILINE)
     if m and (first_header is None or m.start() < first_header.start()):
         end = m.end()
         if not m.group(1):
@@ -331,7 +331,7 @@ def plan_uninstall(root: D.Config, dropin: D.Config | None, req: Request,
     runtime or drop-in only when it is this package's."""
     cri = root.cri()
     name = req.runtime_name
-    where = str(root.path)
+    str(root.path)
     entry = _journal_entry(journal, name)
     files: list[FileEdit] = []
     changes: list[Change] = []
