@@ -170,7 +170,12 @@ def _engine_run(engine: EngineName, action: str, config: Optional[Path], reload:
     """install/uninstall/rollback for --engine containerd|crio (the engine transaction)."""
     from nvdocker2.engines import commands
     from nvdocker2.engines.base import Request
+    from nvdocker2.errors import BadInput
 
+    given = [flag for flag, value in kw.pop("docker_only", {}).items() if value]
+    if given:
+        raise BadInput(f"{', '.join(given)} applies to --engine docker only",
+                       f"leave it out with --engine {engine.value}")
     cfg = Path(os.path.abspath(os.path.expanduser(str(config)))) if config else None
     eng, svc, notes = commands.make(engine.value, cfg, reload.value, not no_verify, unit, address)
     common = dict(reporter=CliReporter(json_), timeout=kw.pop("timeout"),
@@ -386,7 +391,10 @@ def install(
             return _engine_run(engine, "install", config, reload, no_verify, unit,
                                containerd_address, json_, runtime_name=runtime_name,
                                runtime_path=runtime_path, set_default=set_default,
-                               timeout=timeout, dry_run=dry_run)
+                               timeout=timeout, dry_run=dry_run, docker_only={
+                                   "--runtime-arg": runtime_arg, "--restart": restart,
+                                   "--docker-host": docker_host, "--pidfile": pidfile,
+                                   "--dockerd-log": dockerd_log, "--mode": mode})
         cfg, why = _resolve_config(config)
         warnings: list[str] = []
         path = runtime_path
@@ -440,7 +448,9 @@ def uninstall(
         if engine != EngineName.docker:
             return _engine_run(engine, "uninstall", config, reload, no_verify, unit,
                                containerd_address, json_, runtime_name=runtime_name,
-                               timeout=timeout, dry_run=dry_run)
+                               timeout=timeout, dry_run=dry_run, docker_only={
+                                   "--restart": restart, "--docker-host": docker_host,
+                                   "--pidfile": pidfile, "--dockerd-log": dockerd_log})
         cfg, why = _resolve_config(config)
         daemon, notes = _make_daemon(reload, restart, no_verify, docker_host, pidfile, dockerd_log, cfg)
         own, _ = locations.default_runtime_path()

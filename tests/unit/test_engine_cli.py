@@ -53,6 +53,14 @@ def test_reload_modes_containerd_does_not_have_are_bad_flags(env):
     assert env.read_bytes() == CFG
 
 
+@pytest.mark.parametrize("flag", [["--runtime-arg", "--debug"], ["--docker-host",
+                                  "unix:///x.sock"], ["--restart"], ["--mode", "direct"]])
+def test_docker_only_flags_are_refused_for_containerd(env, flag):
+    r = _invoke("install", "--engine", "containerd", "--config", str(env), *flag)
+    assert r.exit_code == 2 and "applies to --engine docker only" in r.stderr
+    assert env.read_bytes() == CFG
+
+
 def test_rollback_restores_the_previous_bytes(env):
     _invoke("install", "--engine", "containerd", "--config", str(env), "--runtime-path", RT)
     r = _invoke("rollback", "--engine", "containerd", "--config", str(env))
