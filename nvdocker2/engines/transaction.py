@@ -13,6 +13,7 @@ together.
 from __future__ import annotations
 
 import contextlib
+import os
 import secrets
 from pathlib import Path
 from typing import Any, Callable
@@ -126,6 +127,8 @@ def _apply(engine: Any, action: str, plan: Plan, service: Service, reporter: Rep
     if plan.journal is not None and plan.journal_before_write:
         journal.write(plan.journal)
     written: list[FileEdit] = []
+    # Directories this change creates (a drop-in directory): a rollback removes them again.
+    new_dirs = [f.path.parent for f in changed if f.new is not None and not f.path.parent.exists()]
     phase = "write"
     try:
         for f in changed:
@@ -146,6 +149,9 @@ def _apply(engine: Any, action: str, plan: Plan, service: Service, reporter: Rep
             journal.write(plan.journal)
     except BaseException as exc:
         _restore(engine, written, service, plan, timeout, phase != "write", exc, made)
+        for d in new_dirs:
+            with contextlib.suppress(OSError):
+                os.rmdir(d)
         with contextlib.suppress(Exception):
             journal.restore(journal_old)
         if isinstance(exc, _Moved) or phase == "write":
