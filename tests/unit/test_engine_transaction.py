@@ -168,3 +168,19 @@ def test_crio_verify_reads_crio_status_config():
     assert calls[0] == ["systemctl", "restart", "crio"] and calls[1][-1] == "config"
     with pytest.raises(VerifyFailed, match="default runtime is crun"):
         svc.verify({"present": {}, "absent": [], "default": "nvidia"}, 0)
+
+
+def test_docker_adapter_runs_the_daemon_json_transaction(tmp_path):
+    from nvdocker2.engines.docker import DockerEngine
+
+    cfg = tmp_path / "daemon.json"
+    cfg.write_bytes(b'{\n  "debug": true\n}\n')
+    eng = DockerEngine(cfg)
+    res = eng.install(Request("nvidia", RT, True), state=tmp_path / "st")
+    assert res.changed and eng.files() == [cfg]
+    assert cfg.read_bytes() == (b'{\n  "debug": true,\n  "runtimes": {\n    "nvidia": {\n'
+                                b'      "path": "/usr/bin/nvidia-container-runtime"\n    }\n'
+                                b'  },\n  "default-runtime": "nvidia"\n}\n')
+    eng.uninstall(Request("nvidia", RT, own_runtime_paths=(RT,)), state=tmp_path / "st")
+    assert cfg.read_bytes() == b'{\n  "debug": true\n}\n'
+    assert eng.rollback(None, state=tmp_path / "st").changed
