@@ -20,8 +20,9 @@ from typing import Any, Callable, Iterator, List, Optional
 import click
 import typer
 
-from nvdocker2 import __version__, locations, transaction
+from nvdocker2 import __version__, locations, redact, transaction
 from nvdocker2.errors import EXIT_INTERNAL, NvDockerError
+from nvdocker2.oneline import one_line
 
 app = typer.Typer(
     add_completion=False,
@@ -201,7 +202,8 @@ class _Out:
 
 
 def _stderr(line: str) -> None:
-    sys.stderr.write(line + "\n")
+    """One line on stderr; control characters in it are escaped (SPEC §8: one line each)."""
+    sys.stderr.write(one_line(line) + "\n")
     sys.stderr.flush()
 
 
@@ -589,6 +591,7 @@ def status(
             info["error"] = e.message
             code = e.exit_code
         st = store.state_dir()
+        store.check_state_dir(st)  # SPEC §8: nothing is read from an untrusted state dir
         rec = {}
         with contextlib.suppress(NvDockerError):
             rec = store.Journal(st, cfg).load()
@@ -647,6 +650,8 @@ def doctor(
     json_: bool = typer.Option(False, "--json", help="Print the results as a JSON list."),
     smoke: bool = typer.Option(False, "--smoke", help="Also start a tiny GPU container "
                                "(image: $NVDOCKER2_SMOKE_IMAGE, default ubuntu; never pulled)."),
+    verbose: bool = typer.Option(False, "--verbose", "-v",
+                                 help="Show every check on its own line, with what it found."),
     engine: EngineName = _opt_engine(),
     unit: Optional[str] = _opt_unit(),
     containerd_address: Optional[str] = _opt_engine_address(),
@@ -658,12 +663,12 @@ def doctor(
 
         cfg_path = Path(os.path.abspath(str(config))) if config is not None else None
         _run(json_, lambda: engine_doctor.run(engine.value, cfg_path, containerd_address, unit,
-                                              json_))
+                                              json_, verbose))
         return
     from nvdocker2.doctor import run_doctor
 
     cfg = str(_resolve_config(config)[0]) if config is not None else None
-    _run(json_, lambda: run_doctor(cfg, docker_host, json_, smoke))
+    _run(json_, lambda: run_doctor(cfg, docker_host, json_, smoke, verbose=verbose))
 
 
 cdi_app = typer.Typer(help="Container Device Interface specs for this host's GPUs.",
@@ -764,6 +769,7 @@ def _on_signal(signum: int, frame: Any) -> None:
 
 def main(argv: Optional[List[str]] = None) -> None:
     """Console-script entry point: runs the app and maps every outcome to a SPEC exit code."""
+    redact.mask_standard_streams()  # no URL password reaches a terminal or a log
     for sig in (signal.SIGTERM, signal.SIGHUP):
         with contextlib.suppress(ValueError, OSError):
             signal.signal(sig, _on_signal)

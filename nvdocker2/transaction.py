@@ -1,7 +1,13 @@
 """install / uninstall / rollback, each as one transaction (SPEC §2).
 
-    lock → read → edit → validate → daemon.check_candidate → backup → journal → atomic write
-         → daemon.reload → daemon.verify → (on failure: restore, reload, verify the old state)
+    lock → read → edit → validate → daemon.check_candidate → backup → journal → compare
+         → atomic write → daemon.reload → daemon.verify → (on failure: restore, reload, verify
+         the old state)
+
+SPEC §8: "compare" checks, right before the rename, that the file is still what was read; when
+another program changed it, nothing is written and the transaction is redone from the read
+(`_transact`, CHANGE_ATTEMPTS times). A file that cannot be renamed over is written in place,
+with a warning.
 
 Nothing here prints: every function returns a `Result` (or raises an `NvDockerError` with the
 SPEC exit code) and reports live progress only through a `Reporter`. How dockerd is reloaded
@@ -25,10 +31,13 @@ from nvdocker2.errors import (
     EXIT_REJECTED,
     BadInput,
     DockerdRejected,
+    EnvironmentProblem,
     NvDockerError,
     RollbackFailed,
 )
 from nvdocker2.redact import mask_credentials, masked_text
+
+CHANGE_ATTEMPTS = 3  # reads of a file another program keeps changing before giving up
 
 # --- the Daemon slot ---------------------------------------------------------------------------
 
@@ -64,8 +73,9 @@ class Daemon(Protocol):
     def reload(self) -> None:
         """Make dockerd read the file; raise EnvironmentProblem if it cannot."""
 
-    def verify(self, expect: Expectation, timeout: float) -> None:
-        """Raise VerifyFailed(reason) when dockerd does not report `expect` within `timeout`."""
+    def verify(self, expect: Expectation, timeout: float) -> str | None:
+        """Raise VerifyFailed(reason) when dockerd does not report `expect` within `timeout`;
+        return a warning when it does but its taking the file is not proven (SPEC §8)."""
 
 
 class NoDaemon:
@@ -293,6 +303,7 @@ class _Plan:
     expect: Expectation
     journal_record: dict | None = None  # None: leave the journal alone
     journal_before_write: bool = True
+    create_as: store.Ownership | None = None  # mode/owner/group when the file is recreated
 
 
 def _ensure_directory(ctx: _Ctx, create: bool = True) -> None:
@@ -336,7 +347,7 @@ def _check_candidates(
         for i, (data, doc) in enumerate(files):
             if i == 0:
                 ctx.reporter.progress(f"checking the candidate {ctx.config}")
-            s = store.stage(stage_as, data)
+            s = store.stage(stage_as, data, owner=plan.create_as)
             staged.append(s)
             _dockerd_check(ctx, s)
             ctx.daemon.check_candidate(ctx.config, doc, s.path)
@@ -381,7 +392,12 @@ def _apply(ctx: _Ctx, plan: _Plan) -> tuple[store.Backup, bool]:
     try:
         staged = _check_candidates(ctx, plan, trans, ctx.config)
         backups = store.Backups(ctx.state)
-        backup = backups.create(ctx.config, old.raw if old.existed else None, plan.reason)
+        backup = backups.create(
+            ctx.config,
+            old.raw if old.existed else None,
+            plan.reason,
+            store.Ownership.of(old.stat),
+        )
         ctx.reporter.progress(f"backup {backup.id} saved")
         journal = store.Journal(ctx.state, ctx.config)
         journal_old = journal.read_bytes()
@@ -394,11 +410,13 @@ def _apply(ctx: _Ctx, plan: _Plan) -> tuple[store.Backup, bool]:
 
     log_offset = _log_offset(ctx.dockerd_log)
     phase = "write"
+    as_read = store.AsRead(old.raw if old.existed else None, old.stat)
     try:
         if staged:
-            staged[0].commit()
+            staged[0].commit(as_read)
+            _note_in_place(ctx, staged[0], backup)
         else:
-            store.atomic_remove(ctx.config)
+            store.atomic_remove(ctx.config, as_read)
         phase = "reload"
         verified = False
         if daemon.strategy != "none":
@@ -408,14 +426,19 @@ def _apply(ctx: _Ctx, plan: _Plan) -> tuple[store.Backup, bool]:
         phase = "verify"
         if daemon.verifies:
             with ctx.reporter.waiting("waiting for dockerd to report the change"):
-                daemon.verify(plan.expect, ctx.timeout)
-            verified = True
+                unproven = daemon.verify(plan.expect, ctx.timeout)
+            verified = not unproven
+            if unproven:
+                ctx.warnings.append(unproven)
         phase = "final"
         if trans is not None:
+            # Still the transitional file we wrote? (another program may have written since)
+            ours = store.AsRead(old.serialize(trans))
             if plan.new_bytes is None:
-                store.atomic_remove(ctx.config)
+                store.atomic_remove(ctx.config, ours)
             else:
-                staged[1].commit()
+                staged[1].commit(ours)
+                _note_in_place(ctx, staged[1], backup)
         if plan.journal_record is not None and not plan.journal_before_write:
             journal.write(plan.journal_record)
     except BaseException as exc:
@@ -424,6 +447,9 @@ def _apply(ctx: _Ctx, plan: _Plan) -> tuple[store.Backup, bool]:
         if phase == "write":
             with contextlib.suppress(Exception):
                 journal.restore(journal_old)
+            if isinstance(exc, store.ChangedMeanwhile):
+                with contextlib.suppress(Exception):
+                    backups.discard(backup)  # a backup of bytes that were never replaced
             raise
         _restore_after_failure(ctx, plan, backup, exc, reload_again=phase != "reload")
         with contextlib.suppress(Exception):
@@ -446,6 +472,18 @@ def _apply(ctx: _Ctx, plan: _Plan) -> tuple[store.Backup, bool]:
     return backup, verified
 
 
+def _note_in_place(ctx: _Ctx, staged: store.StagedFile, backup: store.Backup) -> None:
+    if staged.in_place is None:
+        return
+    warning = (
+        f"{ctx.config} cannot be replaced by a rename ({staged.in_place}; a bind mount?), so it "
+        f"was written in place: this write is not atomic (the previous file is backup "
+        f"{backup.id})"
+    )
+    if warning not in ctx.warnings:
+        ctx.warnings.append(warning)
+
+
 def _restore_after_failure(
     ctx: _Ctx, plan: _Plan, backup: store.Backup, exc: BaseException, reload_again: bool
 ) -> None:
@@ -463,7 +501,7 @@ def _restore_after_failure(
 
     def put_old() -> None:
         if old.existed:
-            store.atomic_write(ctx.config, old.raw)
+            store.atomic_write(ctx.config, old.raw, owner=store.Ownership.of(old.stat))
         else:
             store.atomic_remove(ctx.config)
 
@@ -518,6 +556,30 @@ def _session(ctx: _Ctx) -> Iterator[None]:
         yield
 
 
+def _transact(ctx: _Ctx, attempt: Callable[[], Result]) -> Result:
+    """Run `attempt` (read → edit → … → write) under the lock; when another program changed the
+    file between our read and our rename, nothing was written: redo it from the read, at most
+    CHANGE_ATTEMPTS times in all (SPEC §8), else exit 3."""
+    with _session(ctx):
+        for n in range(1, CHANGE_ATTEMPTS + 1):
+            warnings, notes = len(ctx.warnings), len(ctx.notes)
+            try:
+                return attempt()
+            except store.ChangedMeanwhile as e:
+                if n == CHANGE_ATTEMPTS:
+                    raise EnvironmentProblem(
+                        f"{ctx.config} was changed by another program {n} times while "
+                        f"nvdocker2 was editing it ({e.why}); gave up, nothing was written",
+                        e.hint,
+                    ) from None
+                del ctx.warnings[warnings:], ctx.notes[notes:]
+                ctx.notes.append(
+                    f"{ctx.config} was changed by another program meanwhile ({e.why}); "
+                    "read it again and redid the change"
+                )
+    raise AssertionError("not reached")  # pragma: no cover
+
+
 def _result(
     ctx: _Ctx,
     action: str,
@@ -560,6 +622,7 @@ def _finish(
     expect: Expectation,
     journal_record: dict | None = None,
     journal_before_write: bool = True,
+    create_as: store.Ownership | None = None,
 ) -> Result:
     """Shared tail: unchanged → say so; dry run → diff; else apply."""
     unchanged = (new_bytes == doc.raw and doc.existed) or (new_bytes is None and not doc.existed)
@@ -569,7 +632,9 @@ def _finish(
             ctx, action, False, doc, changes, verified=verified,
             after=doc.raw if doc.existed else None,
         )
-    plan = _Plan(doc, new_data, new_bytes, reason, expect, journal_record, journal_before_write)
+    plan = _Plan(
+        doc, new_data, new_bytes, reason, expect, journal_record, journal_before_write, create_as
+    )
     if ctx.dry_run:
         _dry_run_checks(ctx, plan)
         return _result(
@@ -596,8 +661,10 @@ def _settle(ctx: _Ctx, expect: Expectation) -> bool:
         return False
     ctx.notes.append("dockerd was not running this file (an earlier run was interrupted): reloaded")
     ctx.daemon.reload()
-    ctx.daemon.verify(expect, ctx.timeout)
-    return True
+    unproven = ctx.daemon.verify(expect, ctx.timeout)
+    if unproven:
+        ctx.warnings.append(unproven)
+    return not unproven
 
 
 def _ctx(
@@ -651,7 +718,8 @@ def install(
     ctx = _ctx(config, config_reason, daemon, reporter, timeout, dry_run, state, dockerd_log)
     edit.check_name(runtime_name, adding=True)
     entry = edit.runtime_entry(runtime_path, list(runtime_args) or None)
-    with _session(ctx):
+
+    def attempt() -> Result:
         doc = _load(ctx)
         new, ch = _wrap_shape(
             ctx.config,
@@ -713,6 +781,8 @@ def install(
             record,
         )
 
+    return _transact(ctx, attempt)
+
 
 def uninstall(
     config: Path,
@@ -732,7 +802,8 @@ def uninstall(
     Never leaves default-runtime naming a runtime that no longer exists."""
     ctx = _ctx(config, config_reason, daemon, reporter, timeout, dry_run, state, dockerd_log)
     edit.check_name(runtime_name, adding=False)
-    with _session(ctx):
+
+    def attempt() -> Result:
         doc = _load(ctx)
         _wrap_shape(ctx.config, lambda: edit.check_shape(doc.data))
         journal = store.Journal(ctx.state, ctx.config)
@@ -810,6 +881,8 @@ def uninstall(
             journal_before_write=False,
         )
 
+    return _transact(ctx, attempt)
+
 
 def rollback(
     config: Path | None,
@@ -846,7 +919,8 @@ def rollback(
             )
         b = found[0]
     ctx = _ctx(config, config_reason, daemon, reporter, timeout, dry_run, st, dockerd_log)
-    with _session(ctx):
+
+    def attempt() -> Result:
         doc = _load(ctx)
         data = backups.read(b)
         if data is None:
@@ -868,8 +942,18 @@ def rollback(
         change = Change(str(ctx.config), "restored", ABSENT, b.id)
         expect = expectation(target.data, doc.data)
         res = _finish(
-            ctx, "rollback", doc, target.data, data, [change], f"rollback to {b.id}", expect
+            ctx,
+            "rollback",
+            doc,
+            target.data,
+            data,
+            [change],
+            f"rollback to {b.id}",
+            expect,
+            create_as=b.ownership,
         )
         if not res.changed:
             return Result(**{**res.__dict__, "changes": ()})
         return res
+
+    return _transact(ctx, attempt)

@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from typing import Callable, TextIO
 
 from nvdocker2 import __version__
+from nvdocker2.device_ids import RequestError, is_void, parse_device_list
+from nvdocker2.oneline import one_line
 
 EXIT_BAD_INPUT = 2
 EXIT_NOT_EXECUTABLE = 126
@@ -33,16 +35,6 @@ _VALUE_SHORT = frozenset("cHl")
 # docker's global flags without a value.
 _BOOL_LONG = frozenset({"--debug", "--tls", "--tlsverify", "--version", "--help"})
 _BOOL_SHORT = frozenset("Dvh")
-
-_GPU_ID = re.compile(
-    r"""^(?:all|none|void
-        |\d+                     # an index
-        |\d+:\d+                 # a MIG device, GPU:MIG
-        |GPU-[0-9A-Fa-f-]+       # a GPU UUID
-        |MIG-[0-9A-Za-z/-]+      # a MIG UUID (old MIG-GPU-…/gi/ci form included)
-    )$""",
-    re.VERBOSE,
-)
 
 _GPU_COMMANDS = frozenset({"run", "create"})
 
@@ -105,21 +97,25 @@ def find_subcommand(args: Sequence[str]) -> int | None:
 def visible_devices(nv_gpu: str) -> str | None:
     """`NV_GPU` ("0 1", "0,1", "GPU-…") as a NVIDIA_VISIBLE_DEVICES value, None when empty.
 
-    Raises WrapperError naming the first id that the hook would refuse, so the mistake shows
-    here rather than as a failed container start.
+    Checked by the hook's own validator (`nvdocker2.device_ids`), so an id the hook would
+    refuse at container start (`٣`, `MIG-GPU-…/1/0`, `all,0`) is refused here, before docker
+    runs; `void` is passed as the hook reads it (no GPU at all).
     """
     ids = [part for part in re.split(r"[\s,]+", nv_gpu) if part]
     if not ids:
         return None
-    for gpu in ids:
-        if not _GPU_ID.match(gpu):
-            raise WrapperError(
-                f"NV_GPU={nv_gpu!r}: {gpu!r} is not a GPU index, N:M MIG index, GPU-/MIG- UUID, "
-                "'all' or 'none'",
-                "set NV_GPU to GPU indices or UUIDs separated by spaces or commas, e.g. "
-                'NV_GPU="0 1" or NV_GPU=GPU-…, or unset it',
-            )
-    return ",".join(ids)
+    value = ",".join(ids)
+    if is_void(value):
+        return value
+    try:
+        parse_device_list(value, "NV_GPU")
+    except RequestError as exc:
+        raise WrapperError(
+            f"NV_GPU={nv_gpu!r}: {exc.message.removeprefix('NV_GPU: ')}",
+            "set NV_GPU to GPU indices (0 1), N:M MIG indices or GPU-/MIG- UUIDs separated by "
+            "spaces or commas, or to all or none alone; or unset it",
+        ) from None
+    return value
 
 
 def docker_command(nv_docker: str | None) -> list[str]:
@@ -180,8 +176,8 @@ def main(
     try:
         what = plan(args, environ)
     except WrapperError as exc:
-        print(f"error: {exc.message}", file=stderr)
-        print(f"hint: {exc.hint}", file=stderr)
+        print(f"error: {one_line(exc.message)}", file=stderr)
+        print(f"hint: {one_line(exc.hint)}", file=stderr)
         return EXIT_BAD_INPUT
     if what.banner is not None:
         out = stderr if what.banner_to_stderr else stdout
@@ -194,7 +190,7 @@ def main(
         print("hint: install the docker CLI, or set NV_DOCKER to its path", file=stderr)
         return EXIT_NOT_FOUND
     except OSError as exc:
-        print(f"error: cannot run {what.argv[0]!r}: {exc.strerror}", file=stderr)
+        print(f"error: cannot run {what.argv[0]!r}: {one_line(exc.strerror)}", file=stderr)
         print("hint: set NV_DOCKER to an executable docker CLI", file=stderr)
         return EXIT_NOT_EXECUTABLE
     return 0

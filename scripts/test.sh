@@ -4,7 +4,7 @@
 # Debian 12, 13 and sid trees, each on its own dockerd). Extra arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh
+scripts/setup.sh tests
 scripts/ansible-test.sh sanity  # the Ansible collection; its fleet tests run in pytest below
 status=0
 .venv/bin/python -m pytest -q -p no:cacheprovider --ignore=tests/platforms "$@" || status=$?

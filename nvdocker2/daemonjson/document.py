@@ -115,9 +115,10 @@ class _Node:
     end: int
     value: Any
     children: Any = None
-    # Objects only: key -> (start, end) of the key string as written; `dups` when a key repeats.
+    # Objects only: key -> (start, end) of the key string as written (its last occurrence);
+    # `dups` the keys that occur more than once.
     keys: Any = None
-    dups: bool = False
+    dups: frozenset = frozenset()
 
 
 @dataclass(frozen=True, eq=False)
@@ -133,6 +134,9 @@ class Document:
     had_bom: bool = False
     duplicates: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()
+    # os.fstat of the file as it was read (load() only): its identity, mode and owner, so
+    # the writer can tell whether another program changed it meanwhile (SPEC §8).
+    stat: os.stat_result | None = field(default=None, repr=False)
     _text: str = field(default="", repr=False)
     _root: _Node | None = field(default=None, repr=False)
 
@@ -326,7 +330,7 @@ class _Parser:
                 else:
                     # [is_obj, start, container, child nodes, key, key span, key spans, dups]
                     frame = [is_obj, start, {} if is_obj else [], {} if is_obj else [], None,
-                             (0, 0), {}, False]
+                             (0, 0), {}, set()]
                     stack.append(frame)
                     if is_obj:
                         if pos < n and t[pos] == "]":
@@ -390,7 +394,7 @@ class _Parser:
                         del frame[2][k]
                         del frame[3][k]
                         del frame[6][k]
-                        frame[7] = True
+                        frame[7].add(k)
                     frame[2][k] = value
                     frame[3][k] = node
                     frame[6][k] = frame[5]
@@ -417,7 +421,7 @@ class _Parser:
                     stack.pop()
                     value = frame[2]
                     node = _Node(frame[1], pos, value, frame[3], frame[6] if is_obj else None,
-                                 frame[7])
+                                 frozenset(frame[7]))
                     continue
                 if c and c in "}]":
                     raise self.fail(
@@ -500,12 +504,18 @@ class _Writer:
         """Work items that rewrite a changed object by editing its original text: members kept
         keep their key, separator and surrounding whitespace exactly as written; removed ones
         go with the separator before them; new ones are appended in the object's own layout.
-        None when the object cannot be spliced (new, reordered keys, duplicate keys)."""
-        if nd is None or not isinstance(nd.children, dict) or not nd.keys or nd.dups:
+        The earlier occurrences of a duplicate key stay as written (they sit in the text between
+        the members kept; dockerd, like any Go program, reads the last one, which is the one
+        edited). None when the object cannot be spliced: new, reordered keys, or a removed key
+        that occurs more than once (all its occurrences must go, or an earlier one would take
+        effect)."""
+        if nd is None or not isinstance(nd.children, dict) or not nd.keys:
             return None
         t = self.text
         orig = list(nd.children)
         kept = [k for k in orig if k in v]
+        if nd.dups and any(k not in v for k in nd.dups):
+            return None
         added = [k for k in v if k not in nd.children]
         if not kept or list(v) != kept + added:
             return None
@@ -695,8 +705,8 @@ def parse(data: bytes, source: str = "<bytes>") -> Document:
     if dups:
         names = ", ".join(f'"{k}"' for k in dups)
         warnings.append(
-            f"{source}: duplicate key(s) {names}: the last one wins (as in dockerd); "
-            "the earlier ones are dropped when the enclosing object is rewritten"
+            f"{source}: duplicate key(s) {names}: dockerd reads the last one, nvdocker2 "
+            "edits the last one and keeps the earlier ones as written"
         )
     style = _detect_style(text, root, value)
     return Document(
@@ -761,6 +771,7 @@ def load(path: str | os.PathLike) -> Document:
         )
     try:
         with open(p, "rb") as f:
+            st = os.fstat(f.fileno())
             data = f.read(MAX_BYTES + 1)
     except PermissionError as e:
         raise EnvironmentProblem(
@@ -770,4 +781,4 @@ def load(path: str | os.PathLike) -> Document:
         raise DocumentError(src, "is a directory, not a file") from None
     except OSError as e:
         raise EnvironmentProblem(f"{src}: cannot read: {e.strerror}") from None
-    return parse(data, src)
+    return replace(parse(data, src), stat=st)

@@ -201,13 +201,13 @@ _NO_VALIDATE_FLAG: set[tuple[str, int]] = set()
 
 
 def find_dockerd() -> str | None:
-    found = shutil.which("dockerd")
-    if found:
-        return found
-    for cand in ("/usr/bin/dockerd", "/usr/sbin/dockerd", "/usr/local/bin/dockerd"):
-        if os.access(cand, os.X_OK):
-            return cand
-    return None
+    """The dockerd binary to run `--validate` with: on PATH or in the usual places, and only
+    one no other user could have placed or replaced (SPEC §8)."""
+    from nvdocker2.dockerd.identity import first_safe  # the dockerd package imports this one
+
+    candidates = [shutil.which("dockerd") or ""]
+    candidates += ["/usr/bin/dockerd", "/usr/sbin/dockerd", "/usr/local/bin/dockerd"]
+    return first_safe(candidates)
 
 
 def dockerd_validate(

@@ -25,6 +25,7 @@ from typing import IO
 from nvdocker2.direct.errors import DirectError
 from nvdocker2.direct.rootfs import link_in_root
 from nvdocker2.direct.spec import HOOK_ACTION, HOOK_ENV, rootfs_of
+from nvdocker2.oneline import one_line
 
 USAGE = (
     "usage: nvidia-container-runtime direct-hook update-ldcache --ldconfig PATH"
@@ -183,17 +184,18 @@ def main(argv: list[str], stdin: IO[str] | None = None) -> int:
     try:
         run(argv, stdin if stdin is not None else sys.stdin)
     except DirectError as err:
-        print(f"error: {err.message}", file=sys.stderr)
+        print(f"error: {one_line(err.message)}", file=sys.stderr)
         if err.hint:
-            print(f"hint: {err.hint}", file=sys.stderr)
+            print(f"hint: {one_line(err.hint)}", file=sys.stderr)
         return 1
     except OSError as err:
-        print(f"error: direct-hook: {err}", file=sys.stderr)
+        print(f"error: direct-hook: {one_line(err)}", file=sys.stderr)
         return 1
     except Exception as err:  # one line, never a traceback in runc's error (unless debugging)
         if os.environ.get("NVDOCKER2_DEBUG") == "1":
             raise
-        print(f"error: direct-hook: internal error: {type(err).__name__}: {str(err)[:300]}",
+        print("error: direct-hook: internal error: "
+              + one_line(f"{type(err).__name__}: {str(err)[:300]}"),
               file=sys.stderr)
         return 1
     return 0

@@ -33,7 +33,8 @@ def _components(path: str) -> list[str]:
 def resolve_in_root(root: str, path: str, *, follow_final: bool, refuse_escape: bool) -> str:
     """Resolve absolute `path` inside `root`; return it as an absolute in-root path.
 
-    Components that do not exist yet are kept as written (runc creates them). With
+    Components that do not exist yet are kept as written (runc creates them); no component is
+    taken unchecked, so the result never passes through a symlink. With
     `follow_final` false a symlink as the last component raises `UnsafePath`; with
     `refuse_escape` a `..` that a symlink makes climb above `root` raises `UnsafePath` (the
     host would have left the root there); otherwise it is clamped at the root, as the kernel
@@ -41,7 +42,6 @@ def resolve_in_root(root: str, path: str, *, follow_final: bool, refuse_escape: 
     """
     parts = deque(_components(path))
     resolved: list[str] = []
-    missing = False
     links = 0
     last_link: tuple[str, str] | None = None
     while parts:
@@ -56,15 +56,13 @@ def resolve_in_root(root: str, path: str, *, follow_final: bool, refuse_escape: 
                     "fix or remove that symlink in the image",
                 )
             continue
-        if missing:
-            resolved.append(name)
-            continue
+        # Every component is looked up, also after a missing one: a later `..` can pop the
+        # missing part and lead back into the image's tree, whose links must be followed.
         rel = "/".join(resolved + [name])
         host = os.path.join(root, rel)
         try:
             st = os.lstat(host)
-        except FileNotFoundError:
-            missing = True
+        except (FileNotFoundError, NotADirectoryError):
             resolved.append(name)
             continue
         if stat.S_ISLNK(st.st_mode):

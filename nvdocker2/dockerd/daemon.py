@@ -19,7 +19,14 @@ from pathlib import Path
 from typing import Union
 
 from nvdocker2 import locations
-from nvdocker2.dockerd.api import EngineClient, EngineError, EngineUnavailable, parse_docker_host
+from nvdocker2.dockerd.api import (
+    DockerHost,
+    EngineClient,
+    EngineError,
+    EngineUnavailable,
+    parse_docker_host,
+)
+from nvdocker2.dockerd.identity import INIT_PID, first_safe, socket_peer, untrusted_owner
 from nvdocker2.dockerd.logs import (
     RELOADED_MARKERS,
     STARTED_MARKERS,
@@ -121,6 +128,21 @@ def mismatches(info: Mapping, expect: Expectation) -> list[str]:
     return problems
 
 
+def expected_state(info: Mapping, expect: Expectation) -> str:
+    """The part of /info that `expect` is about: its runtimes' entries and the default.
+
+    Only a change there proves dockerd took the file: dockerd 20.10 also drops the
+    io.containerd.* entries from /info on every reload, whatever the file says.
+    """
+    runtimes = info.get("Runtimes") or {}
+    if not isinstance(runtimes, dict):
+        runtimes = {}
+    names = sorted(set(expect.present) | set(expect.absent))
+    return json.dumps(
+        [{n: runtimes.get(n) for n in names}, info.get("DefaultRuntime") or "runc"], sort_keys=True
+    )
+
+
 def _stderr_log(pid: int | None, proc: Path) -> LogSource:
     """dockerd's stderr when it is a regular file (a hand-started or init-script dockerd)."""
     if pid is None:
@@ -132,11 +154,14 @@ def _stderr_log(pid: int | None, proc: Path) -> LogSource:
     return FileLog(Path(target)) if target.startswith("/") and Path(target).is_file() else NoLog()
 
 
-def _dockerd_major(process: DockerdProcess | None, server_version: str | None) -> int | None:
-    """dockerd's major version: from /info, else from `dockerd --version` of its binary."""
+def _dockerd_major(server_version: str | None) -> int | None:
+    """dockerd's major version: from /info, else from `dockerd --version` of a dockerd binary
+    that only root can have put there (never /proc/PID/exe of a process, SPEC §8)."""
     text = server_version
     if not text:
-        exe = (process.exe if process is not None else None) or shutil.which("dockerd")
+        exe = first_safe(
+            [shutil.which("dockerd") or "", "/usr/bin/dockerd", "/usr/sbin/dockerd"]
+        )
         if exe is None:
             return None
         try:
@@ -152,6 +177,59 @@ def _dockerd_major(process: DockerdProcess | None, server_version: str | None) -
             return None
     found = re.search(r"(\d+)\.\d+", text or "")
     return int(found.group(1)) if found else None
+
+
+@dataclass(frozen=True)
+class Served:
+    """The dockerd behind the Engine API, as far as it could be identified (SPEC §8)."""
+
+    process: DockerdProcess | None
+    how: str  # how it was found, or why not
+    by_socket: bool = False  # found as the socket's peer (or systemd's MainPID behind it)
+
+
+def identify(
+    host: DockerHost,
+    hint: int | None,
+    hint_name: str,
+    proc: Path = Path("/proc"),
+    euid: int | None = None,
+) -> Served:
+    """The dockerd serving `host`: the peer of its unix socket (`SO_PEERCRED`); `hint` (the
+    pidfile's pid or systemd's MainPID) must agree with it, and is taken alone only when the
+    socket cannot tell (tcp, systemd socket activation, a root proxy in front of dockerd).
+
+    Raises EnvironmentProblem when the socket is served by a process we must not trust, or
+    when the hint names another dockerd than the one serving the socket.
+    """
+    sock = host.socket_path
+    peer = socket_peer(sock) if sock is not None else None
+    if peer is not None and peer.pid != INIT_PID:
+        why = untrusted_owner(peer.pid, proc, euid, peer.uid)
+        if why is not None:
+            raise EnvironmentProblem(
+                f"{sock} is served by a process nvdocker2 does not trust ({why}); "
+                "nothing was changed",
+                "point --docker-host at the socket of root's dockerd (unix:///var/run/"
+                "docker.sock), or run nvdocker2 as the user whose rootless dockerd serves it",
+            )
+        process = read_process(peer.pid, proc, euid)
+        if process is not None:
+            if hint is not None and hint != peer.pid:
+                raise EnvironmentProblem(
+                    f"{hint_name} names pid {hint}, but the dockerd serving {sock} is pid "
+                    f"{peer.pid}; nothing was changed",
+                    "point --docker-host and --pidfile (or the unit) at the same dockerd",
+                )
+            return Served(process, f"pid {peer.pid} serves {sock}", True)
+    if hint is None:
+        where = sock or host.url
+        return Served(None, f"no dockerd process identified behind {where}")
+    process = read_process(hint, proc, euid)
+    if process is None:
+        return Served(None, f"{hint_name} names pid {hint}, which is not a trusted dockerd")
+    socket_activated = peer is not None and peer.pid == INIT_PID
+    return Served(process, f"pid {hint} from {hint_name}", socket_activated)
 
 
 def check_candidate_against(
@@ -191,7 +269,7 @@ def check_candidate_against(
     runtimes = candidate.get("runtimes")
     defined = set(runtimes) if isinstance(runtimes, dict) else set()
     if isinstance(default, str) and default and default != "runc" and default not in defined:
-        if "." in default and (_dockerd_major(process, server_version) or 0) >= 23:
+        if "." in default and (_dockerd_major(server_version) or 0) >= 23:
             return  # from 23.0 a containerd shim name (io.containerd.runc.v2) is a valid default
         raise BadInput(
             f'{config_path}: "default-runtime" is "{default}", which "runtimes" does not define; '
@@ -230,7 +308,9 @@ class Dockerd:
         self._acted = False
         self._reloads = 0
         self._restart_error: str | None = None
-        self._before: str | None = None  # runtimes/default before a reload
+        self._before: Mapping | None = None  # /info before a reload
+        self._flags_checked = False
+        self.served: Served | None = None
 
     @property
     def log_description(self) -> str | None:
@@ -257,14 +337,31 @@ class Dockerd:
                     "start dockerd (systemctl start docker), point --docker-host at its socket, "
                     "or pass --no-verify to only write the file",
                 ) from exc
-        pid = self.manager.main_pid()
-        if pid is None and isinstance(self.manager, SignalManager):
+        hint = self.manager.main_pid()
+        if hint is None and isinstance(self.manager, SignalManager):
             raise EnvironmentProblem(
                 f"{self.manager.pidfile} names no running dockerd, so there is nothing to signal",
                 "start dockerd, give its pidfile with --pidfile, or use --reload systemd",
             )
-        process = read_process(pid, self.proc) if pid is not None else None
-        check_candidate_against(process, config_path, candidate, candidate_file, version)
+        served = identify(self.client.host, hint, self._hint_name(), self.proc)
+        self.served = served
+        check_candidate_against(served.process, config_path, candidate, candidate_file, version)
+        # The flags check ran on the dockerd behind the socket and passed: positive evidence
+        # that it takes this file (SPEC §8), even when /info already showed the change.
+        self._flags_checked = served.process is not None and served.by_socket
+
+    def _hint_name(self) -> str:
+        if isinstance(self.manager, SystemdManager):
+            return f"systemd's MainPID of {self.manager.unit}"
+        return str(self.manager.pidfile)
+
+    def _current_pid(self) -> int | None:
+        """The pid of the dockerd serving the socket now (else the manager's word)."""
+        sock = self.client.host.socket_path
+        peer = socket_peer(sock, timeout=1.0) if sock is not None else None
+        if peer is not None and peer.pid != INIT_PID and is_dockerd(peer.pid, self.proc):
+            return peer.pid
+        return self.manager.main_pid()
 
     def lags_behind(self, expect: Expectation) -> bool:
         """True when dockerd answers and does not report `expect` (the file is ahead of it)."""
@@ -285,7 +382,7 @@ class Dockerd:
         self._restart_error = None
         self._before = None
         if self.restart:
-            self._old_pid = self.manager.main_pid()
+            self._old_pid = self._current_pid()
             self._warn_before_restart()
             self._acted = True
             try:
@@ -298,18 +395,15 @@ class Dockerd:
                     raise
                 self._restart_error = exc.message
         else:
-            self._before = self._runtime_state() if self.verifies else None
+            self._before = self._info_now() if self.verifies else None
             self.manager.reload()
             self._acted = True
 
-    def _runtime_state(self, info: Mapping | None = None) -> str | None:
-        """Runtimes and default as /info reports them, to tell a processed reload by."""
-        if info is None:
-            try:
-                info = self.client.info(timeout=2)
-            except (EngineUnavailable, EngineError):
-                return None
-        return json.dumps([info.get("Runtimes"), info.get("DefaultRuntime")], sort_keys=True)
+    def _info_now(self) -> Mapping | None:
+        try:
+            return self.client.info(timeout=2)
+        except (EngineUnavailable, EngineError):
+            return None
 
     def _answers(self) -> bool:
         try:
@@ -331,13 +425,17 @@ class Dockerd:
         else:
             self.reporter.note("restarting dockerd (containers without live-restore stop)")
 
-    def verify(self, expect: Expectation, timeout: float) -> None:
+    def verify(self, expect: Expectation, timeout: float) -> str | None:
         """Poll /info until dockerd reports `expect`; raise VerifyFailed with dockerd's words.
 
         A refusal line in dockerd's log after the first reload fails verify at once, even if
         /info looks right: that file would stop dockerd from starting next time. After a later
         reload (the transaction's way back) /info alone decides: dockerd keeping the previous
         state is exactly what the way back needs, whichever file it refused on the way.
+
+        Returns None when dockerd is proven to run the file (SPEC §8: its log's reload line,
+        the flags check of the dockerd behind the socket, /info changing as expected, a new
+        dockerd after a restart), else the warning that its acceptance could not be seen.
         """
         start = time.monotonic()
         deadline = start + timeout
@@ -368,17 +466,32 @@ class Dockerd:
                 state = f"{reports}; waiting for its log to confirm the reload"
                 if matched_at is None:
                     matched_at = now
-                confirmed = (
+                proven = (
                     not self._acted
                     or refusal is not None
-                    or isinstance(self.log, NoLog)
+                    or self._reloads > 1
                     or has_marker(lines, markers)
-                    or (self._before is not None and self._runtime_state(info) != self._before)
-                    or now - matched_at >= LOG_GRACE
+                    or (
+                        self._before is not None
+                        and expected_state(info, expect) != expected_state(self._before, expect)
+                    )
+                    or (self.restart and self._old_pid is not None)
                 )
-                if confirmed:
+                waited = isinstance(self.log, NoLog) or now - matched_at >= LOG_GRACE
+                if proven or (waited and self._flags_checked):
                     self.reporter.done(True, f"{reports} ({now - start:.1f}s)")
-                    return
+                    return None
+                if waited:
+                    self.reporter.done(
+                        True, f"{reports}, as before the reload ({now - start:.1f}s)"
+                    )
+                    return (
+                        f"dockerd already reported {describe_expectation(expect)} "
+                        f"before the {'restart' if self.restart else 'reload'}, and its "
+                        "acceptance of the new file could not be seen (no reload line in "
+                        f"{self.log.description}, no dockerd identified behind "
+                        f"{self.client.host.describe()}): not verified; check dockerd's log"
+                    )
             now = time.monotonic()
             if now >= deadline:
                 self.reporter.done(False, state)
@@ -397,7 +510,7 @@ class Dockerd:
     def _is_new_process(self) -> bool:
         if not (self.restart and self._acted and self._old_pid is not None):
             return True
-        pid = self.manager.main_pid()
+        pid = self._current_pid()
         return pid is not None and pid != self._old_pid
 
 
@@ -474,6 +587,9 @@ def make_daemon(
                 reason = f"{pidfile} names a running dockerd (pid {pid}); systemd does not run it"
             else:
                 found = "names no running dockerd" if pid is not None else "is missing"
+                distrust = untrusted_owner(pid, proc) if pid is not None else None
+                if distrust is not None and pid is not None and Path(proc, str(pid)).exists():
+                    found = f"names a process nvdocker2 does not trust ({distrust})"
                 reason = (
                     f"no running dockerd found: systemd does not run {unit}.service "
                     f"and {pidfile} {found}"

@@ -12,6 +12,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from nvdocker2.dockerd.identity import untrusted_owner
+
 # dockerd 20.10 .. 29 shorthand flags (pflag), by their long name.
 SHORTHANDS = {
     "D": "debug",
@@ -99,7 +101,7 @@ class DockerdProcess:
 
     pid: int
     argv: tuple[str, ...]
-    exe: str | None
+    exe: str | None  # what /proc/PID/exe names: shown, never run (SPEC §8)
 
     def flag_keys(self) -> dict[str, str]:
         """daemon.json key -> the flag that set it, for every flag on the command line."""
@@ -119,12 +121,20 @@ def read_pidfile(path: Path) -> int | None:
     return int(text) if text.isdigit() and int(text) > 0 else None
 
 
-def is_dockerd(pid: int, proc: Path = Path("/proc")) -> bool:
-    """True when /proc/PID is a dockerd (by comm, else by the executable's name).
+def is_dockerd(pid: int, proc: Path = Path("/proc"), euid: int | None = None) -> bool:
+    """True when /proc/PID is a dockerd (by comm, else by the executable's name) that root
+    (or, for rootless Docker, the invoking user) owns.
 
-    A stale pidfile can name any process after a reboot; signalling it blindly could hang up
-    an unrelated program.
+    A stale pidfile can name any process after a reboot, and any user can name a program
+    `dockerd`: signalling it blindly could hang up an unrelated program, and trusting it would
+    let a user choose what root runs (SPEC §8).
     """
+    if untrusted_owner(pid, proc, euid) is not None:
+        return False
+    return _named_dockerd(pid, proc)
+
+
+def _named_dockerd(pid: int, proc: Path) -> bool:
     base = Path(proc) / str(pid)
     try:
         if (base / "comm").read_text().strip() == "dockerd":
@@ -138,9 +148,11 @@ def is_dockerd(pid: int, proc: Path = Path("/proc")) -> bool:
     return os.path.basename(exe.replace(" (deleted)", "")) == "dockerd"
 
 
-def read_process(pid: int, proc: Path = Path("/proc")) -> DockerdProcess | None:
-    """The dockerd behind `pid`, or None when it is not a dockerd or cannot be read."""
-    if not is_dockerd(pid, proc):
+def read_process(
+    pid: int, proc: Path = Path("/proc"), euid: int | None = None
+) -> DockerdProcess | None:
+    """The dockerd behind `pid`, or None when it is not a trusted dockerd or cannot be read."""
+    if not is_dockerd(pid, proc, euid):
         return None
     base = Path(proc) / str(pid)
     try:

@@ -59,9 +59,10 @@ def run_doctor(
     smoke: bool = False,
     stream: TextIO | None = None,
     ctx: Context | None = None,
+    verbose: bool = False,
 ) -> int:
     """Diagnose, render to `stream` (stdout), and return the exit code: 0 when nothing
-    failed, 1 otherwise."""
+    failed, 1 otherwise. `verbose`: every check on its own line, with what it found."""
     results = diagnose(config, docker_host, smoke, ctx)
-    render(results, stream or sys.stdout, as_json)
+    render(results, stream or sys.stdout, as_json, verbose)
     return 1 if any(r.status == FAIL for r in results) else 0

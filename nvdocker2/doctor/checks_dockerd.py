@@ -13,6 +13,7 @@ from nvdocker2.doctor.context import (
     HOOK_EXE,
     ROOTFUL_CONFIG,
     RUNTIME_NAME,
+    UNTRUSTED,
     Context,
     dockerd_option_values,
 )
@@ -47,6 +48,22 @@ def dockerd_reachable(ctx: Context) -> Outcome:
         )
     info = res.info
     return ok(f"Docker {info.get('ServerVersion', '?')} at {host.url}")
+
+
+@check("dockerd.trusted", "the process serving the Engine API is a trusted dockerd")
+def dockerd_trusted(ctx: Context) -> Outcome:
+    """SPEC §8: dockerd is the process behind the API socket, owned by root (or, rootless, by
+    this user); another user's process there is never trusted, signalled or run from."""
+    proc, why = ctx.dockerd_process()
+    if proc is not None:
+        return ok(f"dockerd pid {proc.pid} {proc.how}")
+    if why.startswith(UNTRUSTED):
+        return fail(
+            f"{why[len(UNTRUSTED) :]}: its PATH and flags are not used and nothing it names is run",
+            "point --docker-host at root's dockerd (unix:///var/run/docker.sock); find who "
+            "serves that socket with: ss -xlp",
+        )
+    return skip(why)
 
 
 @check("dockerd.runtimes", "runtimes dockerd has loaded", needs=("dockerd.reachable",))

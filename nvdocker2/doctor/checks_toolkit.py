@@ -4,6 +4,7 @@ as nvdocker2), config.toml, libnvidia-container's CLI, and the low-level runtime
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import nvdocker2
@@ -11,6 +12,9 @@ from nvdocker2.doctor.checks_driver import PERSISTENCE_HINT
 from nvdocker2.doctor.context import BROKEN, CLI_EXE, HOOK_EXE, RUNTIME_EXE, Context
 from nvdocker2.doctor.registry import Outcome, check, fail, ok, skip, warn
 
+# libnvidia-container 1.16.2 fixed CVE-2024-0132 and 1.17.4 its bypass, CVE-2025-23359
+# (NVIDIA security bulletins 5582 and 5616).
+SAFE_CLI_VERSION = "1.17.4"
 REINSTALL_HINT = "reinstall the nvdocker2 package so every executable comes from one version"
 
 
@@ -161,7 +165,25 @@ def cli_installed(ctx: Context) -> Outcome:
         ),
         res.first_line(),
     )
+    if _older(version, SAFE_CLI_VERSION):
+        return warn(
+            f"{shown} version {version} is older than {SAFE_CLI_VERSION}, which fixes "
+            "CVE-2024-0132 and CVE-2025-23359 (a crafted image reaching the host's files)",
+            f"upgrade libnvidia-container-tools to {SAFE_CLI_VERSION} or newer from NVIDIA's "
+            'repository, or set mode = "direct" under [nvidia-container-runtime]',
+        )
     return ok(f"{shown} version {version}")
+
+
+def _older(version: str, than: str) -> bool:
+    """True when the release numbers of `version` (1.14.3, 1.17.0~rc.1) come before `than`'s;
+    an unreadable version is not called old."""
+    found = re.match(r"\d+(?:\.\d+)*", version)
+    if not found:
+        return False
+    nums = [int(n) for n in found.group(0).split(".")]
+    want = [int(n) for n in than.split(".")]
+    return nums + [0] * (len(want) - len(nums)) < want
 
 
 @check("cli.info", f"`{CLI_EXE} info`", needs=("cli.installed",))

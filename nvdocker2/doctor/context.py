@@ -23,6 +23,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any, Callable
 
 from nvdocker2 import toolkit_config
+from nvdocker2.dockerd.identity import INIT_PID, Peer, socket_peer, untrusted_owner
 from nvdocker2.doctor.host import SYSTEM_PATH, CommandResult, HostRoot, Runner, run_command
 from nvdocker2.locations import ROOTFUL_CONFIG
 
@@ -41,6 +42,11 @@ COMMAND_TIMEOUT = 1.5
 ENGINE_TIMEOUT = 1.5
 
 EngineInfo = Callable[[str, float], "dict[str, Any]"]
+# Who serves a unix socket (a real path): `SO_PEERCRED`; tests give a fake one.
+PeerOf = Callable[[Path], "Peer | None"]
+# Prefix of the reason `dockerd_process` gives when the process behind the socket is not
+# trusted (SPEC §8): the dockerd.trusted check fails on it.
+UNTRUSTED = "untrusted: "
 
 
 class EngineUnreachable(Exception):
@@ -118,6 +124,7 @@ class Context:
     docker_host_override: str | None = None
     runner: Runner = run_command
     engine_info: EngineInfo | None = None
+    peer_of: PeerOf = socket_peer
     locate_config: Callable[[Context], ConfigLocation] | None = None
     bin_dir: PurePosixPath = field(default_factory=lambda: _own_bin_dir())
     smoke: bool = False
@@ -206,7 +213,11 @@ class Context:
         return self.fact("info", compute)
 
     def dockerd_process(self) -> tuple[DockerdProcess | None, str]:
-        """The local dockerd serving `docker_host()`, or None and why it was not found."""
+        """The local dockerd serving `docker_host()`, or None and why it was not found.
+
+        Only a dockerd that root (or, rootless, this user) owns is returned: its PATH and
+        flags are read, never those of a process another user started (SPEC §8).
+        """
         return self.fact("dockerd_process", lambda: _find_dockerd(self))
 
     def toolkit_config(self) -> ToolkitFile:
@@ -449,17 +460,29 @@ def _is_dockerd(argv: tuple[str, ...] | None) -> bool:
 
 
 def _find_dockerd(ctx: Context) -> tuple[DockerdProcess | None, str]:
+    """The process serving the socket (`SO_PEERCRED`); when nothing answers there, or init
+    holds it (systemd socket activation), a trusted dockerd that says it listens there."""
     target = ctx.docker_host().url
     sock = _norm_socket(target)
     if sock is None:
         return None, f"{target} is not a local socket, so its dockerd process cannot be inspected"
+    proc_root = ctx.root.path("/proc")
+    peer = ctx.peer_of(ctx.root.path(sock))
+    if peer is not None and peer.pid != INIT_PID:
+        why = untrusted_owner(peer.pid, proc_root, ctx.uid, peer.uid)
+        if why is not None:
+            return None, f"{UNTRUSTED}the process serving {target} is not trusted: {why}"
+        argv = _proc_argv(ctx, peer.pid)
+        if not _is_dockerd(argv):
+            return None, f"pid {peer.pid} serves {target} but is not a dockerd"
+        return _process(ctx, peer.pid, argv, f"serves {target}"), ""
     try:
-        pids = sorted(int(p.name) for p in ctx.root.path("/proc").iterdir() if p.name.isdigit())
+        pids = sorted(int(p.name) for p in proc_root.iterdir() if p.name.isdigit())
     except OSError:
         pids = []
     for pid in pids:
         argv = _proc_argv(ctx, pid)
-        if not _is_dockerd(argv):
+        if not _is_dockerd(argv) or untrusted_owner(pid, proc_root, ctx.uid) is not None:
             continue
         if sock in {_norm_socket(h) for h in _dockerd_hosts(ctx, argv)}:
             return _process(ctx, pid, argv, f"listens on {target}"), ""
@@ -468,7 +491,7 @@ def _find_dockerd(ctx: Context) -> tuple[DockerdProcess | None, str]:
         if text and text.strip().isdigit():
             pid = int(text.strip())
             argv = _proc_argv(ctx, pid)
-            if _is_dockerd(argv):
+            if _is_dockerd(argv) and untrusted_owner(pid, proc_root, ctx.uid) is None:
                 return _process(ctx, pid, argv, f"from {DEFAULT_PIDFILE}"), ""
     return None, f"no dockerd process on this host listens on {target}"
 

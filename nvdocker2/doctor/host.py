@@ -7,6 +7,7 @@ through a `Runner`, so tests point both at a prepared tree and never read the re
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import stat
 import subprocess
@@ -14,6 +15,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Callable
+
+from nvdocker2.dockerd.identity import unsafe_to_run
 
 # The PATH the hook and nvidia-container-cli are looked up on when nothing better is known
 # (the same fixed PATH the runtime gives the hook it injects, SPEC §3).
@@ -127,10 +130,17 @@ def run_command(
 ) -> CommandResult:
     """Run `argv` (no shell) with stdin closed; past `timeout` seconds kill its whole group.
 
+    A program that a user other than root (or us) could have placed or replaced is not run.
+
     Never raises for the program's failures: a missing program, a permission error or a
     timeout come back as `error`, so one stuck tool cannot stop the doctor.
     """
     argv = tuple(str(a) for a in argv)
+    exe = argv[0] if "/" in argv[0] else shutil.which(argv[0], path=(env or os.environ).get("PATH"))
+    unsafe = unsafe_to_run(exe) if exe and os.path.lexists(exe) else None
+    if unsafe is not None:
+        # Another user could have put or replaced it (SPEC §8): not run, and said why.
+        return CommandResult(argv, None, "", "", f"not run: {unsafe}")
     try:
         proc = subprocess.Popen(
             argv,

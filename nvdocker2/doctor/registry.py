@@ -1,7 +1,7 @@
 """The check registry: each check is a small function with an id and a one-line title that
 returns an outcome; `run_checks` turns them into `CheckResult`s in registry order.
 
-Checks never print: the renderers in `render.py` turn the same list into a table, plain text
+Checks never print: the renderers in `render.py` turn the same list into the report for people
 or JSON. A check may name the checks it needs: when one of those failed or was skipped, it is
 skipped too and says why, so a host without dockerd still gets every other answer.
 """

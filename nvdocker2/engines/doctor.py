@@ -136,7 +136,7 @@ def crio_checks(dropin: Path, runtime: str = "nvidia"):
 
 
 def run(engine: str, config: Path | None, address: str | None, unit: str | None,
-        as_json: bool) -> int:
+        as_json: bool, verbose: bool = False) -> int:
     from nvdocker2.doctor.registry import FAIL
     from nvdocker2.doctor.render import render
 
@@ -154,5 +154,5 @@ def run(engine: str, config: Path | None, address: str | None, unit: str | None,
     for cid, title, fn in checks:
         o = fn()
         results.append(CheckResult(cid, title, o.status, o.detail, o.hint))
-    render(results, sys.stdout, as_json)
+    render(results, sys.stdout, as_json, verbose)
     return 1 if any(r.status == FAIL for r in results) else 0

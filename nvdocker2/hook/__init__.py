@@ -18,6 +18,8 @@ from __future__ import annotations
 import os
 import sys
 
+from nvdocker2.oneline import one_line
+
 PROG = "nvidia-container-runtime-hook"
 MAX_STATE_BYTES = 4 * 1024 * 1024
 MAX_SPEC_BYTES = 16 * 1024 * 1024
@@ -160,17 +162,18 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config_file, debug, command = _parse_argv(args)
     except _Usage as e:
-        print(f"{PROG}: error: {e}\n{USAGE}", file=sys.stderr)
+        print(f"{PROG}: error: {one_line(e)}\n{USAGE}", file=sys.stderr)
         return 2
     if command != "prestart":
         return 0
     try:
         return prestart(config_file, debug, sys.stdin.buffer)
     except HookError as e:
-        print(f"{PROG}: error: {e}", file=sys.stderr)
+        print(f"{PROG}: error: {one_line(e)}", file=sys.stderr)
         return 1
     except Exception as e:  # one line, never a traceback in docker's error, unless --debug
         if debug:
             raise
-        print(f"{PROG}: error: internal error: {type(e).__name__}: {e}", file=sys.stderr)
+        print(f"{PROG}: error: internal error: {one_line(f'{type(e).__name__}: {e}')}",
+              file=sys.stderr)
         return 1

@@ -11,6 +11,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from nvdocker2.device_ids import (  # noqa: F401 - re-exported: the hook's one validator
+    MAX_DEVICE_IDS,
+    MAX_ID_LENGTH,
+    RequestError,
+    is_void,
+    parse_device_list,
+    validate_id,
+)
 from nvdocker2.toolkit_config import ALL_CAPABILITIES, Record, ToolkitConfig
 
 TYPE_CHECKING = False  # typing itself costs milliseconds at every container start
@@ -31,20 +39,9 @@ CUDA_VERSION = "CUDA_VERSION"
 DEFAULT_CAPABILITIES = ("utility", "compute")
 DEVICE_MOUNT_ROOT = "/var/run/nvidia-container-devices/"
 
-MAX_DEVICE_IDS = 1024
-MAX_ID_LENGTH = 128
 MAX_REQUIRE_LENGTH = 4096
 
-_HEX = frozenset("0123456789abcdefABCDEF-")
 _TRUE = frozenset(("1", "t", "T", "true", "TRUE", "True"))
-
-
-class RequestError(Exception):
-    """The container asked for something the hook must refuse; `message` names what and why."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message)
-        self.message = message
 
 
 class Request(Record):
@@ -95,59 +92,6 @@ def env_map(env: Iterable[str]) -> dict[str, str]:
 def is_true(value: str | None) -> bool:
     """Go's strconv.ParseBool truth, which NVIDIA's images and tools use for flags."""
     return value is not None and value.strip() in _TRUE
-
-
-def validate_id(device_id: str, source: str) -> str:
-    """Return `device_id` when it is a device id nvidia-container-cli may see, else refuse it.
-
-    Only decimal indices, `N:M`, and `GPU-`/`MIG-` followed by hex digits and dashes pass, so no
-    id can smuggle an option (`-1`, `--root=…`), a path or a separator into the cli's argv.
-    """
-    bad = RequestError(
-        f"{source}: invalid device id {device_id!r:.80} (expected all, none, a GPU index like 0,"
-        " a MIG index like 0:1, or a GPU-/MIG- UUID)"
-    )
-    if not device_id or len(device_id) > MAX_ID_LENGTH or not device_id.isascii():
-        raise bad
-    if device_id.isdigit():
-        return device_id
-    gpu, colon, mig = device_id.partition(":")
-    if colon:
-        if gpu.isdigit() and mig.isdigit():
-            return device_id
-        raise bad
-    if device_id.startswith(("GPU-", "MIG-")):
-        rest = device_id[4:]
-        if rest and rest[0] != "-" and all(c in _HEX for c in rest):
-            return device_id
-    raise bad
-
-
-def parse_device_list(value: str, source: str) -> Devices:
-    """A comma separated list → "all", "none" or a tuple of validated, de-duplicated ids."""
-    if len(value) > MAX_DEVICE_IDS * (MAX_ID_LENGTH + 1):
-        raise RequestError(f"{source}: device list too long ({len(value)} characters)")
-    items = [item.strip() for item in value.split(",")]
-    if len(items) > MAX_DEVICE_IDS:
-        raise RequestError(
-            f"{source}: too many device ids ({len(items)}, at most {MAX_DEVICE_IDS})"
-        )
-    for special in ("all", "none"):
-        if special in items:
-            if len(items) != 1:
-                raise RequestError(
-                    f"{source}: {special!r} cannot be combined with other device ids"
-                    f" in {value!r:.80}"
-                )
-            return special
-    ids: list[str] = []
-    for item in items:
-        if not item:
-            raise RequestError(f"{source}: empty device id in {value!r:.80}")
-        validate_id(item, source)
-        if item not in ids:
-            ids.append(item)
-    return tuple(ids)
 
 
 def _devices_from_mounts(mounts: Sequence[Mapping]) -> str | None:
@@ -248,7 +192,7 @@ def container_request(
             return None
     if raw is None or not raw.strip():
         return None
-    if "void" in (item.strip() for item in raw.split(",")):
+    if is_void(raw):
         return None
     devices = parse_device_list(raw, source)
 

@@ -12,6 +12,8 @@ from __future__ import annotations
 import os
 import sys
 
+from nvdocker2.oneline import one_line
+
 PROG = "nvidia-container-runtime"
 HOOK_NAME = "nvidia-container-runtime-hook"
 CONFIG_ENV = "NVIDIA_CONTAINER_RUNTIME_CONFIG"
@@ -66,16 +68,16 @@ def main(args: list[str] | None = None, self_path: str | None = None) -> int:
         _log(log_path, f"exec {runtime} {' '.join(args)}")
         return _exec(runtime, args)
     except RuntimeFailure as e:
-        print(f"{PROG}: error: {e}", file=sys.stderr)
+        print(f"{PROG}: error: {one_line(e)}", file=sys.stderr)
         if e.hint:
-            print(f"{PROG}: hint: {e.hint}", file=sys.stderr)
-        _log(log_path, f"error: {e}")
+            print(f"{PROG}: hint: {one_line(e.hint)}", file=sys.stderr)
+        _log(log_path, f"error: {one_line(e)}")
         _report_to_runtime_log(args, f"{PROG}: {e}")
         return 1
     except Exception as e:  # one line, never a traceback on the start path (unless debugging)
         if os.environ.get("NVDOCKER2_DEBUG") == "1":
             raise
-        message = f"internal error: {type(e).__name__}: {str(e)[:300]}"
+        message = one_line(f"internal error: {type(e).__name__}: {str(e)[:300]}")
         print(f"{PROG}: error: {message}", file=sys.stderr)
         _log(log_path, f"error: {message}")
         _report_to_runtime_log(args, f"{PROG}: {message}")

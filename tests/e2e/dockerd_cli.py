@@ -4,6 +4,7 @@ and verifying (test_install_e2e.py, test_reload_cli.py)."""
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -62,3 +63,12 @@ def systemd_env(stand_ins: Path, daemon, **extra: str) -> dict:
         "NVD2_DOCKERD_ROOT": str(daemon.root),
         **extra,
     }
+
+
+def tcp_host() -> tuple[str, str]:
+    """A free local tcp address: (dockerd flag, --docker-host value). Through tcp nvdocker2
+    cannot see which process serves the API (no SO_PEERCRED), so dockerd's flags stay unknown."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return f"--host=tcp://127.0.0.1:{port}", f"tcp://127.0.0.1:{port}"

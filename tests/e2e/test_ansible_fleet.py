@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 import pytest
-from dockerd_cli import make_stand_ins, systemd_env
+from dockerd_cli import make_stand_ins, systemd_env, tcp_host
 from privatedockerd import PrivateDockerd
 
 REPO = Path(__file__).resolve().parents[2]
@@ -303,12 +303,15 @@ def test_rollout_doctor_fails_a_host_whose_runtime_checks_fail(fleet):
 
 def test_a_refusal_seen_only_after_the_reload_fails_the_host_rolled_back(fleet, make_dockerd,
                                                                          tmp_path):
-    """systemd runs foxtrot's dockerd and hides its pid, so its --default-runtime flag cannot be
-    seen before writing: dockerd refuses the file on reload, nvdocker2 puts the old one back
-    and exits 4: the host fails with rolled_back true."""
-    daemon = make_dockerd(extra_args=["--default-runtime=runc"], config=ORIGINAL["alpha"])
+    """systemd runs foxtrot's dockerd and hides its pid, and its API is reached over tcp (no
+    SO_PEERCRED), so its --default-runtime flag cannot be seen before writing: dockerd refuses
+    the file on reload, nvdocker2 puts the old one back and exits 4: the host fails with
+    rolled_back true."""
+    flag, tcp = tcp_host()
+    daemon = make_dockerd(extra_args=["--default-runtime=runc", flag], config=ORIGINAL["alpha"])
     fleet.daemons["foxtrot"] = daemon
     fleet.host_vars["foxtrot"] = {
+        "gpu_host_docker_host": tcp,
         "gpu_host_reload": "systemd",
         "gpu_host_pidfile": None,
         "fleet_environment": systemd_env(make_stand_ins(tmp_path), daemon,

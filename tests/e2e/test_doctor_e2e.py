@@ -139,10 +139,17 @@ def test_full_run_on_this_host_exits_1_with_hints_within_2_seconds():
     failed = {r["id"] for r in results if r["status"] == "fail"}
     assert {"driver.kernel", "driver.devices", "cli.installed"} <= failed
     assert seconds <= 2.0, f"doctor took {seconds:.2f} s"
-    # piped without --json: plain text, one line per check plus hints and a summary
+    # piped without --json or COLUMNS: plain text, the summary first, then one unwrapped line
+    # per failure, warning and skip (with its hint below), then the oks as one line of ids
     code, out, err, seconds = doctor(env=env)
-    assert code == 1 and err == ""
-    assert out.splitlines()[-1].endswith("skip") and "\x1b[" not in out
+    assert code == 1 and err == "" and "\x1b[" not in out
+    counts = {s: sum(1 for r in results if r["status"] == s) for s in ("fail", "warn", "skip", "ok")}
+    lines = out.splitlines()
+    assert lines[0].startswith(", ".join(f"{n} {s}" for s, n in counts.items()))
+    rows = [line.split()[:2] for line in lines[2:] if not line.startswith(" ")]
+    assert [row for row in rows if row[0] == "fail"] == [
+        ["fail", r["id"]] for r in results if r["status"] == "fail"]
+    assert rows[-1] == ["ok", f"{counts['ok']}"] and lines[-1].count(" ") > counts["ok"]
     assert seconds <= 2.0
 
 

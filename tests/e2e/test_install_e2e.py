@@ -17,6 +17,7 @@ from dockerd_cli import (
     sleeper,
     state,
     systemd_env,
+    tcp_host,
 )
 
 
@@ -88,9 +89,11 @@ def test_a_flag_conflict_the_installer_can_see_exits_2_before_writing(make_docke
 
 
 def test_a_conflict_the_installer_cannot_see_is_rolled_back_exit_4(make_dockerd, stand_ins):
-    # systemd runs dockerd, but its MainPID cannot be read: dockerd's flags are unknown, and
-    # it refuses the file on reload ("default-runtime" is also its --default-runtime flag).
-    daemon = make_dockerd(extra_args=["--default-runtime=runc"])
+    # systemd runs dockerd, but its MainPID cannot be read and its API is reached over tcp
+    # (no SO_PEERCRED): dockerd's flags are unknown, and it refuses the file on reload
+    # ("default-runtime" is also its --default-runtime flag).
+    flag, tcp = tcp_host()
+    daemon = make_dockerd(extra_args=["--default-runtime=runc", flag])
     cid = sleeper(daemon)
     before = state(daemon, cid)
     original = daemon.config_file.read_bytes()
@@ -100,7 +103,7 @@ def test_a_conflict_the_installer_cannot_see_is_rolled_back_exit_4(make_dockerd,
         *INSTALL,
         "--set-default",
         "--docker-host",
-        daemon.host,
+        tcp,
         env=env,
         daemon_flags=False,
     )

@@ -6,7 +6,15 @@ from __future__ import annotations
 import json
 
 import pytest
-from dockerd_cli import INSTALL, RUNTIME, make_stand_ins, nvdocker2, reloads, systemd_env
+from dockerd_cli import (
+    INSTALL,
+    RUNTIME,
+    make_stand_ins,
+    nvdocker2,
+    reloads,
+    systemd_env,
+    tcp_host,
+)
 
 
 @pytest.fixture
@@ -115,8 +123,10 @@ def test_uninstall_with_restart_takes_the_runtime_out_of_dockerd(make_dockerd, s
 
 def test_a_restart_dockerd_refuses_is_rolled_back_with_the_journal_words(make_dockerd, stand_ins):
     # dockerd cannot start with the new file ("default-runtime" is also its flag) and its
-    # MainPID is hidden, so only the restart shows it: exit 4, old file, dockerd up again.
-    daemon = make_dockerd(extra_args=["--default-runtime=runc"])
+    # MainPID is hidden and its API is reached over tcp (no SO_PEERCRED), so only the
+    # restart shows it: exit 4, old file, dockerd up again.
+    flag, tcp = tcp_host()
+    daemon = make_dockerd(extra_args=["--default-runtime=runc", flag])
     original = daemon.config_file.read_bytes()
     env = systemd_env(stand_ins, daemon, NVD2_FAKE_HIDE_PID="1")
     out = nvdocker2(
@@ -125,7 +135,7 @@ def test_a_restart_dockerd_refuses_is_rolled_back_with_the_journal_words(make_do
         "--set-default",
         "--restart",
         "--docker-host",
-        daemon.host,
+        tcp,
         env=env,
         daemon_flags=False,
     )

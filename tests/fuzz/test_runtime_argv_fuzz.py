@@ -22,7 +22,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
 from nvdocker2 import runtime
@@ -160,6 +160,9 @@ BUNDLE_DIR = f"/tmp/nvd2-rtfuzz-bundle-{os.getpid()}"  # the module fixture's re
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(argv=ARGV_BYTES | command_lines().map(lambda c: c[0])
        | command_lines("create", BUNDLE_DIR).map(lambda c: c[0]))
+# Found by random runs: a bundle path holding a newline or an escape made a two-line error.
+@example(argv=["create", "--bundle", "\n", "create"])
+@example(argv=["create", "--bundle", "/x\r\x1b[2K\u2028y", "id"])
 def test_main_execs_the_runtime_with_the_exact_argv_or_refuses_in_one_line(
     host, argv: list[str]
 ) -> None:

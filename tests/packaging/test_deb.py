@@ -66,7 +66,8 @@ def test_package_contents_and_relationships(packages):
     )
     for name in ("Conflicts", "Replaces", "Provides"):
         assert field(name) == replaced
-    assert field("Recommends") == "libnvidia-container-tools"
+    # 1.17.4 fixes CVE-2024-0132 (1.16.2) and its bypass CVE-2025-23359.
+    assert field("Recommends") == "libnvidia-container-tools (>= 1.17.4)"
     assert field("Suggests") == "docker.io | docker-ce"
     depends = field("Depends")
     for dep in (

@@ -36,6 +36,12 @@ def test_scriptlets_install_on_post_and_uninstall_only_on_erase(packages):
     assert "rm -rf /var/lib/nvdocker2 /usr/share/nvdocker2" in scripts["postuninstall"]
 
 
+def test_recommends_a_libnvidia_container_with_the_container_escape_fixes(packages):
+    """1.17.4 fixes CVE-2024-0132 (fixed in 1.16.2) and its bypass CVE-2025-23359."""
+    weak = run(["rpm", "-qp", "--recommends", str(packages.rpm)]).stdout.splitlines()
+    assert "libnvidia-container-tools >= 1.17.4" in weak
+
+
 def test_file_list_has_no_docker_file_and_a_noreplace_config(packages):
     files = run(["rpm", "-qlp", str(packages.rpm)]).stdout.split()
     assert not [f for f in files if f.startswith("/etc/docker")]

@@ -79,3 +79,39 @@ def test_link_in_root_never_writes_outside(tmp_path):
     with pytest.raises(DirectError, match=f"{outside} does not exist in the container"):
         link_in_root(str(root), "/lib/libcuda.so.1", "libcuda.so.9")
     assert os.listdir(outside) == []
+
+
+def _symlinks_on(root, resolved):
+    """The components of in-root path `resolved` that are symlinks in the image."""
+    found, cur = [], str(root)
+    for comp in resolved.strip("/").split("/"):
+        cur = os.path.join(cur, comp)
+        if os.path.islink(cur):
+            found.append(cur)
+    return found
+
+
+def test_a_missing_component_popped_by_dotdot_does_not_hide_a_later_symlink(tmp_path):
+    """Security review: `x86_64-linux-gnu -> nonexistent/../evil` and `evil -> /etc` made the
+    shim place a mount under /usr/lib/evil, a symlink to /etc, while promising no symlink."""
+    (tmp_path / "usr/lib").mkdir(parents=True)
+    (tmp_path / "etc").mkdir()
+    os.symlink("nonexistent/../evil", tmp_path / "usr/lib/x86_64-linux-gnu")
+    os.symlink("/etc", tmp_path / "usr/lib/evil")
+    got = resolve(tmp_path, "/usr/lib/x86_64-linux-gnu/libcuda.so.1")
+    assert got == "/etc/libcuda.so.1"
+    assert _symlinks_on(tmp_path, got) == []
+
+
+def test_missing_then_dotdot_then_escaping_link_is_refused(tmp_path):
+    (tmp_path / "usr").mkdir()
+    os.symlink("nonexistent/../up", tmp_path / "usr/lib")
+    os.symlink("../..", tmp_path / "usr/up")  # /usr/up/.. climbs above the root
+    with pytest.raises(UnsafePath, match="leads outside the container's root"):
+        resolve(tmp_path, "/usr/lib/x")
+
+
+def test_components_below_a_missing_one_are_kept_as_written(tmp_path):
+    (tmp_path / "usr").mkdir()
+    assert resolve(tmp_path, "/usr/a/b/../c/d") == "/usr/a/c/d"
+    assert _symlinks_on(tmp_path, "/usr/a/c/d") == []

@@ -134,10 +134,13 @@ def test_editing_a_file_dockerd_does_not_read_is_refused(tmp_path):
     assert err.value.hint == "pass --config /etc/docker/other.json"
 
 
-def _fake_proc(root: Path, pid: int, comm: str, argv: list[str], exe: str) -> Path:
+def _fake_proc(
+    root: Path, pid: int, comm: str, argv: list[str], exe: str, uid: int = 0
+) -> Path:
     d = root / "proc" / str(pid)
     d.mkdir(parents=True)
     (d / "comm").write_text(comm + "\n")
+    (d / "status").write_text(f"Name:\t{comm}\nUid:\t{uid}\t{uid}\t{uid}\t{uid}\n")
     (d / "cmdline").write_bytes(b"\0".join(a.encode() for a in argv) + b"\0")
     os.symlink(exe, d / "exe")
     return root / "proc"
@@ -157,6 +160,16 @@ def test_dockerd_is_recognised_by_comm_or_by_its_executable(tmp_path):
     process = read_process(5, proc)
     assert process.argv == ("/usr/sbin/dockerd", "-D")
     assert process.flag_keys() == {"debug": "--debug"}
+
+
+def test_a_dockerd_not_owned_by_root_is_not_trusted(tmp_path):
+    """Any user can run a program called dockerd (SPEC §8): root trusts only root's."""
+    proc = _fake_proc(tmp_path, 9, "dockerd", ["dockerd"], "/home/u/dockerd", uid=1000)
+    _fake_proc(tmp_path, 10, "dockerd", ["dockerd"], "/usr/bin/dockerd")
+    (proc / "10" / "status").write_text("Uid:\t0\t1000\t0\t0\n")  # setuid games count too
+    assert not is_dockerd(9, proc, euid=0) and read_process(9, proc, euid=0) is None
+    assert not is_dockerd(10, proc, euid=0)
+    assert is_dockerd(9, proc, euid=1000), "rootless: the invoking user's own dockerd"
 
 
 @pytest.mark.parametrize("text, pid", [("123\n", 123), ("", None), ("abc", None), ("-4", None)])

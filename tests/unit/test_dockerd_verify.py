@@ -143,9 +143,11 @@ def test_an_old_refusal_before_the_reload_does_not_fail_verify(engine, named_doc
     d.verify(NVIDIA, timeout=5)
 
 
-def test_without_the_reload_line_verify_trusts_info_after_a_short_grace(
+def test_info_that_matched_before_the_reload_proves_nothing(
     engine, named_dockerd, tmp_path, monkeypatch
 ):
+    """SPEC §8: no reload line after a grace, /info as before, no dockerd identified behind
+    the socket: verify does not fail, but says the acceptance was not seen."""
     monkeypatch.setattr(daemon_module, "LOG_GRACE", 0.4)
     engine.info = json.loads(
         _info({"nvidia": {"path": "/usr/bin/nvidia-container-runtime"}}, "nvidia")
@@ -155,8 +157,12 @@ def test_without_the_reload_line_verify_trusts_info_after_a_short_grace(
     d, _ = _daemon(engine, named_dockerd, log=FileLog(log))
     d.reload()
     started = time.monotonic()
-    d.verify(NVIDIA, timeout=5)
+    said = d.verify(NVIDIA, timeout=5)
     assert 0.4 <= time.monotonic() - started < 2
+    assert said is not None and "not verified" in said and str(log) in said
+    d, _ = _daemon(engine, named_dockerd)  # no log at all: no grace to wait
+    d.reload()
+    assert "not verified" in d.verify(NVIDIA, timeout=5)
 
 
 def test_verify_waits_through_a_dockerd_that_is_not_answering_yet(engine, named_dockerd):

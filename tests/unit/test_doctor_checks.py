@@ -78,7 +78,7 @@ class FakeHost:
         self.exe(
             "/usr/bin/nvidia-container-cli",
             sh(
-                'case "$1" in --version) echo "cli-version: 1.14.3";;\n'
+                'case "$1" in --version) echo "cli-version: 1.17.4";;\n'
                 f'info) printf "NVRM version:   {DRIVER}\\nCUDA version:   12.2\\n\\n'
                 'Device Index:   0\\nModel:          NVIDIA H200\\n";; esac'
             ),
@@ -132,6 +132,7 @@ class FakeHost:
         ticks = int((start - BTIME) * CLK_TCK)
         fields = ["S"] + ["0"] * 18 + [str(ticks)] + ["0"] * 10
         self.file(f"{d}/stat", f"{DOCKERD_PID} (dockerd) " + " ".join(fields) + "\n")
+        self.file(f"{d}/status", "Name:\tdockerd\nUid:\t0\t0\t0\t0\n")
 
     def engine(self, host: str, timeout: float) -> dict:
         if self.info is None:
@@ -145,6 +146,7 @@ class FakeHost:
             "uid": self.uid,
             "engine_info": self.engine,
             "bin_dir": PurePosixPath("/usr/bin"),
+            "peer_of": lambda sock: None,  # nothing answers on a socket of the fake tree
         }
         args.update(kw)
         return Context(**args)
@@ -645,14 +647,79 @@ def test_cli_info_failure_fails_with_driver_hint(host):
     host.exe(
         "/usr/bin/nvidia-container-cli",
         sh(
-            'case "$1" in --version) echo "cli-version: 1.14.3";;\n'
+            'case "$1" in --version) echo "cli-version: 1.17.5";;\n'
             'info) echo "nvidia-container-cli: initialization error: nvml error: driver not loaded" '
             ">&2; exit 1;; esac"
         ),
     )
     results = host.run()
-    assert_status(results, "cli.installed", OK, "1.14.3")
+    assert_status(results, "cli.installed", OK, "1.17.5")
     assert_status(results, "cli.info", FAIL, "driver not loaded", "modprobe nvidia")
+
+
+@pytest.mark.parametrize(
+    "version, status",
+    [("1.14.3", WARN), ("1.16.2", WARN), ("1.17.3", WARN), ("1.17.4", OK), ("1.18.0~rc.1", OK),
+     ("2", OK)],
+)
+def test_a_libnvidia_container_without_the_escape_fixes_warns(host, version, status):
+    host.exe("/usr/bin/nvidia-container-cli", sh(f'echo "cli-version: {version}"'))
+    r = assert_status(host.run(), "cli.installed", status, version)
+    if status == WARN:
+        assert "CVE-2025-23359" in r.detail and "1.17.4 or newer" in r.hint
+
+
+def test_a_dockerd_served_by_another_user_is_not_trusted_nor_its_path_used(host):
+    """SPEC §8: the process behind the socket decides, and a user's is never trusted: its
+    PATH (with a planted docker-runc first) is not searched."""
+    from nvdocker2.dockerd.identity import Peer
+
+    host.exe("/home/u/bin/docker-runc", sh("echo planted"))
+    host.dockerd(
+        ["dockerd", "-H", "unix:///var/run/docker.sock"],
+        {"PATH": "/home/u/bin:/usr/bin"},
+        start=time.time(),
+    )
+    host.file(f"/proc/{DOCKERD_PID}/status", "Uid:\t1000\t1000\t1000\t1000\n")
+    results = host.run(peer_of=lambda sock: Peer(DOCKERD_PID, 1000, 1000))
+    assert_status(results, "dockerd.trusted", FAIL, "uid 1000", "--docker-host")
+    assert_status(results, "runtime.low-level", OK, "/usr/sbin/runc")
+    assert_status(results, "dockerd.gpus", SKIP, "not trusted")
+    # The same process owned by root and serving the socket is the dockerd.
+    host.file(f"/proc/{DOCKERD_PID}/status", "Uid:\t0\t0\t0\t0\n")
+    results = host.run(peer_of=lambda sock: Peer(DOCKERD_PID, 0, 0))
+    assert_status(results, "dockerd.trusted", OK, f"pid {DOCKERD_PID} serves")
+
+
+def test_with_nothing_answering_only_a_root_dockerd_is_taken_from_the_process_scan(host):
+    """No peer to ask (the socket is gone): a process that says it listens there is taken
+    only when root owns it, and a pidfile naming a user's process is ignored too."""
+    host.file(f"/proc/{DOCKERD_PID}/status", "Uid:\t1000\t1000\t1000\t1000\n")
+    host.file("/var/run/docker.pid", f"{DOCKERD_PID}\n")
+    proc, why = host.context().dockerd_process()
+    assert proc is None and "no dockerd process" in why
+    host.file(f"/proc/{DOCKERD_PID}/status", "Uid:\t0\t0\t0\t0\n")
+    assert host.context().dockerd_process()[0].pid == DOCKERD_PID
+
+
+def test_under_socket_activation_the_root_dockerd_behind_init_is_taken(host):
+    """systemd (pid 1) holds docker.socket and hands it to dockerd (`-H fd://`)."""
+    from nvdocker2.dockerd.identity import Peer
+
+    host.dockerd(["/usr/bin/dockerd", "-H", "fd://"], {"PATH": "/usr/bin"}, start=time.time())
+    proc, _ = host.context(peer_of=lambda sock: Peer(1, 0, 0)).dockerd_process()
+    assert proc is not None and proc.pid == DOCKERD_PID
+
+
+def test_only_the_process_serving_the_socket_is_the_dockerd(host):
+    """A root dockerd that says it listens on the socket is not the one when another process
+    serves it: the peer decides."""
+    from nvdocker2.dockerd.identity import Peer
+
+    host.file("/proc/77/cmdline", "nginx\0")
+    host.file("/proc/77/status", "Uid:\t0\t0\t0\t0\n")
+    results = host.run(peer_of=lambda sock: Peer(77, 0, 0))
+    assert_status(results, "dockerd.trusted", SKIP, "pid 77 serves", "not a dockerd")
 
 
 def test_cli_that_hangs_is_cut_short(host):

@@ -304,6 +304,16 @@ def test_new_member_of_a_one_line_object_stays_on_that_line():
     )
 
 
-def test_object_with_duplicate_keys_is_rewritten_whole():
+def test_duplicate_keys_are_kept_as_written_and_the_last_one_is_edited():
     doc = parse(b'{"a": 1, "a": 2, "b": 3}')
-    assert doc.serialize({"a": 2, "b": 3, "c": 4}) == b'{"a": 2, "b": 3, "c": 4}'
+    assert doc.serialize({"a": 2, "b": 3, "c": 4}) == b'{"a": 1, "a": 2, "b": 3, "c": 4}'
+    assert doc.serialize({"a": 5, "b": 3}) == b'{"a": 1, "a": 5, "b": 3}'
+    assert parse(doc.serialize({"a": 5, "b": 3})).data == {"a": 5, "b": 3}
+
+
+def test_removing_a_duplicated_key_removes_every_occurrence():
+    """Else the earlier occurrence would take effect once the last one is gone."""
+    doc = parse(b'{"a": 1, "a": 2, "b": 3}')
+    assert doc.serialize({"b": 3}) == b'{"b": 3}'
+    nested = parse(b'{"runtimes": {"nvidia": {"path": "/old"}, "nvidia": {"path": "/a"}}, "x": 1}')
+    assert nested.serialize({"runtimes": {}, "x": 1}) == b'{"runtimes": {}, "x": 1}'

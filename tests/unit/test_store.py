@@ -161,3 +161,114 @@ def test_make_dirs_creates_the_missing_levels_with_the_mode(tmp_path):
     (tmp_path / "f").write_bytes(b"")
     with pytest.raises(NotADirectoryError):
         store.make_dirs(tmp_path / "f" / "x")
+
+
+# --- SPEC §8: trust in the state directory, compare before replace, in-place writes ----------
+
+
+def _state(tmp_path):
+    state = tmp_path / "state"
+    store.ensure_state_dir(state)
+    return state
+
+
+def test_a_fresh_state_dir_is_0700_and_trusted(tmp_path):
+    state = _state(tmp_path)
+    assert state.stat().st_mode & 0o777 == 0o700
+    with store.locked(state, 5):
+        assert (state / "lock").stat().st_mode & 0o777 == 0o600
+    store.check_state_dir(state)
+
+
+@pytest.mark.parametrize("mode, who", [(0o770, "its group"), (0o703, "others")])
+def test_a_state_file_writable_by_others_is_refused(tmp_path, mode, who):
+    state = _state(tmp_path)
+    b = store.Backups(state)
+    made = b.create(tmp_path / "daemon.json", b"{}", "r")
+    os.chmod(made.file, mode)
+    with pytest.raises(store.UntrustedState, match=f"{re.escape(str(made.file))} is writable "
+                       f"by {who}") as ei:
+        b.all()
+    assert ei.value.exit_code == 3 and f"chmod go-w {made.file}" in ei.value.hint
+
+
+def test_a_symlink_in_the_state_dir_is_refused_and_never_read(tmp_path):
+    state = _state(tmp_path)
+    (state / "journal").mkdir()
+    j = store.Journal(state, tmp_path / "daemon.json")
+    outside = tmp_path / "outside.json"
+    outside.write_bytes(b'{"config": "x"}')
+    j.path.symlink_to(outside)
+    with pytest.raises(store.UntrustedState, match="is a symlink"):
+        j.read_bytes()
+    with pytest.raises(EnvironmentProblem, match="is a symlink; nothing was read"):
+        store.read_state_file(j.path, "journal")
+
+
+def test_state_files_are_replaced_not_written_through_a_symlink(tmp_path):
+    state = _state(tmp_path)
+    (state / "journal").mkdir()
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"keep")
+    link = state / "journal" / "x.json"
+    link.symlink_to(victim)
+    store.atomic_write(link, b"ours", 0o600, follow=False)
+    assert victim.read_bytes() == b"keep"
+    assert not link.is_symlink() and link.read_bytes() == b"ours"
+
+
+def test_backup_id_that_does_not_match_its_file_is_ignored(tmp_path):
+    state = _state(tmp_path)
+    b = store.Backups(state)
+    real = b.create(tmp_path / "daemon.json", b"{}", "r")
+    meta = (b.dir / f"{real.id}.meta.json").read_text()
+    (b.dir / "20990101T000000Z-aaaaaa.meta.json").write_text(meta)  # names another backup
+    assert [x.id for x in b.all()] == [real.id]
+
+
+def test_check_unchanged_sees_new_bytes_a_new_inode_and_a_removal(tmp_path):
+    p = tmp_path / "daemon.json"
+    p.write_bytes(b"{}")
+    with open(p, "rb") as f:
+        read = store.AsRead(f.read(), os.fstat(f.fileno()))
+    store.check_unchanged(p, read)
+    p.write_bytes(b"[]")  # same size, maybe the same mtime: the bytes tell
+    with pytest.raises(store.ChangedMeanwhile, match="changed"):
+        store.check_unchanged(p, store.AsRead(b"{}"))
+    p.unlink()
+    with pytest.raises(store.ChangedMeanwhile, match="it was removed"):
+        store.check_unchanged(p, read)
+    store.check_unchanged(p, store.AsRead(None))
+    p.write_bytes(b"{}")
+    with pytest.raises(store.ChangedMeanwhile, match="it was created"):
+        store.check_unchanged(p, store.AsRead(None))
+
+
+@pytest.mark.parametrize("code", [16, 18])  # EBUSY, EXDEV
+def test_a_file_that_cannot_be_renamed_over_is_written_in_place(tmp_path, monkeypatch, code):
+    p = tmp_path / "daemon.json"
+    p.write_bytes(b"a much longer old content\n")
+    os.chmod(p, 0o600)
+    ino = p.stat().st_ino
+
+    def refuse(src, dst):
+        raise OSError(code, os.strerror(code))
+
+    monkeypatch.setattr(os, "replace", refuse)
+    assert store.atomic_write(p, b"new\n") == os.strerror(code)
+    assert p.read_bytes() == b"new\n"
+    assert (p.stat().st_ino, p.stat().st_mode & 0o777) == (ino, 0o600)
+    assert os.listdir(tmp_path) == ["daemon.json"]
+
+
+def test_other_rename_errors_have_a_hint(tmp_path, monkeypatch):
+    p = tmp_path / "daemon.json"
+    p.write_bytes(b"old")
+
+    def refuse(src, dst):
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(os, "replace", refuse)
+    with pytest.raises(EnvironmentProblem) as ei:
+        store.atomic_write(p, b"new")
+    assert ei.value.hint and p.read_bytes() == b"old" and os.listdir(tmp_path) == ["daemon.json"]
