@@ -192,6 +192,58 @@ def _opt_cdi_spec_dir() -> Any:
     )
 
 
+# --- engines other than Docker (SPEC §11) ------------------------------------------------------
+
+
+class EngineName(str, Enum):
+    docker = "docker"
+    containerd = "containerd"
+    crio = "crio"
+
+
+def _opt_engine() -> Any:
+    return typer.Option(EngineName.docker, "--engine", case_sensitive=False,
+                        help="Container engine to configure: docker, containerd or crio.")
+
+
+def _opt_unit() -> Any:
+    return _no_default("--unit", metavar="UNIT",
+                       help="systemd unit containerd/CRI-O runs as [default: containerd, crio].")
+
+
+def _opt_engine_address() -> Any:
+    return _no_default("--containerd-address", metavar="PATH",
+                       help="containerd's socket to verify on [default: "
+                       "/run/containerd/containerd.sock] (CRI-O: its socket).")
+
+
+def _engine_run(engine: EngineName, action: str, config: Optional[Path], reload: ReloadMode,
+                no_verify: bool, unit: Optional[str], address: Optional[str], json_: bool,
+                **kw: Any) -> int:
+    """install/uninstall/rollback for --engine containerd|crio (the engine transaction)."""
+    from nvdocker2.engines import commands
+    from nvdocker2.engines.base import Request
+    from nvdocker2.errors import BadInput
+
+    given = [flag for flag, value in kw.pop("docker_only", {}).items() if value]
+    if given:
+        raise BadInput(f"{', '.join(given)} applies to --engine docker only",
+                       f"leave it out with --engine {engine.value}")
+    cfg = Path(os.path.abspath(os.path.expanduser(str(config)))) if config else None
+    eng, svc, notes = commands.make(engine.value, cfg, reload.value, not no_verify, unit, address)
+    common = dict(reporter=CliReporter(json_), timeout=kw.pop("timeout"),
+                  dry_run=kw.pop("dry_run"))
+    if action == "rollback":
+        res = commands.rollback(eng, svc, kw["backup_id"], **common)
+    else:
+        own, _ = locations.default_runtime_path()
+        path = kw.get("runtime_path") or own
+        req = Request(kw["runtime_name"], path, bool(kw.get("set_default")), (own,))
+        res = getattr(commands, action)(eng, svc, req, **common)
+    _render(res, notes if res.changed and not res.dry_run else [], [])
+    return 0
+
+
 # --- output ------------------------------------------------------------------------------------
 
 
@@ -310,8 +362,11 @@ def _render(res: Any, extra_notes: list[str], extra_warnings: list[str],
             sys.stdout.write("\n".join(out) + f"\nunchanged: {res.config} already says that (dry run)\n")
         sys.stdout.write("".join(f"note: {n}\n" for n in notes))
         return
+    # The engine transactions name their engine in config_reason ("containerd engine").
+    who = res.config_reason[: -len(" engine")] if res.config_reason.endswith(" engine") else "dockerd"
     if not res.changed:
-        out.append(f"unchanged: {res.config} already says that; nothing written, dockerd not reloaded")
+        out.append(f"unchanged: {res.config} already says that; nothing written, {who} not "
+                   + ("reloaded" if who == "dockerd" else "restarted"))
     else:
         for c in res.changes:
             if not c.changed:
@@ -326,7 +381,7 @@ def _render(res: Any, extra_notes: list[str], extra_warnings: list[str],
             where = f" ({res.backup_file})" if res.backup_file else " (the file did not exist before)"
             out.append(f"backup: {res.backup}{where}")
         out.append(f"reload: {res.reload}")
-        out.append("verified: " + ("yes, dockerd reports the change" if res.verified else "no"))
+        out.append("verified: " + (f"yes, {who} reports the change" if res.verified else "no"))
     for n in notes:
         out.append(f"note: {n}")
     sys.stdout.write("\n".join(out) + "\n")
@@ -391,10 +446,22 @@ def install(
     ),
     cdi_spec_dir: Optional[str] = _opt_cdi_spec_dir(),
     json_: bool = _opt_json(),
+    engine: EngineName = _opt_engine(),
+    unit: Optional[str] = _opt_unit(),
+    containerd_address: Optional[str] = _opt_engine_address(),
 ) -> None:
     """Add the nvidia runtime to daemon.json (merge, back up, write atomically, reload, verify)."""
 
     def go() -> int:
+        if engine != EngineName.docker:
+            return _engine_run(engine, "install", config, reload, no_verify, unit,
+                               containerd_address, json_, runtime_name=runtime_name,
+                               runtime_path=runtime_path, set_default=set_default,
+                               timeout=timeout, dry_run=dry_run, docker_only={
+                                   "--runtime-arg": runtime_arg, "--restart": restart,
+                                   "--docker-host": docker_host, "--pidfile": pidfile,
+                                   "--dockerd-log": dockerd_log, "--mode": mode,
+                                   "--cdi-spec-dir": cdi_spec_dir})
         cfg, why = _resolve_config(config)
         if mode == RuntimeMode.cdi:
             for flag, given in (("--set-default", set_default), ("--runtime-arg", runtime_arg),
@@ -487,10 +554,20 @@ def uninstall(
     ),
     cdi_spec_dir: Optional[str] = _opt_cdi_spec_dir(),
     json_: bool = _opt_json(),
+    engine: EngineName = _opt_engine(),
+    unit: Optional[str] = _opt_unit(),
+    containerd_address: Optional[str] = _opt_engine_address(),
 ) -> None:
     """Undo install: put back what it replaced (from the journal), never leave a dangling default."""
 
     def go() -> int:
+        if engine != EngineName.docker:
+            return _engine_run(engine, "uninstall", config, reload, no_verify, unit,
+                               containerd_address, json_, runtime_name=runtime_name,
+                               timeout=timeout, dry_run=dry_run, docker_only={
+                                   "--restart": restart, "--docker-host": docker_host,
+                                   "--pidfile": pidfile, "--dockerd-log": dockerd_log,
+                                   "--mode": mode, "--cdi-spec-dir": cdi_spec_dir})
         cfg, why = _resolve_config(config)
         if mode == RuntimeMode.cdi:
             from nvdocker2 import cdimode
@@ -542,10 +619,17 @@ def rollback(
     timeout: float = _opt_timeout(),
     dockerd_log: Optional[Path] = _opt_dockerd_log(),
     json_: bool = _opt_json(),
+    engine: EngineName = _opt_engine(),
+    unit: Optional[str] = _opt_unit(),
+    containerd_address: Optional[str] = _opt_engine_address(),
 ) -> None:
     """Restore the newest backup (or BACKUP_ID); the current file is backed up first."""
 
     def go() -> int:
+        if engine != EngineName.docker:
+            return _engine_run(engine, "rollback", config, reload, no_verify, unit,
+                               containerd_address, json_, backup_id=backup_id,
+                               timeout=timeout, dry_run=dry_run)
         if config is None and backup_id:
             cfg, why = None, ""
         else:
@@ -602,10 +686,21 @@ def status(
     config: Optional[Path] = _opt_config("to report on"),
     docker_host: Optional[str] = _opt_docker_host("to ask what the running dockerd uses"),
     json_: bool = _opt_json(),
+    engine: EngineName = _opt_engine(),
 ) -> None:
     """Show what daemon.json says about runtimes, what install recorded, and the backups."""
 
     def go() -> int:
+        if engine != EngineName.docker:
+            from nvdocker2.engines import commands
+
+            cfg = Path(os.path.abspath(os.path.expanduser(str(config)))) if config else None
+            st = commands.status(commands.make(engine.value, cfg, "none", False, None, None)[0])
+            if _Out.json:
+                _emit_json(st)
+            else:
+                sys.stdout.write("".join(f"{k}: {v}\n" for k, v in st.items()))
+            return 0
         from nvdocker2.daemonjson import document, edit, store, validate
 
         cfg, why = _resolve_config(config)
@@ -712,9 +807,19 @@ def doctor(
                                "(image: $NVDOCKER2_SMOKE_IMAGE, default ubuntu; never pulled)."),
     verbose: bool = typer.Option(False, "--verbose", "-v",
                                  help="Show every check on its own line, with what it found."),
+    engine: EngineName = _opt_engine(),
+    unit: Optional[str] = _opt_unit(),
+    containerd_address: Optional[str] = _opt_engine_address(),
 ) -> None:
     """Check this host's GPU container setup and say how to fix what is wrong (exit 1 if
     any check failed)."""
+    if engine != EngineName.docker:
+        from nvdocker2.engines import doctor as engine_doctor
+
+        cfg_path = Path(os.path.abspath(str(config))) if config is not None else None
+        _run(json_, lambda: engine_doctor.run(engine.value, cfg_path, containerd_address, unit,
+                                              json_, verbose))
+        return
     from nvdocker2.doctor import run_doctor
 
     cfg = str(_resolve_config(config)[0]) if config is not None else None

@@ -22,7 +22,7 @@ esac
 groups=(
     "a private dockerd and a tiny busybox image to run containers in: docker.io containerd runc busybox-static iproute2"
     "the virtual environment nvdocker2 is installed into: python3 python3-venv python3-pip python3-setuptools"
-    "nvdocker2's libraries, at the versions the .deb depends on: python3-typer python3-rich python3-jsonschema python3-filelock python3-packaging python3-tomli"
+    "nvdocker2's libraries, at the versions the .deb depends on: python3-typer python3-rich python3-jsonschema python3-filelock python3-packaging python3-tomli python3-tomlkit"
 )
 if [ "$profile" = tests ]; then
     groups+=(

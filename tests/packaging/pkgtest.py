@@ -26,6 +26,7 @@ INCLUDE = [
     "python3-jsonschema",
     "python3-filelock",
     "python3-packaging",
+    "python3-tomlkit",
 ]
 UPGRADE_VERSION = f"{__version__}+pkgtest1"
 CHROOT_ENV = {

@@ -81,6 +81,7 @@ def test_package_contents_and_relationships(packages):
         "python3-jsonschema",
         "python3-filelock",
         "python3-packaging",
+        "python3-tomlkit",
     ):
         assert dep in depends
 

@@ -16,7 +16,7 @@ REPO = Path(__file__).resolve().parents[2]
 DEMO_PACKAGES = {
     "docker.io", "containerd", "runc", "busybox-static", "iproute2", "python3", "python3-venv",
     "python3-pip", "python3-setuptools", "python3-typer", "python3-rich", "python3-jsonschema",
-    "python3-filelock", "python3-packaging", "python3-tomli",
+    "python3-filelock", "python3-packaging", "python3-tomli", "python3-tomlkit",
 }
 TEST_ONLY = {
     "python3-pytest", "python3-hypothesis", "dpkg-dev", "debhelper", "dh-python",

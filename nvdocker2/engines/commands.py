@@ -1,0 +1,84 @@
+"""What `--engine containerd|crio` runs: build the engine and its service, run the
+transaction, and describe the state for `status` (the CLI only renders)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from nvdocker2.engines import transaction as txn
+from nvdocker2.engines.base import NoService, Request
+from nvdocker2.errors import BadInput
+
+
+def make(engine: str, config: Path | None, reload: str, verify: bool, unit: str | None,
+         address: str | None) -> tuple[Any, Any, list[str]]:
+    """(engine, service, notes) for the flags."""
+    notes: list[str] = []
+    if engine == "containerd":
+        from nvdocker2.engines.containerd import DEFAULT_CONFIG, ContainerdEngine, service
+
+        eng = ContainerdEngine(config or DEFAULT_CONFIG)
+        unit = unit or service.DEFAULT_UNIT
+        address = address or service.DEFAULT_ADDRESS
+        if reload == "systemd":
+            svc: Any = service.SystemdContainerd(unit, address, verify)
+        elif reload == "none":
+            svc = NoService()
+        elif reload == "auto":
+            svc, why = service.auto_service(unit, address, verify)
+            notes.append(f"reload mode {svc.strategy}: {why}")
+        else:
+            raise BadInput(f"--reload {reload} does not apply to containerd (it has no reload)",
+                           "use --reload auto, systemd or none")
+        return eng, svc, notes
+    if engine == "crio":
+        from nvdocker2.engines.crio import DEFAULT_DROPIN, CrioEngine, SystemdCrio
+
+        eng = CrioEngine(config or DEFAULT_DROPIN)
+        if reload in ("systemd", "auto"):
+            return eng, SystemdCrio(unit or "crio", address or "/var/run/crio/crio.sock",
+                                    verify), notes
+        if reload == "none":
+            return eng, NoService(), notes
+        raise BadInput(f"--reload {reload} does not apply to CRI-O",
+                       "use --reload auto, systemd or none")
+    raise BadInput(f"unknown engine {engine!r}", "use --engine docker, containerd or crio")
+
+
+def install(eng: Any, svc: Any, req: Request, **kw: Any):
+    return txn.run(eng, "install", req, service=svc, **kw)
+
+
+def uninstall(eng: Any, svc: Any, req: Request, **kw: Any):
+    return txn.run(eng, "uninstall", req, service=svc, **kw)
+
+
+def rollback(eng: Any, svc: Any, backup_id: str | None, **kw: Any):
+    return txn.rollback(eng, backup_id, service=svc, **kw)
+
+
+def status(eng: Any, runtime_name: str = "nvidia") -> dict:
+    """What the engine's files say about runtimes (no service asked)."""
+    from nvdocker2.daemonjson import store
+
+    out: dict = {"engine": eng.name, "config": str(eng.config)}
+    if eng.name == "containerd":
+        from nvdocker2.engines.containerd import document as D
+        from nvdocker2.engines.containerd import edit as E
+
+        root = D.parse(eng.config, txn._read(eng.config))
+        own = eng._own(root, txn._read)
+        eff = D.merged(root, eng._imports(root, txn._read, eng._dropin) + ([own] if own else []),
+                       E.layout(root, eng.major).deep_merge)
+        cri = root.cri()
+        out.update(version=root.version, layout="drop-in " + str(eng._dropin)
+                   if eng._dropin else "in place", runtimes={
+                       n: E._binary(r) for n, r in E._runtimes(eff, cri, str(root.path)).items()},
+                   default_runtime=E.default_name(eff, cri))
+    else:
+        raw = txn._read(eng.config)
+        out.update(dropin_present=raw is not None)
+    out["journal"] = store.Journal(store.state_dir(), eng.config).load() if \
+        store.state_dir().exists() else {}
+    return out

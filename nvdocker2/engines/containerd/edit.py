@@ -1,0 +1,481 @@
+"""Pure edits of containerd's configuration: install and uninstall as file plans (SPEC §11).
+
+Two layouts:
+- in place (config version 1 or 2, no imported drop-in directory, containerd < 2): the runtime
+  table is appended to config.toml as text, so every byte before it stays; a runtime or default
+  that already exists is changed in place with tomlkit.
+- drop-in (the root imports a directory, or containerd ≥ 2 / version 3): nvdocker2's own file
+  `99-nvidia.toml` in that directory. containerd ≤ 1.7 replaces a whole plugin section with an
+  import's, so there the drop-in carries the CRI section as merged so far plus the runtime;
+  2.x merges key by key, so the runtime alone. The import is added to the root only if missing.
+Every text edit is checked by parsing the result: it must hold exactly the old values plus ours.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import tomlkit
+
+from nvdocker2.daemonjson.edit import ABSENT, Change
+from nvdocker2.engines.base import FileEdit, Plan, Request
+from nvdocker2.engines.containerd import document as D
+from nvdocker2.errors import BadInput
+
+OWN_DROPIN = "99-nvidia.toml"
+MARK = "# Written by nvdocker2; `nvdocker2 uninstall --engine containerd` removes this file.\n"
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where the change goes: `dropin` None means in place in the root config."""
+
+    dropin: Path | None
+    import_pattern: str | None  # the import to add to the root, None when present
+    deep_merge: bool  # containerd ≥ 2 merges imported plugin tables key by key
+
+
+def import_dirs(root: D.Config) -> list[tuple[str, Path]]:
+    """(pattern, directory) of each import that matches our drop-in's name."""
+    out = []
+    for pat in root.imports():
+        full = pat if os.path.isabs(pat) else str(root.path.parent / pat)
+        d, base = os.path.split(full)
+        if any(c in d for c in "*?[") or not fnmatch.fnmatch(OWN_DROPIN, base):
+            continue
+        out.append((pat, Path(d)))
+    return out
+
+
+def layout(root: D.Config, major: int | None) -> Layout:
+    deep = (major or 0) >= 2 or root.version == 3
+    dirs = import_dirs(root)
+    if dirs:
+        return Layout(dirs[0][1] / OWN_DROPIN, None, deep)
+    if deep:
+        d = root.path.parent / "conf.d"
+        return Layout(d / OWN_DROPIN, str(d / "*.toml"), deep)
+    return Layout(None, None, deep)
+
+
+def _runtimes(data: dict, cri: tuple[str, ...], where: str) -> dict:
+    ctd = D.table_at(data, cri, where) or {}
+    rts = ctd.get("runtimes", {})
+    return rts if isinstance(rts, dict) else {}
+
+
+def default_name(data: dict, cri: tuple[str, ...]) -> str:
+    ctd = D.table_at(data, cri, "") or {}
+    d = ctd.get("default_runtime_name")
+    return d if isinstance(d, str) and d else "runc"
+
+
+def runtime_table(data: dict, cri: tuple[str, ...], name: str, path: str, where: str) -> dict:
+    """The runtime entry: runc v2 with BinaryName, plus the default runc runtime's options."""
+    src = default_name(data, cri)
+    if src == name:
+        src = "runc"
+    base = _runtimes(data, cri, where).get(src, {})
+    opts = base.get("options", {}) if isinstance(base, dict) else {}
+    copied = {k: v for k, v in opts.items() if k != "BinaryName"} if isinstance(opts, dict) else {}
+    return {"runtime_type": D.RUNC_V2, "options": {**copied, "BinaryName": path}}
+
+
+def _val(v: Any) -> str:
+    return tomlkit.item(v).as_string()
+
+
+def render_table(prefix: tuple[str, ...], table: dict, indent: str, nl: str) -> str:
+    """`[prefix]` with its plain keys, then its sub-tables, containerd's indented style."""
+    lines = [f"{indent}[{D.dotted(prefix)}]"]
+    subs = []
+    for k, v in table.items():
+        if isinstance(v, dict):
+            subs.append((k, v))
+        else:
+            lines.append(f"{indent}  {D.quote(k)} = {_val(v)}")
+    out = nl.join(lines) + nl
+    for k, v in subs:
+        out += nl + render_table(prefix + (k,), v, indent + "  ", nl)
+    return out
+
+
+def _header_indent(text: str, keys: tuple[str, ...]) -> str:
+    m = re.search(r"^([ \t]*)\[" + re.escape(D.dotted(keys)), text, re.MULTILINE)
+    return m.group(1) if m else ""
+
+
+def _has_header(text: str, keys: tuple[str, ...]) -> bool:
+    return re.search(r"^[ \t]*\[" + re.escape(D.dotted(keys)) + r"\][ \t]*(#.*)?$", text,
+                     re.MULTILINE) is not None
+
+
+def _set_in(data: dict, keys: tuple[str, ...], value: Any) -> None:
+    cur = data
+    for k in keys[:-1]:
+        cur = cur.setdefault(k, {})
+    if value is ABSENT:
+        cur.pop(keys[-1], None)
+    else:
+        cur[keys[-1]] = value
+
+
+def _get_in(data: dict, keys: tuple[str, ...]) -> Any:
+    cur: Any = data
+    for k in keys:
+        if not isinstance(cur, dict) or k not in cur:
+            return ABSENT
+        cur = cur[k]
+    return cur
+
+
+def _tk_set(text: str, keys: tuple[str, ...], value: Any) -> str:
+    """Set (or with ABSENT delete) one key in place with tomlkit; the rest keeps its layout."""
+    doc = tomlkit.parse(text)
+    cur: Any = doc
+    for k in keys[:-1]:
+        if k not in cur:
+            cur[k] = tomlkit.table(is_super_table=True)
+        cur = cur[k]
+    if value is ABSENT:
+        if keys[-1] in cur:
+            del cur[keys[-1]]
+    else:
+        cur[keys[-1]] = value
+    return tomlkit.dumps(doc)
+
+
+def _checked(path: Path, text: str, expected: dict) -> bytes:
+    """The new bytes, after proving that they parse to `expected` (the old values plus ours)."""
+    try:
+        got = D.tomllib.loads(text)
+    except D.tomllib.TOMLDecodeError as e:
+        got = {"<error>": str(e)}
+    if _prune(got) != _prune(expected):
+        raise BadInput(
+            f"{path}: could not change the runtime without changing other settings (the "
+            "tables are laid out in a way this edit does not handle)",
+            "change the runtime by hand, or pass --dry-run to see what would be written",
+        )
+    return text.encode("utf-8")
+
+
+def _prune(v: Any) -> Any:
+    """Tables without keys are dropped: a header removed with its last key leaves none."""
+    if isinstance(v, dict):
+        out = {k: _prune(x) for k, x in v.items()}
+        return {k: x for k, x in out.items() if x != {}}
+    return v
+
+
+def _journal_entry(journal: dict, name: str) -> dict:
+    rts = journal.get("runtimes") or {}
+    e = rts.get(name)
+    return e if isinstance(e, dict) else {}
+
+
+def _with_entry(journal: dict, root: Path, name: str, entry: dict | None) -> dict:
+    rec = dict(journal or {"config": str(root)})
+    rec["config"] = str(root)
+    rts = dict(rec.get("runtimes") or {})
+    if entry is None:
+        rts.pop(name, None)
+    else:
+        rts[name] = entry
+    rec["runtimes"] = rts
+    return rec
+
+
+def _slot(v: Any) -> dict:
+    return {"present": False} if v is ABSENT else {"present": True, "value": v}
+
+
+def _unslot(s: Any) -> Any:
+    return s.get("value") if isinstance(s, dict) and s.get("present") else ABSENT
+
+
+def _insert_import(root: D.Config, pattern: str) -> tuple[str, str | None]:
+    """(new text, the exact line inserted or None when tomlkit appended to the list)."""
+    text, nl = root.text, root.newline
+    if "imports" in root.data:
+        doc = tomlkit.parse(text)
+        doc["imports"].append(pattern)
+        return tomlkit.dumps(doc), None
+    line = f"imports = [{_val(pattern)}]{nl}"
+    first_header = re.search(r"^[ \t]*\[", text, re.MULTILINE)
+    m = re.search(r"^version[ \t]*=.*(\r?\n|$)", text, re.MULTILINE)
+    if m and (first_header is None or m.start() < first_header.start()):
+        end = m.end()
+        if not m.group(1):
+            line = nl + line.rstrip("\r\n")
+        return text[:end] + line + text[end:], line
+    return line + text, line
+
+
+def _dropin_text(version: int, plugin: str, section: dict) -> str:
+    body = tomlkit.dumps({"version": version, "plugins": {plugin: section}})
+    return MARK + body
+
+
+def plan_install(root: D.Config, imported: list[D.Config], dropin: D.Config | None,
+                 major: int | None, req: Request, journal: dict) -> Plan:
+    """The files install ends with. `imported`: the root's imports in order, without ours;
+    `dropin`: our drop-in file as it is now (None: none)."""
+    lay = layout(root, major)
+    cri = root.cri()
+    where = str(root.path)
+    name, path = req.runtime_name, req.runtime_path
+    eff = D.merged(root, imported, lay.deep_merge)
+    table = runtime_table(eff, cri, name, path, where)
+    before_rt = _runtimes(eff, cri, where).get(name, ABSENT)
+    before_default = default_name(eff, cri)
+    changes = [Change(f"{D.dotted(cri)}.runtimes.{name}",
+                      "unchanged" if before_rt == table else
+                      ("added" if before_rt is ABSENT else "replaced"), before_rt, table)]
+    if req.set_default:
+        changes.append(Change(f"{D.dotted(cri)}.default_runtime_name",
+                              "unchanged" if before_default == name else "replaced",
+                              before_default, name))
+    entry = dict(_journal_entry(journal, name))
+    files: list[FileEdit] = []
+    if lay.dropin is None:
+        new_text, entry = _install_in_place(root, table, req, entry)
+        files.append(FileEdit(root.path, root.raw, new_text))
+    else:
+        if lay.deep_merge:
+            section: dict = {"containerd": {"runtimes": {name: table}}}
+        else:
+            section = D._deep_copy(_get_in(eff, ("plugins", D.CRI_PLUGIN[root.version])))
+            section = section if isinstance(section, dict) else {}
+            _set_in(section, ("containerd", "runtimes", name), table)
+        if req.set_default:
+            _set_in(section, ("containerd", "default_runtime_name"), name)
+        new_dropin = _dropin_text(root.version, D.CRI_PLUGIN[root.version], section).encode()
+        files.append(FileEdit(lay.dropin, dropin.raw if dropin else None, new_dropin))
+        new_root = root.raw
+        if lay.import_pattern is not None:
+            text, line = _insert_import(root, lay.import_pattern)
+            expected = D._deep_copy(root.data)
+            expected["imports"] = root.imports() + [lay.import_pattern]
+            new_root = _checked(root.path, text, expected)
+            entry.setdefault("import_line", line)
+            entry.setdefault("import_added", lay.import_pattern)
+        files.insert(0, FileEdit(root.path, root.raw, new_root))
+        entry.setdefault("dropin", str(lay.dropin))
+        entry.setdefault("dropin_existed", dropin is not None)
+    entry.setdefault("file_existed", root.existed)
+    entry.setdefault("previous", _slot(before_rt))
+    if req.set_default:
+        entry.setdefault("previous_default", _slot(_get_in(root.data, cri + ("default_runtime_name",))))
+    entry["installed"] = path
+    entry["set_default"] = bool(req.set_default or entry.get("set_default"))
+    changed = any(f.changed for f in files)
+    rec = _with_entry(journal, root.path, name, entry) if changed else None
+    expect = {"present": {name: path}, "absent": [], "default": name if req.set_default else None}
+    expect_old = {"present": {}, "absent": [name] if before_rt is ABSENT else [],
+                  "default": before_default if req.set_default else None}
+    return Plan(tuple(files), tuple(changes), f"install runtime {name} (containerd)", rec,
+                expect, expect_old)
+
+
+def _install_in_place(root: D.Config, table: dict, req: Request, entry: dict) -> tuple[bytes, dict]:
+    cri = root.cri()
+    name = req.runtime_name
+    text, nl = root.text, root.newline
+    expected = D._deep_copy(root.data)
+    if not root.existed:
+        text = f"version = {root.version}{nl}"
+        expected["version"] = root.version
+    cur = _get_in(root.data, cri + ("runtimes", name))
+    if req.set_default:
+        _set_in(expected, cri + ("default_runtime_name",), name)
+    appended = ""
+    if cur is ABSENT:
+        _set_in(expected, cri + ("runtimes", name), table)
+        indent = _header_indent(text, cri + ("runtimes",)) or _header_indent(text, cri)
+        sep = "" if not text or text.endswith("\n") else nl
+        appended = sep + (nl if text.strip() else "") + render_table(
+            cri + ("runtimes", name), table, indent, nl)
+    elif cur != {**cur, **table, "options": {**(cur.get("options") or {}), **table["options"]}}:
+        merged = {**cur, "runtime_type": table["runtime_type"],
+                  "options": {**(cur.get("options") or {}), **table["options"]}}
+        _set_in(expected, cri + ("runtimes", name), merged)
+        text = _tk_set(text, cri + ("runtimes", name, "runtime_type"), table["runtime_type"])
+        for k, v in table["options"].items():
+            text = _tk_set(text, cri + ("runtimes", name, "options", k), v)
+    if req.set_default and _get_in(root.data, cri + ("default_runtime_name",)) != name:
+        if _get_in(root.data, cri + ("default_runtime_name",)) is not ABSENT or _has_header(
+                text, cri):
+            text = _tk_set(text, cri + ("default_runtime_name",), name)
+        else:
+            ind = _header_indent(text, cri + ("runtimes",))[:-2] if appended else ""
+            block = render_table(cri, {"default_runtime_name": name}, ind, nl)
+            if appended:
+                appended += nl + block
+            else:
+                sep = "" if not text or text.endswith("\n") else nl
+                appended = sep + (nl if text.strip() else "") + block
+    if appended and "appended" not in entry:
+        entry["appended"] = appended
+    return _checked(root.path, text + appended, expected), entry
+
+
+def plan_uninstall(root: D.Config, dropin: D.Config | None, req: Request,
+                   journal: dict) -> Plan:
+    """Put back what install changed (from the journal); without a journal entry remove a
+    runtime or drop-in only when it is this package's."""
+    cri = root.cri()
+    name = req.runtime_name
+    str(root.path)
+    entry = _journal_entry(journal, name)
+    files: list[FileEdit] = []
+    changes: list[Change] = []
+    warnings: list[str] = []
+    text = root.text
+    expected = D._deep_copy(root.data)
+    own = dropin is not None and dropin.text.startswith(MARK)
+    if dropin is not None:
+        if own or entry.get("dropin") == str(dropin.path):
+            files.append(FileEdit(dropin.path, dropin.raw, None))
+            changes.append(Change(str(dropin.path), "removed", "drop-in", ABSENT))
+        else:
+            warnings.append(f"{dropin.path} was not written by nvdocker2: left in place")
+    cur = _get_in(root.data, cri + ("runtimes", name))
+    appended = entry.get("appended")
+    if cur is not ABSENT:
+        mine = bool(entry) or _binary(cur) in req.own_runtime_paths
+        if not mine:
+            warnings.append(f'{root.path}: runtime "{name}" points at {_binary(cur)!r}, not at '
+                            "this package's runtime, and no install was recorded: left in place")
+        elif isinstance(appended, str) and appended and text.endswith(appended):
+            # The exact bytes install appended: taking them off gives back the file before.
+            text = text[: -len(appended)]
+            expected = _loads_or(text, {"<error>": "unparsable"})
+            changes.append(Change(f"{D.dotted(cri)}.runtimes.{name}", "removed", cur, ABSENT))
+        else:
+            prev = _unslot(entry.get("previous"))
+            if prev is not ABSENT and isinstance(prev, dict):
+                for k in list(cur):
+                    if k not in prev:
+                        text = _tk_set(text, cri + ("runtimes", name, k), ABSENT)
+                for k, v in prev.items():
+                    text = _tk_set(text, cri + ("runtimes", name, k), v)
+                _set_in(expected, cri + ("runtimes", name), prev)
+                changes.append(Change(f"{D.dotted(cri)}.runtimes.{name}", "replaced", cur, prev))
+            else:
+                text = _drop_table(text, cri + ("runtimes", name))
+                _set_in(expected, cri + ("runtimes", name), ABSENT)
+                changes.append(Change(f"{D.dotted(cri)}.runtimes.{name}", "removed", cur, ABSENT))
+    now_default = _get_in(_loads_or(text, expected), cri + ("default_runtime_name",))
+    if now_default == name:
+        prev_d = _unslot(entry.get("previous_default")) if entry.get("set_default") else ABSENT
+        if prev_d == name:
+            prev_d = ABSENT
+        text = _tk_set(text, cri + ("default_runtime_name",), prev_d)
+        _set_in(expected, cri + ("default_runtime_name",), prev_d)
+        changes.append(Change(f"{D.dotted(cri)}.default_runtime_name",
+                              "removed" if prev_d is ABSENT else "replaced", name, prev_d))
+    line = entry.get("import_line")
+    added = entry.get("import_added")
+    if added and added in root.imports() and not _other_users(entry, journal, name):
+        if isinstance(line, str) and line and line in text:
+            text = text.replace(line, "", 1)
+        else:
+            doc = tomlkit.parse(text)
+            arr = doc["imports"]
+            del arr[[str(x) for x in arr].index(added)]
+            text = tomlkit.dumps(doc)
+        imps = [i for i in root.imports()]
+        imps.remove(added)
+        if imps or isinstance(line, str) and line and "imports" in _loads_or(text, {}):
+            expected["imports"] = imps
+        else:
+            expected.pop("imports", None)
+        changes.append(Change("imports", "removed", added, ABSENT))
+    new_root: bytes | None = root.raw
+    if text != root.text:
+        new_root = _checked(root.path, text, expected)
+    if entry.get("file_existed") is False and root.existed and text.strip() in (
+            "", f"version = {root.version}"):
+        new_root = None
+    files.insert(0, FileEdit(root.path, root.raw, new_root))
+    changed = any(f.changed for f in files)
+    rec = _with_entry(journal, root.path, name, None) if (changed or entry) else None
+    expect = {"present": {}, "absent": [name], "default": None}
+    expect_old = {"present": {}, "absent": [], "default": None}
+    return Plan(tuple(files), tuple(changes), f"uninstall runtime {name} (containerd)", rec,
+                expect, expect_old, warnings=tuple(warnings), journal_before_write=False)
+
+
+_HEADER = re.compile(r"^[ \t]*\[([^\[\]]+)\][ \t]*(#.*)?$")
+
+
+def _header_keys(line: str) -> tuple[str, ...] | None:
+    m = _HEADER.match(line.rstrip("\r\n"))
+    if not m:
+        return None
+    try:
+        d: Any = D.tomllib.loads(f"[{m.group(1)}]")
+    except D.tomllib.TOMLDecodeError:
+        return None
+    keys = []
+    while isinstance(d, dict) and len(d) == 1:
+        k = next(iter(d))
+        keys.append(k)
+        d = d[k]
+    return tuple(keys)
+
+
+def _drop_table(text: str, keys: tuple[str, ...]) -> str:
+    """Remove the table `keys` and its sub-tables (headers and their lines) as text, with the
+    blank lines before it; tomlkit when the table is not laid out as headers."""
+    lines = text.splitlines(keepends=True)
+    out: list[str] = []
+    dropping = False
+    found = False
+    for line in lines:
+        hk = _header_keys(line) if line.lstrip().startswith("[") else None
+        if hk is not None:
+            dropping = hk[: len(keys)] == keys
+            if dropping:
+                found = True
+                while out and not out[-1].strip():
+                    out.pop()
+                if out and not out[-1].endswith("\n"):
+                    out[-1] += "\n"
+        if not dropping:
+            out.append(line)
+    if not found:
+        return _tk_set(text, keys, ABSENT)
+    return "".join(out)
+
+
+def _binary(rt: Any) -> Any:
+    opts = rt.get("options") if isinstance(rt, dict) else None
+    return opts.get("BinaryName") if isinstance(opts, dict) else None
+
+
+def _parses(text: str) -> bool:
+    try:
+        D.tomllib.loads(text)
+    except D.tomllib.TOMLDecodeError:
+        return False
+    return True
+
+
+def _loads_or(text: str, fallback: dict) -> dict:
+    try:
+        return D.tomllib.loads(text)
+    except D.tomllib.TOMLDecodeError:
+        return fallback
+
+
+def _other_users(entry: dict, journal: dict, name: str) -> bool:
+    """Another recorded runtime still needs the drop-in import."""
+    rts = journal.get("runtimes") or {}
+    return any(k != name and isinstance(v, dict) and v.get("dropin") for k, v in rts.items())

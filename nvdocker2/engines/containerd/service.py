@@ -1,0 +1,286 @@
+"""containerd as a service: its version, the candidate check, restart and CRI verification.
+
+containerd has no config reload (a SIGHUP makes it exit), so applying means restarting the
+systemd unit; running containers keep running because their shims stay. Verification asks
+containerd on its socket (`ctr version`) that it is back, then reads what its CRI plugin runs:
+`crictl info` when crictl is installed, else the config containerd logs when the CRI plugin
+starts ("Start cri plugin with config {...}" up to 1.7, "starting cri plugin" config=JSON on 2.x)
+from the unit's journal since the restart.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from nvdocker2.engines.base import VerifyFailed
+from nvdocker2.engines.containerd import document as D
+from nvdocker2.errors import BadInput, EnvironmentProblem
+
+DEFAULT_ADDRESS = "/run/containerd/containerd.sock"
+DEFAULT_UNIT = "containerd"
+
+
+def binary() -> str | None:
+    return shutil.which("containerd")
+
+
+def major_version(exe: str | None) -> int | None:
+    if not exe:
+        return None
+    try:
+        out = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    m = re.search(r"\sv?(\d+)\.(\d+)\.\d+", out)
+    return int(m.group(1)) if m else None
+
+
+def config_dump(exe: str, config: Path, what: str = "the candidate configuration") -> dict:
+    """`containerd --config CONFIG config dump`, parsed; BadInput when containerd refuses."""
+    try:
+        p = subprocess.run([exe, "--config", str(config), "config", "dump"],
+                           capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError) as e:
+        raise EnvironmentProblem(f"could not run {exe} config dump: {e}") from None
+    if p.returncode != 0:
+        why = (p.stderr.strip().splitlines() or ["no reason given"])[-1]
+        raise BadInput(f"containerd refuses {what}: {why[:300]}",
+                       "nothing was changed; fix the file containerd names, then run again")
+    try:
+        return D.tomllib.loads(p.stdout)
+    except D.tomllib.TOMLDecodeError as e:
+        raise EnvironmentProblem(f"containerd config dump printed no TOML: {e}") from None
+
+
+def dump_cri(dump: dict) -> tuple[str, ...]:
+    v = dump.get("version", 2)
+    return ("plugins", D.CRI_PLUGIN[3 if v == 3 else 2], "containerd")
+
+
+def _get(d: Any, keys: tuple[str, ...]) -> Any:
+    for k in keys:
+        if not isinstance(d, dict) or k not in d:
+            return None
+        d = d[k]
+    return d
+
+
+def compare_dumps(before: dict, after: dict, name: str, path: str, set_default: bool,
+                  removing: bool = False) -> list[str]:
+    """What differs between the effective configs besides our runtime (and default)."""
+    cri = dump_cri(after)
+    problems = []
+    rt = _get(after, cri + ("runtimes", name))
+    if removing:
+        if rt is not None:
+            problems.append(f'the runtime "{name}" would still be configured')
+    else:
+        if not isinstance(rt, dict) or _get(rt, ("options", "BinaryName")) != path:
+            problems.append(f'the runtime "{name}" with BinaryName {path} would not be in '
+                            "containerd's effective configuration (another import overrides it?)")
+        if set_default and _get(after, cri + ("default_runtime_name",)) != name:
+            problems.append(f'default_runtime_name would not be "{name}"')
+    b, a = json.loads(json.dumps(before)), json.loads(json.dumps(after))
+    for d in (a, b):
+        d.pop("imports", None)
+        rts = _get(d, dump_cri(d) + ("runtimes",))
+        if isinstance(rts, dict):
+            rts.pop(name, None)
+        ctd = _get(d, dump_cri(d))
+        if (set_default or removing) and isinstance(ctd, dict):
+            ctd.pop("default_runtime_name", None)
+    problems += [f"{k} would change" for k in _diff_keys(b, a)][:5]
+    return problems
+
+
+def _diff_keys(a: Any, b: Any, prefix: str = "") -> list[str]:
+    if isinstance(a, dict) and isinstance(b, dict):
+        out = []
+        for k in list(a) + [k for k in b if k not in a]:
+            out += _diff_keys(a.get(k), b.get(k), f"{prefix}.{k}" if prefix else k)
+        return out
+    return [] if a == b else [prefix]
+
+
+def check_files(exe: str, root: Path, files: dict[Path, bytes | None],
+                dropin_dir: Path | None) -> dict:
+    """Dump the effective config as it would be with `files` in place, without writing them
+    where containerd looks: a private copy of the root and of the drop-in directory."""
+    with tempfile.TemporaryDirectory(prefix="nvdocker2-check-") as tmp:
+        t = Path(tmp)
+        root_bytes = files.get(root)
+        if root_bytes is None and root not in files:
+            try:
+                root_bytes = root.read_bytes()
+            except FileNotFoundError:
+                root_bytes = b""
+        text = (root_bytes or b"").decode("utf-8")
+        import tomlkit
+
+        doc = tomlkit.parse(text)
+        if "imports" in doc:
+            new_imports = []
+            for pat in [str(x) for x in doc["imports"]]:
+                full = pat if os.path.isabs(pat) else str(root.parent / pat)
+                d, base = os.path.split(full)
+                if dropin_dir is not None and Path(d) == dropin_dir:
+                    priv = t / "dropins"
+                    priv.mkdir(exist_ok=True)
+                    if dropin_dir.is_dir():
+                        for f in sorted(dropin_dir.iterdir()):
+                            if f.is_file() and f not in files:
+                                shutil.copyfile(f, priv / f.name)
+                    for p, data in files.items():
+                        if p.parent == dropin_dir and data is not None:
+                            (priv / p.name).write_bytes(data)
+                    full = str(priv / base)
+                new_imports.append(full)
+            doc["imports"] = new_imports
+        cand = t / "config.toml"
+        cand.write_text(tomlkit.dumps(doc))
+        return config_dump(exe, cand)
+
+
+def dump_current(exe: str, root: Path) -> dict:
+    if root.exists():
+        return config_dump(exe, root, f"its current configuration {root} (before any change)")
+    with tempfile.NamedTemporaryFile(suffix=".toml") as f:
+        return config_dump(exe, Path(f.name))
+
+
+# --- the running containerd ----------------------------------------------------------------
+
+
+def _ctr_alive(address: str) -> bool:
+    ctr = shutil.which("ctr")
+    if not ctr:
+        return os.path.exists(address)
+    try:
+        p = subprocess.run([ctr, "--address", address, "version"], capture_output=True,
+                           timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return p.returncode == 0 and b"Server:" in p.stdout
+
+
+def runtimes_from_log(text: str) -> tuple[dict[str, str], str] | None:
+    """(runtime name → BinaryName, default runtime) from the last CRI start line, or None."""
+    found = None
+    for line in text.splitlines():
+        if "starting cri plugin" in line and "config=" in line:
+            m = re.search(r'config="((?:[^"\\]|\\.)*)"', line)
+            if m:
+                try:
+                    cfg = json.loads(json.loads('"' + m.group(1) + '"'))
+                    ctd = cfg.get("containerd", {})
+                    rts = {n: str((r.get("options") or {}).get("BinaryName", ""))
+                           for n, r in (ctd.get("runtimes") or {}).items()}
+                    found = (rts, ctd.get("defaultRuntimeName") or ctd.get(
+                        "default_runtime_name") or "runc")
+                except (ValueError, AttributeError):
+                    pass
+        elif "Start cri plugin with config" in line:
+            m = re.search(r"Runtimes:map\[(.*?)\] NoPivot", line)
+            body = m.group(1) if m else line
+            rts = {}
+            for rm in re.finditer(r"(?:^|\} )([^\s:{}]+):\{Type:", body):
+                rest = body[rm.end():]
+                nxt = re.search(r"\} [^\s:{}]+:\{Type:", rest)
+                seg = rest[: nxt.start()] if nxt else rest
+                b = re.search(r"BinaryName:([^\s\]]+)", seg)
+                rts[rm.group(1)] = b.group(1) if b else ""
+            d = re.search(r"DefaultRuntimeName:(\S+)", line)
+            found = (rts, d.group(1) if d else "runc")
+    return found
+
+
+class SystemdContainerd:
+    """Restart through systemd, verify on the socket and in the journal."""
+
+    strategy = "systemd"
+    verifies = True
+
+    def __init__(self, unit: str = DEFAULT_UNIT, address: str = DEFAULT_ADDRESS,
+                 verify: bool = True) -> None:
+        self.unit = unit
+        self.address = address
+        self.verifies = verify
+        self.log_description = f"journalctl -u {unit}"
+        self._since = time.time()
+
+    def apply(self) -> None:
+        self._since = time.time()
+        try:
+            p = subprocess.run(["systemctl", "restart", self.unit], capture_output=True,
+                               text=True, timeout=120)
+        except (OSError, subprocess.SubprocessError) as e:
+            raise VerifyFailed(f"systemctl restart {self.unit} failed: {e}") from None
+        if p.returncode != 0:
+            why = (p.stderr.strip().splitlines() or ["no reason given"])[-1]
+            raise VerifyFailed(f"systemctl restart {self.unit} failed: {why}")
+
+    def _cri_state(self) -> tuple[dict[str, str], str] | None:
+        crictl = shutil.which("crictl")
+        if crictl:
+            try:
+                p = subprocess.run([crictl, "--runtime-endpoint", f"unix://{self.address}",
+                                    "info", "-o", "json"], capture_output=True, timeout=15)
+                ctd = json.loads(p.stdout).get("config", {}).get("containerd", {})
+                rts = {n: str((r.get("options") or {}).get("BinaryName", ""))
+                       for n, r in (ctd.get("runtimes") or {}).items()}
+                return rts, ctd.get("defaultRuntimeName") or "runc"
+            except (OSError, subprocess.SubprocessError, ValueError, AttributeError):
+                pass
+        try:
+            p = subprocess.run(["journalctl", "-u", self.unit, "-o", "cat", "--no-pager",
+                                "--since", f"@{int(self._since)}"], capture_output=True,
+                               text=True, timeout=30)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return runtimes_from_log(p.stdout)
+
+    def verify(self, expect: Any, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        last = "containerd did not answer on " + self.address
+        while True:
+            if _ctr_alive(self.address) and expect is None:
+                return
+            if _ctr_alive(self.address):
+                state = self._cri_state()
+                if state is None:
+                    last = "containerd is back, but its CRI plugin's configuration was not seen"
+                else:
+                    rts, default = state
+                    bad = [f'runtime "{n}" is missing' for n, p in expect["present"].items()
+                           if rts.get(n) != p]
+                    bad += [f'runtime "{n}" is still there' for n in expect["absent"] if n in rts]
+                    if expect.get("default") and default != expect["default"]:
+                        bad.append(f"the default runtime is {default}")
+                    if not bad:
+                        return
+                    last = "containerd's CRI plugin reports: " + "; ".join(bad)
+            if time.monotonic() > deadline:
+                raise VerifyFailed(last)
+            time.sleep(0.3)
+
+
+def auto_service(unit: str, address: str, verify: bool):
+    """systemd when systemctl knows the unit as active, else none (with the reason)."""
+    from nvdocker2.engines.base import NoService
+
+    if shutil.which("systemctl"):
+        try:
+            p = subprocess.run(["systemctl", "is-active", "--quiet", unit], timeout=15)
+            if p.returncode == 0:
+                return SystemdContainerd(unit, address, verify), f"systemd runs {unit}"
+        except (OSError, subprocess.SubprocessError):
+            pass
+    return NoService(), f"systemd does not run the {unit} unit here"

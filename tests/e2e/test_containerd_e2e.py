@@ -1,0 +1,219 @@
+"""install / uninstall on a private containerd through the CLI (SPEC §11).
+
+Three releases: this machine's containerd 1.6 (Debian 12), and containerd 1.7 and 2.1 taken
+from the Debian 13 and sid trees of tests/platforms (their binaries link only libc, so they run
+here directly, with this machine's runc). $NVD2_CONTAINERD_BINS (colon-separated containerd
+executables) replaces the list. containerd is restarted by the `systemctl` stand-in, as systemd
+would.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from privatecontainerd import IMAGE, PrivateContainerd, missing_prerequisites  # noqa: E402
+
+from nvdocker2.engines.containerd import service  # noqa: E402
+
+NVDOCKER2 = [sys.executable, "-m", "nvdocker2"]
+BINS = [b for b in os.environ.get("NVD2_CONTAINERD_BINS", "").split(":") if b] or [
+    "containerd", "trixie", "sid"]
+
+
+def _tree_binaries(suite: str) -> str:
+    """containerd, its shim and ctr of a Debian suite's cached tree, unpacked once beside it."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "platforms"))
+    import tarfile
+
+    import trees
+
+    # Any cached tree of the suite has the suite's containerd, whatever else it holds.
+    cached = sorted(trees.CACHE.glob(f"{suite}-docker-*.tar"))
+    try:
+        tarball = cached[-1] if cached else trees.ensure_tarball(suite)
+    except trees.TreeUnavailable as e:
+        trees.unavailable(f"containerd of {suite}: {e}")
+    dest = trees.CACHE / f"{tarball.stem}-containerd-bin"
+    if not (dest / "containerd").exists():
+        tmp = Path(str(dest) + f".tmp{os.getpid()}")
+        tmp.mkdir(parents=True, exist_ok=True)
+        with tarfile.open(tarball) as t:
+            for name in ("containerd", "containerd-shim-runc-v2", "ctr"):
+                f = t.extractfile(f"./usr/bin/{name}")
+                (tmp / name).write_bytes(f.read())
+                (tmp / name).chmod(0o755)
+        os.replace(tmp, dest)
+    return str(dest / "containerd")
+
+
+def _require(exe: str) -> None:
+    missing = missing_prerequisites(exe)
+    if missing:
+        msg = "private containerd needs: " + ", ".join(missing)
+        if os.environ.get("CI") == "true":
+            pytest.fail(msg, pytrace=False)
+        pytest.skip(msg)
+
+
+@pytest.fixture(params=BINS, scope="module")
+def containerd(request, tmp_path_factory):
+    exe = request.param
+    _require("containerd" if exe in ("trixie", "sid") else exe)
+    if exe in ("trixie", "sid"):
+        exe = _tree_binaries(exe)
+    c = PrivateContainerd(exe)
+    try:
+        c.start()
+        c.import_busybox()
+        yield c
+    finally:
+        c.cleanup()
+
+
+def _run(c: PrivateContainerd, state: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
+    cmd = NVDOCKER2 + [*args, "--engine", "containerd", "--config", str(c.config),
+                       "--containerd-address", c.address, "--json"]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=300,
+                          env=c.env(NVDOCKER2_STATE_DIR=str(state), **env))
+
+
+def _cri_runtimes(c: PrivateContainerd, since: float) -> dict:
+    text = subprocess.run(["journalctl", "-u", "containerd", "-o", "cat", "--since",
+                           f"@{int(since)}"], capture_output=True, text=True,
+                          env=c.env()).stdout
+    found = service.runtimes_from_log(text)
+    assert found is not None, c.log_tail()
+    return found[0]
+
+
+def test_install_restart_keeps_container_and_uninstall_restores_bytes(containerd, tmp_path):
+    c = containerd
+    state = tmp_path / "state"
+    before = c.config.read_bytes()
+    c.ctr("run", "-d", IMAGE, "keeper", "sleep", "3000")
+    task = c.task_pid("keeper")
+    assert task
+    pid0 = c.pid()
+
+    t0 = time.time()
+    p = _run(c, state, "install")
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout)
+    assert out["changed"] and out["verified"] and out["reload"] == "systemd"
+    assert c.pid() != pid0  # containerd was restarted
+    dump = service.config_dump(c.exe, c.config)
+    rt = dump["plugins"][service.dump_cri(dump)[1]]["containerd"]["runtimes"]["nvidia"]
+    assert rt["runtime_type"] == "io.containerd.runc.v2"
+    assert rt["options"]["SystemdCgroup"] is True
+    assert rt["options"]["BinaryName"].endswith("nvidia-container-runtime")
+    assert "nvidia" in _cri_runtimes(c, t0)  # the restarted containerd reports it
+    assert c.task_pid("keeper") == task  # the running container survived the restart
+    doc = subprocess.run(NVDOCKER2 + ["doctor", "--engine", "containerd", "--config",
+                                      str(c.config), "--containerd-address", c.address,
+                                      "--json"], capture_output=True, text=True, env=c.env())
+    checks = {r["id"]: r["status"] for r in json.loads(doc.stdout)}
+    assert doc.returncode == 0 and set(checks.values()) == {"ok"}, doc.stdout
+    installed = c.config.read_bytes()
+    dropin = c.dir / "conf.d" / "99-nvidia.toml"
+    if service.major_version(c.exe) >= 2:
+        # containerd 2.x: our own drop-in, and the root gains only the import line.
+        assert dropin.read_bytes().startswith(b"# Written by nvdocker2")
+        line = f'imports = ["{c.dir}/conf.d/*.toml"]\n'.encode()
+        assert installed.replace(line, b"", 1) == before
+    else:
+        assert not dropin.exists()
+        assert installed.startswith(before)  # everything before the runtime kept byte for byte
+
+    pid1 = c.pid()
+    p = _run(c, state, "install")
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout)["changed"] is False
+    assert c.pid() == pid1  # nothing written, no restart
+    assert c.config.read_bytes() == installed
+
+    t1 = time.time()
+    p = _run(c, state, "uninstall")
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout)["verified"] is True
+    assert c.config.read_bytes() == before
+    assert not dropin.exists()
+    assert "nvidia" not in _cri_runtimes(c, t1)
+    assert c.task_pid("keeper") == task
+    c.ctr("task", "kill", "-s", "SIGKILL", "keeper")
+    time.sleep(0.5)
+    c.ctr("task", "delete", "-f", "keeper", check=False)
+    c.ctr("container", "delete", "keeper")
+
+
+def test_refused_candidate_leaves_file_and_containerd_alone(containerd, tmp_path):
+    c = containerd
+    state = tmp_path / "state"
+    good = c.config.read_bytes()
+    bad_dir = c.dir / "imports-bad"
+    bad_dir.mkdir(exist_ok=True)
+    # An import that sorts after our drop-in and sets another BinaryName for "nvidia":
+    # containerd would not run our runtime (≤ 1.7 replaces the section, 2.x merges over it).
+    (bad_dir / "zz-other.toml").write_text(
+        'version = 2\n[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia.options]\n'
+        '  BinaryName = "/opt/other/runtime"\n')
+    c.config.write_bytes(good.replace(b"version = 2\n",
+                                      f'version = 2\nimports = ["{bad_dir}/*.toml"]\n'.encode()))
+    cfg = c.config.read_bytes()
+    pid = c.pid()
+    try:
+        p = _run(c, state, "install")
+        assert p.returncode == 2, p.stderr
+        assert "effective configuration would be wrong" in p.stderr
+        assert p.stderr.startswith("error: ") and "hint: " in p.stderr
+        assert c.config.read_bytes() == cfg
+        assert not (bad_dir / "99-nvidia.toml").exists()
+        assert c.pid() == pid
+    finally:
+        c.config.write_bytes(good)
+
+
+def test_containerd_that_does_not_come_back_is_rolled_back_exit_4(containerd, tmp_path):
+    c = containerd
+    state = tmp_path / "state"
+    before = c.config.read_bytes()
+    c.ctr("run", "-d", IMAGE, "survivor", "sleep", "3000")
+    task = c.task_pid("survivor")
+    (c.dir / "fail-restarts").unlink(missing_ok=True)
+    p = _run(c, state, "install", NVD2_FAKE_FAIL_RESTARTS="1")
+    (c.dir / "fail-restarts").unlink(missing_ok=True)
+    assert p.returncode == 4, p.stderr
+    assert "restored from backup" in p.stderr and "hint: " in p.stderr
+    assert c.config.read_bytes() == before
+    assert not (c.dir / "conf.d").exists()  # nor the drop-in directory a 2.x install made
+    assert c.pid() is not None  # restarted on the previous files
+    assert c.task_pid("survivor") == task
+    c.ctr("task", "kill", "-s", "SIGKILL", "survivor")
+    time.sleep(0.5)
+    c.ctr("task", "delete", "-f", "survivor", check=False)
+    c.ctr("container", "delete", "survivor")
+
+
+def test_set_default_is_what_the_restarted_cri_plugin_runs(containerd, tmp_path):
+    c = containerd
+    state = tmp_path / "state"
+    before = c.config.read_bytes()
+    t0 = time.time()
+    p = _run(c, state, "install", "--set-default")
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout)["verified"] is True
+    text = subprocess.run(["journalctl", "-u", "containerd", "-o", "cat", "--since",
+                           f"@{int(t0)}"], capture_output=True, text=True, env=c.env()).stdout
+    runtimes, default = service.runtimes_from_log(text)
+    assert default == "nvidia" and "nvidia" in runtimes
+    p = _run(c, state, "uninstall")
+    assert p.returncode == 0, p.stderr
+    assert c.config.read_bytes() == before

@@ -1,0 +1,249 @@
+"""Pure edits of containerd's config.toml, table-driven over real-world files (SPEC §11)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from nvdocker2.engines.base import Request
+from nvdocker2.engines.containerd import document as D
+from nvdocker2.engines.containerd import edit as E
+from nvdocker2.errors import BadInput
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+ROOT = Path("/etc/containerd/config.toml")
+RT = "/usr/bin/nvidia-container-runtime"
+
+DEBIAN_V2 = b"""version = 2
+
+[plugins]
+  [plugins."io.containerd.grpc.v1.cri"]
+    [plugins."io.containerd.grpc.v1.cri".cni]
+      bin_dir = "/usr/lib/cni"
+      conf_dir = "/etc/cni/net.d"
+  [plugins."io.containerd.internal.v1.opt"]
+    path = "/var/lib/containerd/opt"
+"""
+
+KUBEADM_V2 = b"""# managed by hand, do not let tools rewrite this
+version = 2
+root = "/var/lib/containerd"   # data
+oom_score = -999
+
+[grpc]
+  address = "/run/containerd/containerd.sock"
+
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "registry.k8s.io/pause:3.9"
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "overlayfs"
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        SystemdCgroup = true
+        NoNewKeyring = false
+  [plugins."io.containerd.grpc.v1.cri".registry]
+    config_path = "/etc/containerd/certs.d"
+"""
+
+V1_NO_VERSION = b"""# containerd 1.x, config version 1 (no version line)
+[plugins.cri]
+  stream_server_address = "127.0.0.1"
+[plugins.cri.containerd]
+\tsnapshotter = "overlayfs"
+[plugins.cri.containerd.runtimes.runc]
+\truntime_type = "io.containerd.runc.v2"
+[plugins.cri.containerd.runtimes.runc.options]
+\tSystemdCgroup = true"""  # tabs, no final newline
+
+ODD_CRLF = (
+    b"version=2\r\n#comment\r\n[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.runc]\r\n"
+    b"        runtime_type   =   \"io.containerd.runc.v2\"\r\n"
+    b"[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.runc.options]\r\n"
+    b"   SystemdCgroup=true   # keep\r\n   BinaryName = \"/usr/sbin/runc\"\r\n"
+)
+
+V3 = b"""version = 3
+root = "/var/lib/containerd"
+
+[plugins.'io.containerd.cri.v1.runtime'.containerd]
+  default_runtime_name = 'runc'
+  [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
+    runtime_type = 'io.containerd.runc.v2'
+    [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
+      SystemdCgroup = true
+"""
+
+V3_IMPORTS = b"""version = 3
+imports = ["/etc/containerd/other.toml"]  # site policy
+[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
+  SystemdCgroup = false
+"""
+
+V2_IMPORTS_DIR = b"""version = 2
+imports = ["/etc/containerd/conf.d/*.toml"]
+
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "registry.k8s.io/pause:3.9"
+  [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+    SystemdCgroup = true
+"""
+
+
+def _plan(raw, req, journal=None, major=1, imported=(), dropin=None, path=ROOT):
+    root = D.parse(path, raw)
+    return E.plan_install(root, list(imported), dropin, major, req, journal or {})
+
+
+def _files(plan):
+    return {f.path: f for f in plan.files}
+
+
+def _effective(root_bytes, dropin_bytes, major):
+    root = D.parse(ROOT, root_bytes)
+    imported = [D.parse(Path("/x/99-nvidia.toml"), dropin_bytes)] if dropin_bytes else []
+    return D.merged(root, imported, (major or 0) >= 2 or root.version == 3)
+
+
+CASES = [
+    # name, bytes, containerd major, layout ("in place" or the drop-in path)
+    ("debian-12-default", DEBIAN_V2, 1, None),
+    ("kubeadm-v2", KUBEADM_V2, 1, None),
+    ("v1-tabs-no-final-newline", V1_NO_VERSION, 1, None),
+    ("odd-indent-crlf", ODD_CRLF, 1, None),
+    ("v3-containerd-2", V3, 2, Path("/etc/containerd/conf.d/99-nvidia.toml")),
+    ("v3-imports-file", V3_IMPORTS, 2, Path("/etc/containerd/conf.d/99-nvidia.toml")),
+    ("v2-on-containerd-2", KUBEADM_V2, 2, Path("/etc/containerd/conf.d/99-nvidia.toml")),
+    ("v2-imports-dir", V2_IMPORTS_DIR, 1, Path("/etc/containerd/conf.d/99-nvidia.toml")),
+]
+
+
+@pytest.mark.parametrize("name,raw,major,dropin", CASES, ids=[c[0] for c in CASES])
+@pytest.mark.parametrize("set_default", [False, True])
+def test_install_then_uninstall_gives_the_original_bytes(name, raw, major, dropin, set_default):
+    req = Request("nvidia", RT, set_default, (RT,))
+    plan = _plan(raw, req, major=major)
+    files = _files(plan)
+    root_new = files[ROOT].new
+    if dropin is None:
+        assert set(files) == {ROOT}
+        # Everything that was there stays byte for byte; the runtime is appended.
+        assert root_new.startswith(raw) or set_default
+        dropin_new = None
+    else:
+        assert files[dropin].old is None and files[dropin].new.startswith(E.MARK.encode())
+        dropin_new = files[dropin].new
+    eff = _effective(root_new, dropin_new, major)
+    cri = D.parse(ROOT, root_new).cri()
+    rt = E._get_in(eff, cri + ("runtimes", "nvidia"))
+    assert rt["runtime_type"] == "io.containerd.runc.v2"
+    assert rt["options"]["BinaryName"] == RT
+    runc = E._get_in(eff, cri + ("runtimes", "runc", "options"))
+    if isinstance(runc, dict) and "SystemdCgroup" in runc:
+        assert rt["options"]["SystemdCgroup"] == runc["SystemdCgroup"]
+    before = _effective(raw, None, major)
+    for k in ("runtimes",):
+        assert {n: v for n, v in E._get_in(eff, cri + (k,)).items() if n != "nvidia"} == (
+            E._get_in(before, cri + (k,)) or {})
+    if set_default:
+        assert E.default_name(eff, cri) == "nvidia"
+
+    # A second install changes nothing.
+    own = D.parse(dropin, dropin_new) if dropin_new else None
+    again = _plan(root_new, req, plan.journal, major, dropin=own)
+    assert not again.changed
+
+    # Uninstall from the journal gives back the original bytes and removes the drop-in.
+    back = E.plan_uninstall(D.parse(ROOT, root_new), own, req, plan.journal)
+    bf = _files(back)
+    assert bf[ROOT].new == raw
+    if dropin is not None:
+        assert bf[dropin].new is None
+    assert back.journal == {"config": str(ROOT), "runtimes": {}}
+
+
+def test_v2_imports_dir_dropin_carries_the_merged_cri_section_on_containerd_1():
+    """containerd ≤ 1.7 replaces the whole CRI section with an import's: the drop-in must keep
+    sandbox_image and the runc options, or containerd would forget them."""
+    req = Request("nvidia", RT)
+    plan = _plan(V2_IMPORTS_DIR, req, major=1)
+    drop = tomllib.loads(_files(plan)[Path("/etc/containerd/conf.d/99-nvidia.toml")].new.decode())
+    cri = drop["plugins"]["io.containerd.grpc.v1.cri"]
+    assert cri["sandbox_image"] == "registry.k8s.io/pause:3.9"
+    assert cri["containerd"]["runtimes"]["runc"]["options"] == {"SystemdCgroup": True}
+    assert _files(plan)[ROOT].new == V2_IMPORTS_DIR  # the import is already there
+
+
+def test_containerd_2_dropin_holds_only_the_runtime_and_the_import_is_added_once():
+    req = Request("nvidia", RT)
+    plan = _plan(V3, req, major=2)
+    f = _files(plan)
+    drop = tomllib.loads(f[Path("/etc/containerd/conf.d/99-nvidia.toml")].new.decode())
+    assert list(drop["plugins"]["io.containerd.cri.v1.runtime"]["containerd"]) == ["runtimes"]
+    new_root = f[ROOT].new.decode()
+    assert new_root == V3.decode().replace(
+        "version = 3\n", 'version = 3\nimports = ["/etc/containerd/conf.d/*.toml"]\n', 1)
+    assert tomllib.loads(new_root)["imports"] == ["/etc/containerd/conf.d/*.toml"]
+
+
+def test_existing_runtime_is_updated_in_place_and_uninstall_puts_it_back():
+    raw = KUBEADM_V2 + (b'    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia]\n'
+                        b'      runtime_type = "io.containerd.runc.v2"  # old toolkit\n'
+                        b'      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia'
+                        b'.options]\n        BinaryName = "/usr/local/nvidia/runtime"\n')
+    req = Request("nvidia", RT, False, (RT,))
+    plan = _plan(raw, req)
+    new = _files(plan)[ROOT].new
+    data = tomllib.loads(new.decode())
+    rt = data["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]["runtimes"]["nvidia"]
+    assert rt["options"]["BinaryName"] == RT and rt["options"]["SystemdCgroup"] is True
+    assert b"# old toolkit" in new and new.startswith(KUBEADM_V2)
+    back = E.plan_uninstall(D.parse(ROOT, new), None, req, plan.journal)
+    old = tomllib.loads(raw.decode())
+    assert tomllib.loads(_files(back)[ROOT].new.decode()) == old
+
+
+def test_uninstall_without_journal_removes_only_our_runtime():
+    req = Request("nvidia", RT, False, (RT,))
+    plan = _plan(KUBEADM_V2, req)
+    new = _files(plan)[ROOT].new
+    back = E.plan_uninstall(D.parse(ROOT, new), None, req, {})
+    assert _files(back)[ROOT].new == KUBEADM_V2
+    other = Request("nvidia", RT, False, ("/elsewhere",))
+    kept = E.plan_uninstall(D.parse(ROOT, new), None, other, {})
+    assert not kept.changed and "left in place" in kept.warnings[0]
+
+
+def test_missing_file_is_created_and_uninstall_removes_it():
+    req = Request("nvidia", RT)
+    plan = _plan(None, req)
+    new = _files(plan)[ROOT].new
+    rt = tomllib.loads(new.decode())["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]
+    assert rt["runtimes"]["nvidia"]["options"] == {"BinaryName": RT}
+    back = E.plan_uninstall(D.parse(ROOT, new), None, req, plan.journal)
+    assert _files(back)[ROOT].new is None
+
+
+@pytest.mark.parametrize("path,raw", [
+    (Path("/var/lib/rancher/k3s/agent/etc/containerd/config.toml.tmpl"),
+     b'{{ template "base" . }}\n[plugins."io.containerd.grpc.v1.cri".containerd]\n'),
+    (ROOT, b'version = 2\n{{- if .NodeConfig.AgentConfig.Snapshotter }}\nx = 1\n{{ end }}\n'),
+])
+def test_templated_configs_are_refused_with_a_hint(path, raw):
+    with pytest.raises(BadInput) as e:
+        D.parse(path, raw)
+    assert "template" in e.value.message and "k3s" in e.value.hint
+
+
+def test_config_next_to_a_k3s_template_is_refused(tmp_path):
+    (tmp_path / "config.toml.tmpl").write_text("{{ template \"base\" . }}\n")
+    with pytest.raises(BadInput) as e:
+        D.parse(tmp_path / "config.toml", DEBIAN_V2)
+    assert "generated from" in e.value.message
