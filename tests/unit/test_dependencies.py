@@ -14,7 +14,7 @@ from packaging.requirements import Requirement
 REPO = Path(__file__).resolve().parents[2]
 STDLIB = set(sys.stdlib_module_names) | {"tomllib", "_json"}
 DIST = {"typer": "typer", "rich": "rich", "jsonschema": "jsonschema", "filelock": "filelock",
-        "packaging": "packaging", "tomli": "tomli"}
+        "packaging": "packaging", "tomli": "tomli", "tomlkit": "tomlkit"}
 
 
 def third_party_imports() -> set[str]:
