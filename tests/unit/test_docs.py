@@ -22,7 +22,7 @@ NVDOCKER2 = Path(sys.executable).parent / "nvdocker2"
 LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
 # Pages that other work adds beside these ones; until they exist, the README may name them
 # under "Read more" only.
-PENDING = {"docs/containerd.md"}
+PENDING: set[str] = set()
 
 
 def section(text: str, title: str) -> str:
