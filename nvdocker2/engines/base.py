@@ -77,6 +77,18 @@ class VerifyFailed(NvDockerError):
         self.reason = reason
 
 
+def runtime_mismatches(expect: Mapping[str, Any], runtimes: Mapping[str, Any],
+                       default: Any) -> list[str]:
+    """What an engine's reported CRI runtimes (name → binary) and default differ in from
+    `expect` ({"present": {name: path}, "absent": [names], "default": name or None})."""
+    bad = [f'runtime "{n}" is missing' for n, p in expect["present"].items()
+           if runtimes.get(n) != p]
+    bad += [f'runtime "{n}" is still there' for n in expect["absent"] if n in runtimes]
+    if expect.get("default") and default != expect["default"]:
+        bad.append(f"the default runtime is {default}")
+    return bad
+
+
 class Service(Protocol):
     """How a running engine takes new files (reload or restart) and proves it did."""
 

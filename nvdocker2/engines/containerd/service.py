@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from nvdocker2.engines.base import VerifyFailed
+from nvdocker2.engines.base import VerifyFailed, runtime_mismatches
 from nvdocker2.engines.containerd import document as D
 from nvdocker2.errors import BadInput, EnvironmentProblem
 
@@ -258,12 +258,7 @@ class SystemdContainerd:
                 if state is None:
                     last = "containerd is back, but its CRI plugin's configuration was not seen"
                 else:
-                    rts, default = state
-                    bad = [f'runtime "{n}" is missing' for n, p in expect["present"].items()
-                           if rts.get(n) != p]
-                    bad += [f'runtime "{n}" is still there' for n in expect["absent"] if n in rts]
-                    if expect.get("default") and default != expect["default"]:
-                        bad.append(f"the default runtime is {default}")
+                    bad = runtime_mismatches(expect, *state)
                     if not bad:
                         return
                     last = "containerd's CRI plugin reports: " + "; ".join(bad)

@@ -19,7 +19,14 @@ from typing import Any
 import tomlkit
 
 from nvdocker2.daemonjson.edit import ABSENT, Change
-from nvdocker2.engines.base import FileEdit, Plan, Reader, Request, VerifyFailed
+from nvdocker2.engines.base import (
+    FileEdit,
+    Plan,
+    Reader,
+    Request,
+    VerifyFailed,
+    runtime_mismatches,
+)
 from nvdocker2.errors import BadInput
 
 DEFAULT_DROPIN = Path("/etc/crio/crio.conf.d/99-nvidia.conf")
@@ -118,12 +125,7 @@ class SystemdCrio:
             if p.returncode == 0:
                 if expect is None:
                     return
-                rts, default = runtimes_from_status(p.stdout)
-                bad = [f'runtime "{n}" is missing' for n, v in expect["present"].items()
-                       if rts.get(n) != v]
-                bad += [f'runtime "{n}" is still there' for n in expect["absent"] if n in rts]
-                if expect.get("default") and default != expect["default"]:
-                    bad.append(f"the default runtime is {default}")
+                bad = runtime_mismatches(expect, *runtimes_from_status(p.stdout))
                 if not bad:
                     return
                 last = "CRI-O reports: " + "; ".join(bad)
