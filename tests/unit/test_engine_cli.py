@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
-from typer.testing import CliRunner
-
-from nvdocker2.cli import app
+from cli_run import cli
 
 RT = "/usr/bin/nvidia-container-runtime"
 CFG = b'version = 2\n# mine\n[plugins."io.containerd.grpc.v1.cri".containerd]\n  snapshotter = "overlayfs"\n'
@@ -24,7 +23,8 @@ def env(tmp_path, monkeypatch):
 
 
 def _invoke(*args):
-    return CliRunner(mix_stderr=False).invoke(app, list(args))
+    code, out, err = cli(*args)
+    return SimpleNamespace(exit_code=code, stdout=out, stderr=err)
 
 
 def test_install_json_then_unchanged_then_uninstall(env):

@@ -135,7 +135,16 @@ def _get_in(data: dict, keys: tuple[str, ...]) -> Any:
 
 
 def _tk_set(text: str, keys: tuple[str, ...], value: Any) -> str:
-    """Set (or with ABSENT delete) one key in place with tomlkit; the rest keeps its layout."""
+    """Set (or with ABSENT delete) one key in place; the rest keeps its layout.
+
+    A one-line key of a table with its own [header] is edited as a line (a new key goes after
+    the table's last line, indented like its siblings), so deleting what was set gives back the
+    bytes before on every tomlkit (newer ones add a blank line after an inserted key). Other
+    layouts go through tomlkit.
+    """
+    edited = _line_set(text, keys, value)
+    if edited is not None:
+        return edited
     doc = tomlkit.parse(text)
     cur: Any = doc
     for k in keys[:-1]:
@@ -148,6 +157,51 @@ def _tk_set(text: str, keys: tuple[str, ...], value: Any) -> str:
     else:
         cur[keys[-1]] = value
     return tomlkit.dumps(doc)
+
+
+def _line_set(text: str, keys: tuple[str, ...], value: Any) -> str | None:
+    """`_tk_set` as a line edit (adding a key, or deleting a one-line key), or None when
+    tomlkit must do it."""
+    if value is not ABSENT and not isinstance(value, (str, bool, int)):
+        return None
+    lines = text.splitlines(keepends=True)
+    start = next((i for i, line in enumerate(lines)
+                  if line.lstrip().startswith("[") and _header_keys(line) == keys[:-1]), None)
+    if start is None:
+        return None
+    end = next((j for j in range(start + 1, len(lines)) if lines[j].lstrip().startswith("[")),
+               len(lines))
+    key_re = re.compile(r"([ \t]*)" + re.escape(keys[-1]) + r"[ \t]*=")
+    nl = "\r\n" if lines[start].endswith("\r\n") else "\n"
+    rendered = f"{keys[-1]} = {tomlkit.item(value).as_string()}" if value is not ABSENT else ""
+    for i in range(start + 1, end):
+        if not key_re.match(lines[i]):
+            continue
+        if value is not ABSENT:
+            return None  # a new value for a key that is there: tomlkit keeps its comment
+        try:
+            D.tomllib.loads(lines[i])
+        except D.tomllib.TOMLDecodeError:
+            return None  # a value over several lines
+        ending = lines[i][len(lines[i].rstrip("\r\n")):]
+        if not ending and i > 0:  # the file's last line, without a newline: take the
+            del lines[i]            # newline before it too
+            lines[i - 1] = lines[i - 1].rstrip("\r\n")
+        else:
+            del lines[i]
+        return "".join(lines)
+    if value is ABSENT:
+        return text
+    last = max((i for i in range(start, end) if lines[i].strip()), default=start)
+    siblings = [re.match(r"[ \t]*", lines[i]).group(0)
+                for i in range(start + 1, end) if lines[i].strip()
+                and not lines[i].lstrip().startswith("#")]
+    indent = siblings[0] if siblings else ""
+    if lines[last].endswith("\n"):
+        lines.insert(last + 1, indent + rendered + nl)
+    else:
+        lines.insert(last + 1, nl + indent + rendered)
+    return "".join(lines)
 
 
 def _checked(path: Path, text: str, expected: dict) -> bytes:
