@@ -9,6 +9,7 @@ would.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -185,6 +186,10 @@ def test_containerd_that_does_not_come_back_is_rolled_back_exit_4(containerd, tm
     c = containerd
     state = tmp_path / "state"
     before = c.config.read_bytes()
+    # An earlier test's uninstall leaves the (empty) drop-in directory its install made: start
+    # without it, so that this install makes it and the rollback must take it away again.
+    with contextlib.suppress(OSError):
+        (c.dir / "conf.d").rmdir()
     c.ctr("run", "-d", IMAGE, "survivor", "sleep", "3000")
     task = c.task_pid("survivor")
     (c.dir / "fail-restarts").unlink(missing_ok=True)
