@@ -43,11 +43,21 @@ def selected_platforms() -> list[str]:
     return names
 
 
-def pytest_collection_modifyitems(items):
+def pytest_collection_modifyitems(config, items):
+    """Mark the platform tests; deselect those written for one suite (a fixture named after it,
+    as the CDI tests' `sid` and `trixie`) when that suite is not selected, so a run of one
+    platform (`make matrix` runs each alone) neither runs nor skips another's tests."""
     here = Path(__file__).parent
+    chosen = set(selected_platforms())
+    keep, drop = [], []
     for item in items:
         if Path(str(item.fspath)).parent == here:
             item.add_marker(pytest.mark.platforms)
+        bound = set(getattr(item, "fixturenames", ())) & set(trees.SUITES)
+        (drop if bound - chosen else keep).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
 
 
 def pytest_configure(config):
