@@ -98,12 +98,7 @@ def deb(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def tree(platform):
-    if os.geteuid() != 0:
-        trees.unavailable("the platform matrix needs root (debootstrap, chroot, dockerd)")
-    try:
-        made = trees.Tree.create(platform)
-    except trees.TreeUnavailable as exc:
-        trees.unavailable(str(exc))
+    made = trees.open_tree(platform)
     _open_trees.append(made)
     try:
         yield made

@@ -11,7 +11,6 @@ The `--restart` case drives the tree's dockerd through the TEST FIXTURE `systemc
 from __future__ import annotations
 
 import json
-import os
 import shlex
 import shutil
 from dataclasses import dataclass
@@ -69,16 +68,7 @@ class Host:
 def _host(suite: str, deb: Path, daemon_json: bytes | None):
     """A module's host: the suite's tree with the .deb, the fake driver, `daemon_json` (None:
     no file) and a started dockerd; closed after the module."""
-    raw = os.environ.get("NVDOCKER2_PLATFORMS", "")
-    chosen = [n.strip() for n in raw.split(",") if n.strip()]
-    if chosen and suite not in chosen:
-        pytest.skip(f"{suite} is not in NVDOCKER2_PLATFORMS")
-    if os.geteuid() != 0:
-        trees.unavailable("the platform matrix needs root (debootstrap, chroot, dockerd)")
-    try:
-        tree = trees.Tree.create(suite)
-    except trees.TreeUnavailable as exc:
-        trees.unavailable(str(exc))
+    tree = trees.open_tree(suite)  # a suite not selected is deselected (conftest.py)
     try:
         tree.install_deb(deb, env={"NVDOCKER2_SKIP_DOCKER_CONFIG": "1"})
         driver = build_fake_driver(tree.path(DRIVER))

@@ -107,7 +107,7 @@ def test_the_tree_is_the_platform_and_the_deb_installs(tree_with_deb, platform):
     assert f"version {suite.runc}." in tree.ok("runc --version")
     assert tree.ok("python3 --version").startswith(f"Python {suite.python}.")
     assert tree.ok("nvdocker2 --version").split() == ["nvdocker2", __version__]
-    assert tree.ok(f"dpkg-query -W -f='${{Version}}' nvdocker2") == __version__
+    assert tree.ok("dpkg-query -W -f='${Version}' nvdocker2") == __version__
     typer = tree.ok("dpkg-query -W -f='${Version}' python3-typer")
     print(f"{suite.platform}: python3-typer {typer}")
 

@@ -157,6 +157,17 @@ def unavailable(message: str) -> None:
     pytest.skip(message)
 
 
+def open_tree(suite: "Suite | str") -> "Tree":
+    """`Tree.create` for a test: needs root; a tree that cannot be had is `unavailable`."""
+    if os.geteuid() != 0:
+        unavailable("the platform matrix needs root (debootstrap, chroot, dockerd)")
+    try:
+        return Tree.create(suite)
+    except TreeUnavailable as exc:
+        unavailable(str(exc))
+        raise  # not reached: unavailable fails or skips
+
+
 def _run(cmd: Sequence[str], timeout: float = 600, **kwargs) -> subprocess.CompletedProcess:
     return subprocess.run(
         list(cmd), capture_output=True, text=True, timeout=timeout, check=False, **kwargs
