@@ -1,7 +1,7 @@
 """CDI mode (SPEC §9): `install --mode cdi`, `uninstall --mode cdi` and `cdi refresh`.
 
 The CDI spec of this host's GPUs (the same generator as `cdi generate`, built on direct
-mode's discovery) is the second file of the daemon.json transaction (`ExtraFile`): one lock,
+mode's discovery) is the second file of the daemon.json transaction (a `FileEdit` of its plan): one lock,
 backups of both, a journal, atomic writes, and both put back together when dockerd does not
 come back right. dockerd registers CDI only when it starts, so a change that turns CDI on is
 applied by a restart (`--restart`) or left for the operator with the command to run.
@@ -19,11 +19,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from nvdocker2 import locations, transaction
-from nvdocker2.daemonjson import features, store
+from nvdocker2 import locations
+from nvdocker2.daemonjson import edit, features, store
 from nvdocker2.daemonjson.edit import Change
+from nvdocker2.engines.base import FileEdit, Plan
+from nvdocker2.engines.docker import DockerEngine, wrap_shape
+from nvdocker2.engines.docker import run as run_transaction
+from nvdocker2.engines.docker.service import Daemon, Expectation, expectation
+from nvdocker2.engines.transaction import Context, Reporter, Result
 from nvdocker2.errors import BadInput, NvDockerError
-from nvdocker2.transaction import Daemon, Expectation, ExtraFile, Reporter, Result
 
 DEFAULT_SPEC_DIR = "/etc/cdi"
 SPEC_NAME = "nvidia.yaml"
@@ -262,19 +266,21 @@ class Run:
     dockerd_log: Path | None = None
 
 
-def _begin(config: Path, run: Run) -> tuple[DockerFacts, CdiDaemon, Any]:
-    """What Docker runs here, the CDI daemon around `run.daemon`, the transaction context."""
+def _begin(config: Path, run: Run) -> tuple[DockerFacts, CdiDaemon, DockerEngine]:
+    """What Docker runs here, the CDI daemon around `run.daemon`, the Docker engine."""
     facts = docker_facts(run.daemon, run.docker_host)
     cdi_daemon = CdiDaemon(run.daemon, config)
-    ctx = transaction._ctx(
-        config, run.config_reason, cdi_daemon, run.reporter, run.timeout, run.dry_run,
-        run.state, run.dockerd_log,
-    )
-    return facts, cdi_daemon, ctx
+    engine = DockerEngine(config, cdi_daemon, run.config_reason, run.dockerd_log)
+    return facts, cdi_daemon, engine
+
+
+def _run(engine: DockerEngine, action: str, planner: Any, run: Run) -> Result:
+    return run_transaction(engine, action, planner, dry_run=run.dry_run, reporter=run.reporter,
+                           timeout=run.timeout, state=run.state)
 
 
 def _expect(new: dict, old: dict, **cdi: Any) -> Expectation:
-    return dataclasses.replace(transaction.expectation(new, old), **cdi)
+    return dataclasses.replace(expectation(new, old), **cdi)
 
 
 def _action(needs_restart: bool, restart: bool, facts: DockerFacts) -> str:
@@ -306,17 +312,17 @@ def install(
     run: Run,
 ) -> CdiOutcome:
     """Write the spec and turn CDI on in daemon.json where this Docker needs it (SPEC §9)."""
-    facts, cdi_daemon, ctx = _begin(config, run)
+    facts, cdi_daemon, engine = _begin(config, run)
     check_supported(facts)
     path = spec_path(spec_dir)
     spec = build_spec(path, runtime_path)
     decided: dict[str, bool] = {}
 
-    def attempt() -> Result:
-        doc = transaction._load(ctx)
-        transaction._wrap_shape(ctx.config, lambda: transaction.edit.check_shape(doc.data))
-        before = transaction._wrap_shape(ctx.config, lambda: features.cdi_setting(doc.data))
-        new, ch = transaction._wrap_shape(
+    def attempt(ctx: Context) -> Plan:
+        doc = engine.load(ctx)
+        wrap_shape(ctx.config, lambda: edit.check_shape(doc.data))
+        before = wrap_shape(ctx.config, lambda: features.cdi_setting(doc.data))
+        new, ch = wrap_shape(
             ctx.config, lambda: features.enable_cdi(doc.data, facts.release)
         )
         if str(path.parent) not in features.spec_dirs(new):
@@ -328,13 +334,13 @@ def install(
             )
         if ch.changed:
             new_bytes: bytes | None = doc.serialize(new)
-            transaction._schema_check(ctx, new)
+            engine.schema_check(ctx, new)
         else:
             new_bytes = doc.raw if doc.existed else None
         old_spec = read_optional(path)
         journal = CdiJournal(ctx.state, ctx.config)
         record = None
-        if not run.dry_run and (ch.changed or old_spec != spec.data):
+        if not ctx.dry_run and (ch.changed or old_spec != spec.data):
             rec = dict(journal.load() or {"config": str(ctx.config)})
             if ch.changed and "features_cdi" not in rec:
                 rec["features_cdi"] = {
@@ -354,16 +360,16 @@ def install(
             new, doc.data, cdi_spec_dir=str(path.parent),
             cdi_devices=spec.devices if facts.lists_devices else (),
         )
-        return transaction._finish(
-            ctx, "install", doc, new, new_bytes, [ch, _spec_change(path, old_spec, spec.data)],
+        return engine.plan(
+            doc, new, new_bytes, [ch, _spec_change(path, old_spec, spec.data)],
             "install CDI mode", expect, record, extras=[
-                ExtraFile(path, old_spec, spec.data, f"install CDI spec {path}")
-            ], journal=journal,
+                FileEdit(path, old_spec, spec.data, f"install CDI spec {path}")
+            ], journal_file=journal,
         )
 
-    res = transaction._transact(ctx, attempt)
+    res = _run(engine, "install", attempt, run)
     restart_needed = decided["restart"] and cdi_daemon.action != "restart" and not run.dry_run
-    notes = (_restart_note(ctx.config),) if restart_needed and not res.changed else ()
+    notes = (_restart_note(engine.config),) if restart_needed and not res.changed else ()
     return CdiOutcome(res, str(path), spec.devices, facts.version, restart_needed, notes)
 
 
@@ -377,12 +383,12 @@ def uninstall(
     """Remove the spec install wrote (or put back the one it replaced) and restore
     `features.cdi` as it was, from the journal. Without a journal the spec is removed only
     when it is one nvdocker2 wrote for this package's runtime, and features stay."""
-    facts, cdi_daemon, ctx = _begin(config, run)
+    facts, cdi_daemon, engine = _begin(config, run)
     decided: dict[str, Any] = {}
 
-    def attempt() -> Result:
-        doc = transaction._load(ctx)
-        transaction._wrap_shape(ctx.config, lambda: transaction.edit.check_shape(doc.data))
+    def attempt(ctx: Context) -> Plan:
+        doc = engine.load(ctx)
+        wrap_shape(ctx.config, lambda: edit.check_shape(doc.data))
         journal = CdiJournal(ctx.state, ctx.config)
         rec = journal.load()
         spec_rec = rec.get("spec") if isinstance(rec.get("spec"), dict) else None
@@ -405,7 +411,7 @@ def uninstall(
         changes: list[Change] = []
         frec = rec.get("features_cdi")
         if isinstance(frec, dict):
-            new, ch = transaction._wrap_shape(
+            new, ch = wrap_shape(
                 ctx.config, lambda: features.put_cdi(doc.data, store.unslot(frec.get("previous")))
             )
             changes.append(ch)
@@ -415,7 +421,7 @@ def uninstall(
         data_changed = any(c.changed for c in changes)
         new_bytes = doc.serialize(new) if data_changed else (doc.raw if doc.existed else None)
         if data_changed:
-            transaction._schema_check(ctx, new)
+            engine.schema_check(ctx, new)
         changes.append(_spec_change(path, old_spec, new_spec))
         devices = devices_of(old_spec) if facts.lists_devices else ()
         # Turning CDI off takes a restart; removing the spec does not (dockerd rescans).
@@ -423,18 +429,15 @@ def uninstall(
         decided.update(restart=needs_restart, path=path, devices=devices)
         cdi_daemon.decide(_action(needs_restart, run.restart, facts))
         expect = _expect(new, doc.data, cdi_devices_gone=devices if new_spec is None else ())
-        record = {} if not run.dry_run and rec else None
-        res = transaction._finish(
-            ctx, "uninstall", doc, new, new_bytes, changes, "uninstall CDI mode", expect,
-            record, journal_before_write=False,
-            extras=[ExtraFile(path, old_spec, new_spec, f"uninstall CDI spec {path}")],
-            journal=journal,
+        record = {} if not ctx.dry_run and rec else None
+        return engine.plan(
+            doc, new, new_bytes, changes, "uninstall CDI mode", expect, record,
+            journal_before_write=False,
+            extras=[FileEdit(path, old_spec, new_spec, f"uninstall CDI spec {path}")],
+            journal_file=journal,
         )
-        if record is not None and not res.changed:
-            journal.write(None)
-        return res
 
-    res = transaction._transact(ctx, attempt)
+    res = _run(engine, "uninstall", attempt, run)
     restart_needed = decided["restart"] and cdi_daemon.action != "restart" and not run.dry_run
     return CdiOutcome(res, str(decided["path"]), decided["devices"], facts.version,
                       restart_needed)
@@ -475,8 +478,10 @@ def refresh(
     changed. Without a spec in place (CDI mode not installed) nothing is written."""
     st = state if state is not None else store.state_dir()
     path = spec_path(spec_dir) if spec_dir else (recorded_spec(st, config) or spec_path(None))
-    ctx = transaction._ctx(config, "", None, None, timeout, False, st, None)
-    with transaction._session(ctx):
+    with store.locked(st, timeout):
+        for p in (config, path):
+            store.clean_stale_temps(p)
+        store.clean_state_temps(st)
         old = read_optional(path)
         if old is None:
             return RefreshOutcome(str(path), False, False, (), None)

@@ -47,7 +47,7 @@ from nvdocker2.dockerd.process import (
 )
 from nvdocker2.dockerd.progress import Reporter, SilentReporter
 from nvdocker2.errors import BadInput, EnvironmentProblem
-from nvdocker2.transaction import Expectation, VerifyFailed
+from nvdocker2.engines.docker.service import Expectation, VerifyFailed
 
 MODES = ("auto", "systemd", "sysv", "signal", "none")
 DEFAULT_PIDFILE = Path("/var/run/docker.pid")

@@ -1,33 +1,44 @@
-"""The engine protocol: what an engine brings to the transaction (SPEC §11).
+"""The engine protocol: what an engine brings to the transaction (SPEC §2, §8, §11).
 
-An engine turns a request (install, uninstall) and the bytes of the files it owns into a `Plan`:
-the bytes each file should end with, the changes a person reads, the journal record, and what
-its service must report afterwards. Its `Service` applies the files (reload or restart) and
-verifies them. The transaction around it (nvdocker2.engines.transaction) knows nothing of the
-formats: it locks, backs up, journals, compares before replacing, writes, applies, verifies and
+An engine turns a request and the bytes of the files it owns into a `Plan`: the bytes each file
+should end with, the changes a person reads, the journal record, and what its service must
+report afterwards. Its `Service` applies the files (reload or restart) and verifies them. The
+transaction around both (nvdocker2.engines.transaction) knows nothing of the formats or the
+daemons: it locks, backs up, journals, compares before replacing, writes, applies, verifies and
 rolls back.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Optional, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Optional, Protocol
 
 from nvdocker2.daemonjson.edit import Change
 from nvdocker2.errors import EXIT_REJECTED, NvDockerError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from nvdocker2.engines.transaction import Context
 
 Reader = Callable[[Path], Optional[bytes]]  # the bytes of a file, None when it does not exist
 
 
 @dataclass(frozen=True)
 class FileEdit:
-    """One file of a plan: its bytes before (None: no file) and after (None: remove it)."""
+    """One file of a plan: its bytes before (None: no file) and after (None: remove it).
+
+    `stat` is the file as it was read (compare before replace checks its identity; None: the
+    transaction's reader recorded it, or compare the bytes only); `owner` the mode, owner and
+    group a recreated file gets; `reason` the backup's reason (default: the plan's)."""
 
     path: Path
     old: bytes | None
     new: bytes | None
+    reason: str = ""
+    stat: os.stat_result | None = field(default=None, compare=False)
+    owner: Any = None  # store.Ownership | None
 
     @property
     def changed(self) -> bool:
@@ -36,8 +47,14 @@ class FileEdit:
 
 @dataclass(frozen=True)
 class Plan:
-    """What an engine wants done. `expect` and `expect_old` are opaque to the transaction: the
-    engine's service checks them after applying the new files, or the restored old ones."""
+    """What an engine wants done. `expect`, `expect_old` and `check` are opaque to the
+    transaction: the service checks `expect` after applying the new files (`expect_old` after
+    restoring the old ones); the engine reads `check` when it checks the candidate.
+
+    `via` holds bytes some files must go through first: they are written and applied, the
+    service verifies `expect`, and then the files get their final bytes without another apply
+    (dockerd's reload keeps runtimes a file no longer names; an in-between file clears them).
+    `back_via` does the same when a failed change is put back."""
 
     files: tuple[FileEdit, ...]
     changes: tuple[Change, ...]
@@ -50,6 +67,15 @@ class Plan:
     # install records before writing (what it replaces must survive a crash); uninstall after,
     # so a crash between leaves the record that lets the next uninstall finish the job.
     journal_before_write: bool = True
+    journal_file: Any = None  # a store.Journal; None: the engine's config's journal
+    via: Mapping[Path, bytes] = field(default_factory=dict)
+    back_via: Mapping[Path, bytes] = field(default_factory=dict)
+    check: Any = None
+    style: str = ""  # how the primary file is laid out, for the output
+    remove_dirs: tuple[Path, ...] = ()  # directories to remove once empty (install made them)
+    # A failed change removes the directories it created for its files (empty ones only);
+    # False keeps them (Docker's /etc/docker and /etc/cdi are well-known, shared directories).
+    undo_made_dirs: bool = True
 
     @property
     def changed(self) -> bool:
@@ -68,7 +94,8 @@ class Request:
 
 
 class VerifyFailed(NvDockerError):
-    """The engine did not come back, or came back without the expected state."""
+    """The engine did not come back, or came back without the expected state; `reason` is what
+    it said."""
 
     exit_code = EXIT_REJECTED
 
@@ -89,49 +116,97 @@ def runtime_mismatches(expect: Mapping[str, Any], runtimes: Mapping[str, Any],
     return bad
 
 
-class Service(Protocol):
-    """How a running engine takes new files (reload or restart) and proves it did."""
+class Service:
+    """How a running engine takes new files and proves it did. Subclasses override `apply` and
+    `verify`; the defaults are those of a service that restarts its engine."""
 
-    strategy: str  # "systemd", "signal", "none", ...
-    verifies: bool
-    log_description: str
+    strategy = "none"  # "systemd", "signal", "none", ...: what "reload" says in the output
+    verifies = False
+    log_description = ""
+    verb = "restart"  # the step's name in messages ("reload" for dockerd)
+    # A failed restart may have stopped the engine: start it again on the old files. A failed
+    # reload (a signal) means the engine never saw the new files: only the files go back.
+    reapply_after_failed_apply = True
 
     def apply(self) -> None:
         """Make the engine read its files; raise VerifyFailed when it cannot come back."""
+        return None
 
-    def verify(self, expect: Any, timeout: float) -> None:
-        """Raise VerifyFailed(reason) unless the engine reports `expect` within `timeout`."""
+    def verify(self, expect: Any, timeout: float) -> str | None:
+        """Raise VerifyFailed(reason) unless the engine reports `expect` within `timeout`;
+        return a warning when it does but its taking the files is not proven (SPEC §8)."""
+        return None
+
+    def settle(self, ctx: "Context", expect: Any) -> bool:
+        """For a change already in the files: make the engine run them when an interrupted
+        earlier run left it behind; True when that was done and verified."""
+        return False
+
+    def mark(self) -> Any:
+        """Where the engine's log stands before the write (for `rejected_hint`)."""
+        return None
+
+    def rejected_hint(self, process: str, mark: Any) -> str:
+        """The hint of exit 4: where to read why the engine refused the change."""
+        return f"see {process}'s log ({self.log_description or 'its journal'})"
+
+    @property
+    def verb_ing(self) -> str:
+        return "reloading" if self.verb == "reload" else "restarting"
+
+
+class NoService(Service):
+    """`--reload none`: files are written, the engine is neither restarted nor asked."""
 
 
 class Engine(Protocol):
-    """One container engine's documents and edits."""
+    """One container engine's documents and edits (see `EngineBase` for the defaults)."""
 
-    name: str
+    name: str  # the --engine value
+    process: str  # the daemon's name in messages
     config: Path  # the file the journal, the backups list and rollback are keyed on
+    config_reason: str
+    groups_backups: bool
 
     def files(self) -> Sequence[Path]:
         """Every file a plan of this engine may touch (the root config first)."""
 
-    def plan_install(self, read: Reader, req: Request, journal: dict) -> Plan: ...
-
-    def plan_uninstall(self, read: Reader, req: Request, journal: dict) -> Plan: ...
-
-    def check_candidate(self, plan: Plan) -> None:
-        """Raise BadInput when the engine would not load the plan's files (nothing written)."""
+    def check_candidate(self, ctx: "Context", plan: Plan,
+                        staged: Sequence[tuple[Path, bytes, Path]]) -> None:
+        """Raise BadInput when the engine would not load the plan's files (nothing written);
+        `staged` holds (target, bytes, staged copy) for every version to be written."""
 
     def restart_hint(self) -> str:
         """What a person runs to apply the files when the service is `none`."""
 
+    def pending_note(self, plan: Plan) -> str | None:
+        """The note of a change written but not applied (service `none`)."""
 
-class NoService:
-    """`--reload none`: files are written, the engine is neither restarted nor asked."""
 
-    strategy = "none"
-    verifies = False
-    log_description = ""
+class EngineBase:
+    """Defaults for engines whose changes may span several files (containerd, CRI-O): their
+    backups of one transaction share a tag, so rollback restores them together."""
 
-    def apply(self) -> None:
+    name = ""
+    process = ""
+    groups_backups = True
+
+    def __init__(self, config: Path) -> None:
+        self.config = Path(config)
+
+    @property
+    def config_reason(self) -> str:
+        return f"{self.name} engine"
+
+    def files(self) -> Sequence[Path]:
+        return [self.config]
+
+    def check_candidate(self, ctx: "Context", plan: Plan,
+                        staged: Sequence[tuple[Path, bytes, Path]]) -> None:
         return None
 
-    def verify(self, expect: Any, timeout: float) -> None:
-        return None
+    def restart_hint(self) -> str:
+        return f"systemctl restart {self.name}"
+
+    def pending_note(self, plan: Plan) -> str | None:
+        return f"{self.process} was not restarted; to apply the change run: {self.restart_hint()}"

@@ -67,9 +67,9 @@ def status(eng: Any, runtime_name: str = "nvidia") -> dict:
         from nvdocker2.engines.containerd import document as D
         from nvdocker2.engines.containerd import edit as E
 
-        root = D.parse(eng.config, txn._read(eng.config))
-        own = eng._own(root, txn._read)
-        eff = D.merged(root, eng._imports(root, txn._read, eng._dropin) + ([own] if own else []),
+        root = D.parse(eng.config, txn.read(eng.config))
+        own = eng._own(root, txn.read)
+        eff = D.merged(root, eng._imports(root, txn.read, eng._dropin) + ([own] if own else []),
                        E.layout(root, eng.major).deep_merge)
         cri = root.cri()
         out.update(version=root.version, layout="drop-in " + str(eng._dropin)
@@ -77,7 +77,7 @@ def status(eng: Any, runtime_name: str = "nvidia") -> dict:
                        n: E._binary(r) for n, r in E._runtimes(eff, cri, str(root.path)).items()},
                    default_runtime=E.default_name(eff, cri))
     else:
-        raw = txn._read(eng.config)
+        raw = txn.read(eng.config)
         out.update(dropin_present=raw is not None)
     out["journal"] = store.Journal(store.state_dir(), eng.config).load() if \
         store.state_dir().exists() else {}

@@ -1,24 +1,35 @@
-"""The transaction for plug-in engines (SPEC §2, §8, §11), knowing nothing of file formats.
+"""The one transaction of every engine (SPEC §2, §8, §11), knowing nothing of file formats.
 
-    lock → read → engine plans → engine checks the candidate → backup (each file) → journal
-         → compare before replace → write → service applies → service verifies
-         → (on failure: restore every file, apply again, verify the old state: exit 4)
+    lock → read → engine plans → stage every new file → engine checks the candidates
+         → backup (each file) → journal → compare before replace → write (the `via` bytes
+         first where the plan has them) → service applies → service verifies → final bytes
+         → (on failure: restore every file written, apply again, verify the old state: exit 4;
+            exit 5 naming the backups when that fails too)
 
-Docker keeps its own transaction in nvdocker2.transaction (reached through engines.docker);
-this one drives containerd and CRI-O, whose changes can span two files (a root config and a
-drop-in). Backups of one transaction share a tag in their reason, so rollback restores them
-together.
+SPEC §8: "compare" checks, right before each rename, that the file is still what was read;
+when another program changed it, nothing more is written and the transaction is redone from the
+read (ATTEMPTS times, then exit 3). A file that cannot be renamed over is written in place,
+with a warning.
+
+Nothing here prints: a transaction returns a `Result` (or raises an `NvDockerError` with the
+SPEC exit code) and reports live progress only through a `Reporter`. The engine (Docker's
+daemon.json, containerd's config.toml, CRI-O's drop-in) brings the plan and the candidate
+check; its `Service` brings apply and verify.
 """
 
 from __future__ import annotations
 
 import contextlib
+import difflib
 import os
 import secrets
+import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, ContextManager, Sequence
 
 from nvdocker2.daemonjson import store
+from nvdocker2.daemonjson.edit import ABSENT, Change
 from nvdocker2.engines.base import FileEdit, NoService, Plan, Request, Service, VerifyFailed
 from nvdocker2.errors import (
     BadInput,
@@ -27,16 +38,124 @@ from nvdocker2.errors import (
     NvDockerError,
     RollbackFailed,
 )
-from nvdocker2.transaction import Reporter, Result, unified_diff
+from nvdocker2.redact import mask_credentials, masked_text
 
-RETRIES = 3
+ATTEMPTS = 3  # reads of files another program keeps changing before giving up
 
 
-def _read(path: Path) -> bytes | None:
+class Reporter:
+    """Live progress for a person watching; the default says nothing. The CLI subclasses it."""
+
+    def progress(self, message: str) -> None:
+        return None
+
+    def waiting(self, message: str) -> ContextManager[None]:
+        return contextlib.nullcontext()
+
+
+@dataclass(frozen=True)
+class Result:
+    """What a transaction did; the CLI renders it as text or as one JSON object."""
+
+    action: str
+    changed: bool
+    config: str
+    config_reason: str = ""
+    backup: str | None = None
+    backup_file: str | None = None
+    reload: str = "none"
+    verified: bool = False
+    warnings: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+    changes: tuple[Change, ...] = ()
+    dry_run: bool = False
+    diff: str | None = None
+    style: str = ""
+    before: str | None = None  # the file's text before (None: no file), credentials masked
+    after: str | None = None  # its text after, or what a dry run would write; masked
+
+    def to_json(self) -> dict:
+        out: dict[str, Any] = {
+            "action": self.action,
+            "changed": self.changed,
+            "config": self.config,
+            "config_reason": self.config_reason,
+            "backup": self.backup,
+            "backup_file": self.backup_file,
+            "reload": self.reload,
+            "verified": self.verified,
+            "warnings": list(self.warnings),
+            "notes": list(self.notes),
+            "changes": [c.to_json() for c in self.changes if c.changed],
+            "dry_run": self.dry_run,
+            "before": self.before,
+            "after": self.after,
+        }
+        if self.dry_run:
+            out["diff"] = self.diff or ""
+        return out
+
+
+def unified_diff(config: Path, old: bytes, new: bytes | None) -> str:
+    """The change as a unified diff (`new` None: the file is removed)."""
+    a = old.decode("utf-8", "replace").splitlines(keepends=True)
+    b = [] if new is None else new.decode("utf-8", "replace").splitlines(keepends=True)
+    lines = []
+    for line in difflib.unified_diff(
+        a,
+        b,
+        f"a{config}" if str(config).startswith("/") else f"a/{config}",
+        f"b{config}" if str(config).startswith("/") else f"b/{config}",
+    ):
+        if not line.endswith("\n"):
+            line += "\n\\ No newline at end of file\n"
+        lines.append(line.replace("\r\n", "\n") if line.endswith("\r\n") else line)
+    return mask_credentials("".join(lines))
+
+
+@dataclass
+class Context:
+    """One transaction's engine, service, options and what it has to say; the planner gets it."""
+
+    engine: Any
+    service: Service
+    reporter: Reporter
+    timeout: float
+    state: Path
+    dry_run: bool
+    warnings: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    stats: dict[Path, os.stat_result] = field(default_factory=dict)
+
+    def read(self, path: Path) -> bytes | None:
+        """The bytes of `path` (None: no file), its identity kept for compare before replace."""
+        return read(path, self.stats)
+
+    @property
+    def config(self) -> Path:
+        return Path(self.engine.config)
+
+    def journal(self) -> store.Journal:
+        return store.Journal(self.state, self.engine.config)
+
+    def warn(self, message: str) -> None:
+        if message not in self.warnings:
+            self.warnings.append(message)
+
+
+Planner = Callable[[Context], Plan]
+
+
+def read(path: Path, stats: dict[Path, os.stat_result] | None = None) -> bytes | None:
+    """The bytes of an engine's file (None: no file); `stats` gets the file's identity."""
     try:
         with open(path, "rb") as f:
+            if stats is not None:
+                stats[Path(path)] = os.fstat(f.fileno())
             return f.read()
     except FileNotFoundError:
+        if stats is not None:
+            stats.pop(Path(path), None)
         return None
     except IsADirectoryError:
         raise BadInput(f"{path} is a directory", "pass --config with a file") from None
@@ -44,155 +163,337 @@ def _read(path: Path) -> bytes | None:
         raise store.os_error(e, str(path)) from None
 
 
-def _put(f: FileEdit, data: bytes | None) -> None:
-    if data is None:
-        store.atomic_remove(f.path)
-    else:
-        d = store.resolve_target(f.path).parent
-        if not d.is_dir():
-            store.make_dirs(d, mode=0o755)
-        store.atomic_write(f.path, data)
+def transact(engine: Any, action: str, planner: Planner, *, service: Service | None = None,
+             reporter: Reporter | None = None, timeout: float = 30.0, dry_run: bool = False,
+             state: Path | None = None) -> Result:
+    """Run `planner` (read → edit) and carry its plan out as one transaction."""
+    ctx = Context(engine, service or NoService(), reporter or Reporter(), timeout,
+                  state if state is not None else store.state_dir(), dry_run)
+    if dry_run:  # nothing locked, nothing written
+        return _dry_run(ctx, action, planner(ctx))
+    with store.locked(ctx.state, timeout):
+        for p in store.clean_stale_temps(engine.config):
+            ctx.notes.append(f"removed {p}, left behind by an interrupted earlier run")
+        store.clean_state_temps(ctx.state)
+        for n in range(1, ATTEMPTS + 1):
+            warnings, notes = len(ctx.warnings), len(ctx.notes)
+            try:
+                return _attempt(ctx, action, planner(ctx))
+            except store.ChangedMeanwhile as e:
+                if n == ATTEMPTS:
+                    raise EnvironmentProblem(
+                        f"{engine.config} was changed by another program {n} times while "
+                        f"nvdocker2 was editing it ({e.why}); gave up, nothing was written",
+                        e.hint,
+                    ) from None
+                del ctx.warnings[warnings:], ctx.notes[notes:]
+                ctx.notes.append(
+                    f"{engine.config} was changed by another program meanwhile ({e.why}); "
+                    "read it again and redid the change"
+                )
+    raise AssertionError("not reached")  # pragma: no cover
 
 
-def _result(engine: Any, action: str, plan: Plan, service: Service, dry_run: bool,
-            warnings: list[str], notes: list[str], backup: str | None = None,
-            backup_file: str | None = None, verified: bool = False) -> Result:
+def _primary(ctx: Context, plan: Plan) -> FileEdit | None:
+    return next((f for f in plan.files if f.path == ctx.engine.config), None)
+
+
+def _result(ctx: Context, action: str, plan: Plan, *, backup: store.Backup | None = None,
+            verified: bool = False, diff: str | None = None) -> Result:
+    main = _primary(ctx, plan)
     changed = plan.changed
-    diff = None
-    if dry_run and changed:
-        diff = "".join(unified_diff(f.path, f.old or b"", f.new) for f in plan.files if f.changed)
     return Result(
-        action=action, changed=changed, config=str(engine.config),
-        config_reason=f"{engine.name} engine", backup=backup, backup_file=backup_file,
-        reload=service.strategy if changed and not dry_run else "none", verified=verified,
-        warnings=tuple(warnings) + plan.warnings, notes=tuple(notes) + plan.notes,
-        changes=plan.changes, dry_run=dry_run, diff=diff,
+        action=action, changed=changed, config=str(ctx.engine.config),
+        config_reason=ctx.engine.config_reason, backup=backup.id if backup else None,
+        backup_file=str(backup.file) if backup and backup.existed else None,
+        reload=ctx.service.strategy if changed and not ctx.dry_run else "none",
+        verified=verified, warnings=tuple(ctx.warnings) + plan.warnings,
+        notes=tuple(ctx.notes) + plan.notes, changes=plan.changes, dry_run=ctx.dry_run,
+        diff=diff, style=plan.style,
+        before=masked_text(main.old) if main else None,
+        after=masked_text(main.new) if main else None,
     )
+
+
+def _dry_run(ctx: Context, action: str, plan: Plan) -> Result:
+    """The checks of an apply before its first write, with the candidates staged in a private
+    temp directory: nothing is created beside the files or in the state dir."""
+    if not plan.changed:
+        return _result(ctx, action, plan)
+    with tempfile.TemporaryDirectory(prefix="nvdocker2-dry-run-") as d:
+        staged = _stage(ctx, plan, Path(d))
+        try:
+            ctx.engine.check_candidate(ctx, plan, [(t, b, s.path) for t, b, s in staged])
+        finally:
+            for _, _, s in staged:
+                s.discard()
+    diff = "".join(unified_diff(f.path, f.old or b"", f.new) for f in plan.files if f.changed)
+    return _result(ctx, action, plan, diff=diff)
+
+
+def _attempt(ctx: Context, action: str, plan: Plan) -> Result:
+    journal = plan.journal_file or ctx.journal()
+    for f in plan.files:
+        if f.path != ctx.engine.config:
+            for p in store.clean_stale_temps(f.path):
+                ctx.notes.append(f"removed {p}, left behind by an interrupted earlier run")
+    if not plan.changed:
+        if plan.journal is not None and plan.journal != journal.load():
+            journal.write(plan.journal)  # nothing to change in the files; the record is stale
+        verified = ctx.service.settle(ctx, plan.expect)
+        _remove_dirs(plan.remove_dirs)
+        return _result(ctx, action, plan, verified=verified)
+    made_dirs = _make_dirs(ctx, plan)
+    try:
+        staged = _stage(ctx, plan, None)
+        try:
+            ctx.engine.check_candidate(ctx, plan, [(t, b, s.path) for t, b, s in staged])
+        except BaseException:
+            for _, _, s in staged:
+                s.discard()
+            raise
+        return _apply(ctx, action, plan, journal, staged)
+    except BaseException:
+        if plan.undo_made_dirs:
+            _remove_dirs(made_dirs)
+        raise
+
+
+def _make_dirs(ctx: Context, plan: Plan) -> list[Path]:
+    """Create the missing directories of the files the plan writes (0755); the ones made are
+    removed again when the change fails."""
+    made: list[Path] = []
+    for f in plan.files:
+        if not f.changed or (f.new is None and f.path not in plan.via):
+            continue
+        d = store.resolve_target(f.path).parent
+        if d.is_dir():
+            continue
+        missing = [d] + [p for p in d.parents if not p.exists()]
+        try:
+            store.make_dirs(d, mode=0o755)
+        except (FileExistsError, NotADirectoryError):
+            raise BadInput(f"{f.path}: {d} is not a directory") from None
+        except OSError as e:
+            raise store.os_error(e, str(d)) from None
+        made += [p for p in missing if p not in made]
+        ctx.notes.append(f"created the directory {d}")
+    return sorted(made, key=lambda p: len(p.parts), reverse=True)
+
+
+def _remove_dirs(dirs: Sequence[Path]) -> None:
+    for d in dirs:
+        with contextlib.suppress(OSError):
+            os.rmdir(d)  # only when empty
+
+
+def _stage(ctx: Context, plan: Plan, where: Path | None) -> list[tuple[Path, bytes, Any]]:
+    """Every version of every file the plan writes (the `via` bytes first), staged beside its
+    file (or in `where`, for a dry run) with the mode, owner and group it will have."""
+    out: list[tuple[Path, bytes, Any]] = []
+    try:
+        for f in plan.files:
+            if not f.changed:
+                continue
+            for data in (plan.via.get(f.path), f.new):
+                if data is None:
+                    continue
+                target = f.path if where is None else where / f.path.name
+                out.append((f.path, data, store.stage(target, data, owner=f.owner)))
+    except BaseException:
+        for _, _, s in out:
+            s.discard()
+        raise
+    return out
+
+
+def _as_read(ctx: Context, f: FileEdit) -> store.AsRead:
+    return store.AsRead(f.old, f.stat if f.stat is not None else ctx.stats.get(f.path))
+
+
+def _apply(ctx: Context, action: str, plan: Plan, journal: store.Journal,
+           staged: list[tuple[Path, bytes, Any]]) -> Result:
+    """Back up, write, apply, verify; or put everything back (exit 4, or 5 naming the backups)."""
+    engine, service = ctx.engine, ctx.service
+    changed = [f for f in plan.files if f.changed]
+    first: dict[Path, Any] = {}  # the first version of each file (its `via` bytes if any)
+    final: dict[Path, Any] = {}  # the final version of a file written `via` other bytes
+    for t, _, s in staged:
+        (final if t in first else first)[t] = s
+    backups = store.Backups(ctx.state)
+    made: list[store.Backup] = []
+    tag = f" [{secrets.token_hex(4)}]" if engine.groups_backups else ""
+    try:
+        for f in changed:
+            made.append(backups.create(f.path, f.old, (f.reason or plan.reason) + tag,
+                                       store.Ownership.of(_as_read(ctx, f).stat)))
+        main = next((b for b, f in zip(made, changed) if f.path == engine.config), made[0])
+        ctx.reporter.progress(f"backup {main.id} saved")
+        journal_old = journal.read_bytes()
+        if plan.journal is not None and plan.journal_before_write:
+            journal.write(plan.journal)
+    except BaseException:
+        for _, _, s in staged:
+            s.discard()
+        raise
+
+    mark = service.mark()
+    phase = "write"
+    written: list[FileEdit] = []
+    try:
+        for f in changed:
+            if f.path in first:
+                first[f.path].commit(_as_read(ctx, f))
+                _note_in_place(ctx, f.path, first[f.path], main)
+            else:
+                store.atomic_remove(f.path, _as_read(ctx, f))
+            written.append(f)
+        phase = "apply"
+        if service.strategy != "none":
+            what = " with the transitional file" if plan.via else ""
+            ctx.reporter.progress(f"{service.verb_ing} {engine.process} ({service.strategy}){what}")
+        service.apply()
+        phase = "verify"
+        verified = False
+        if service.verifies:
+            with ctx.reporter.waiting(f"waiting for {engine.process} to report the change"):
+                unproven = service.verify(plan.expect, ctx.timeout)
+            verified = not unproven
+            if unproven:
+                ctx.warn(unproven)
+        phase = "final"
+        for f in changed:
+            if f.path not in plan.via:
+                continue
+            ours = store.AsRead(plan.via[f.path])  # still the in-between bytes we wrote?
+            if f.path in final:
+                final[f.path].commit(ours)
+                _note_in_place(ctx, f.path, final[f.path], main)
+            else:
+                store.atomic_remove(f.path, ours)
+        if plan.journal is not None and not plan.journal_before_write:
+            journal.write(plan.journal)
+    except BaseException as exc:
+        for _, _, s in staged:
+            s.discard()
+        if phase == "write":
+            with contextlib.suppress(Exception):
+                _put_old(ctx, reversed(written))
+            with contextlib.suppress(Exception):
+                journal.restore(journal_old)
+            if isinstance(exc, store.ChangedMeanwhile):
+                for b in made:  # backups of bytes that were never replaced
+                    with contextlib.suppress(Exception):
+                        backups.discard(b)
+            raise
+        reapply = phase != "apply" or service.reapply_after_failed_apply
+        _restore(ctx, plan, written, made, exc, reapply)
+        with contextlib.suppress(Exception):
+            journal.restore(journal_old)
+        if isinstance(exc, VerifyFailed):
+            more = len(written) - 1
+            others = f" (with {more} other file{'s' if more > 1 else ''})" if more else ""
+            raise DockerdRejected(
+                f"{engine.process} did not take the new {engine.config}: {exc.reason}; the "
+                f"previous file was restored from backup {main.id}{others} and "
+                f"{engine.process} reports the previous state again",
+                service.rejected_hint(engine.process, mark),
+            ) from None
+        if isinstance(exc, NvDockerError):
+            exc.message = f"{exc.message}; {engine.config} was restored from backup {main.id}"
+        raise
+    for f in changed:
+        backups.prune(f.path)
+    _remove_dirs(plan.remove_dirs)
+    if service.strategy == "none":
+        note = engine.pending_note(plan)
+        if note:
+            ctx.notes.append(note)
+    return _result(ctx, action, plan, backup=main, verified=verified)
+
+
+def _note_in_place(ctx: Context, path: Path, staged: Any, backup: store.Backup) -> None:
+    if staged.in_place is not None:
+        ctx.warn(f"{path} cannot be replaced by a rename ({staged.in_place}; a bind mount?), so "
+                 f"it was written in place: this write is not atomic (the previous file is "
+                 f"backup {backup.id})")
+
+
+def _put_old(ctx: Context, files: Any) -> None:
+    for f in files:
+        if f.old is None:
+            store.atomic_remove(f.path)
+        else:
+            store.atomic_write(f.path, f.old, owner=store.Ownership.of(_as_read(ctx, f).stat))
+
+
+def _restore(ctx: Context, plan: Plan, written: list[FileEdit], made: list[store.Backup],
+             exc: BaseException, reapply: bool) -> None:
+    """Put the old bytes back and, when the engine may have taken the new ones (`reapply`),
+    apply and verify the old state; RollbackFailed (exit 5) naming the backups if that fails."""
+    engine, service = ctx.engine, ctx.service
+    step = "write"
+    try:
+        if reapply and service.strategy != "none" and written:
+            back = [f for f in written if f.path in plan.back_via]
+            for f in back:
+                store.atomic_write(f.path, plan.back_via[f.path])
+            _put_old(ctx, (f for f in reversed(written) if f.path not in plan.back_via))
+            step = service.verb
+            ctx.reporter.progress(
+                f"{service.verb_ing} {engine.process} ({service.strategy}) with the previous file")
+            service.apply()
+            if service.verifies:
+                step = "verify"
+                with ctx.reporter.waiting(
+                        f"waiting for {engine.process} to report the previous state"):
+                    service.verify(plan.expect_old, ctx.timeout)
+            step = "write"
+            _put_old(ctx, back)
+        else:
+            _put_old(ctx, reversed(written))
+    except BaseException as e2:
+        why = e2.message if isinstance(e2, NvDockerError) else _msg(e2)
+        by_hand = "; ".join(f"cp {b.file} {b.config}" if b.existed else f"rm {b.config}"
+                            for b in made) + f", then: {engine.restart_hint()}"
+        if len(made) == 1:
+            saved = str(made[0].file) if made[0].existed else "(there was no file)"
+            where = f"the previous file is backup {saved}"
+        else:
+            where = "the previous files are backups " + ", ".join(
+                str(b.file) if b.existed else f"(no {b.config})" for b in made)
+            by_hand = "see nvdocker2 backups for " + ", ".join(b.config for b in made) + \
+                f"; {by_hand}"
+        raise RollbackFailed(
+            f"{engine.config}: the change failed ({_msg(exc)}) and putting the previous state "
+            f"back failed at the {step} step too: {why}; {where}",
+            f"restore by hand: {by_hand}",
+        ) from None
+
+
+def _msg(exc: BaseException) -> str:
+    if isinstance(exc, NvDockerError):
+        return exc.message
+    if isinstance(exc, KeyboardInterrupt):
+        return "interrupted"
+    return f"{type(exc).__name__}: {exc}"
+
+
+# --- engines planned from a Request (containerd, CRI-O) -----------------------------------------
 
 
 def run(engine: Any, action: str, req: Request, *, service: Service | None = None,
         reporter: Reporter | None = None, timeout: float = 30.0, dry_run: bool = False,
         state: Path | None = None) -> Result:
-    """install or uninstall through `engine` as one transaction."""
-    service = service or NoService()
-    reporter = reporter or Reporter()
-    st = state if state is not None else store.state_dir()
-    planner: Callable = engine.plan_install if action == "install" else engine.plan_uninstall
-    if dry_run:
-        journal = store.Journal(st, engine.config).load() if st.exists() else {}
-        plan = planner(_read, req, journal)
-        return _result(engine, action, plan, service, True, [], [])
-    with store.locked(st, timeout):
-        notes: list[str] = []
-        store.clean_state_temps(st)
-        for _ in range(RETRIES):
-            journal = store.Journal(st, engine.config)
-            plan = planner(_read, req, journal.load())
-            warnings: list[str] = []
-            for f in plan.files:
-                for p in store.clean_stale_temps(f.path):
-                    notes.append(f"removed {p}, left behind by an interrupted earlier run")
-            if not plan.changed:
-                if plan.journal is not None and plan.journal != journal.load():
-                    journal.write(plan.journal)
-                return _result(engine, action, plan, service, False, warnings, notes)
-            reporter.progress(f"checking the candidate with {engine.name}")
-            warnings += engine.check_candidate(plan, req, action == "uninstall")
-            try:
-                return _apply(engine, action, plan, service, reporter, timeout, st, warnings,
-                              notes)
-            except _Moved:
-                continue
-        raise EnvironmentProblem(
-            f"{engine.config}: another program kept changing the files while nvdocker2 worked",
-            "stop the other writer (configuration management?) and run again")
+    """install or uninstall through an engine that plans from a `Request`."""
+    def planner(ctx: Context) -> Plan:
+        journal = ctx.journal().load() if ctx.state.exists() else {}
+        if action == "install":
+            return engine.plan_install(ctx.read, req, journal)
+        return engine.plan_uninstall(ctx.read, req, journal)
 
-
-class _Moved(Exception):
-    """A file changed between the read and the write; redo from the read."""
-
-
-def _apply(engine: Any, action: str, plan: Plan, service: Service, reporter: Reporter,
-           timeout: float, st: Path, warnings: list[str], notes: list[str]) -> Result:
-    changed = [f for f in plan.files if f.changed]
-    tag = secrets.token_hex(4)
-    backups = store.Backups(st)
-    made = []
-    for f in changed:
-        b = backups.create(f.path, f.old, f"{plan.reason} [{tag}]")
-        made.append(b)
-    reporter.progress(f"backup {made[0].id} saved")
-    journal = store.Journal(st, engine.config)
-    journal_old = journal.read_bytes()
-    if plan.journal is not None and plan.journal_before_write:
-        journal.write(plan.journal)
-    written: list[FileEdit] = []
-    # Directories this change creates (a drop-in directory): a rollback removes them again.
-    new_dirs = [f.path.parent for f in changed if f.new is not None and not f.path.parent.exists()]
-    phase = "write"
-    try:
-        for f in changed:
-            if _read(f.path) != f.old:  # compare before replace (SPEC §8)
-                raise _Moved()
-            _put(f, f.new)
-            written.append(f)
-        phase = "apply"
-        if service.strategy != "none":
-            reporter.progress(f"restarting {engine.name} ({service.strategy})")
-        service.apply()
-        verified = False
-        if service.verifies:
-            with reporter.waiting(f"waiting for {engine.name} to report the change"):
-                service.verify(plan.expect, timeout)
-            verified = True
-        if plan.journal is not None and not plan.journal_before_write:
-            journal.write(plan.journal)
-    except BaseException as exc:
-        _restore(engine, written, service, plan, timeout, phase != "write", exc, made)
-        for d in new_dirs:
-            with contextlib.suppress(OSError):
-                os.rmdir(d)
-        with contextlib.suppress(Exception):
-            journal.restore(journal_old)
-        if isinstance(exc, _Moved) or phase == "write":
-            raise
-        if isinstance(exc, VerifyFailed):
-            raise DockerdRejected(
-                f"{engine.name} did not take the new {engine.config}: {exc.reason}; the previous "
-                f"files were restored from backup {made[0].id} and {engine.name} restarted on "
-                "them", f"see {engine.name}'s log ({service.log_description or 'its journal'})",
-            ) from None
-        raise
-    for f in changed:
-        backups.prune(f.path)
-    if service.strategy == "none":
-        notes.append(f"{engine.name} was not restarted; to apply the change run: "
-                     + engine.restart_hint())
-    return _result(engine, action, plan, service, False, warnings, notes, made[0].id,
-                   str(made[0].file) if made[0].existed else None, verified)
-
-
-def _restore(engine: Any, written: list[FileEdit], service: Service, plan: Plan,
-             timeout: float, apply_again: bool, exc: BaseException, made: list) -> None:
-    step = "write"
-    try:
-        for f in reversed(written):
-            _put(f, f.old)
-        if apply_again and written:
-            step = "restart"
-            service.apply()
-            if service.verifies:
-                step = "verify"
-                service.verify(plan.expect_old, timeout)
-    except BaseException as e2:
-        why = e2.message if isinstance(e2, NvDockerError) else f"{type(e2).__name__}: {e2}"
-        first = exc.message if isinstance(exc, NvDockerError) else type(exc).__name__
-        saved = ", ".join(str(b.file) if b.existed else f"(no {b.config})" for b in made)
-        raise RollbackFailed(
-            f"{engine.config}: the change failed ({first}) and putting the previous state back "
-            f"failed at the {step} step too: {why}; the previous files are backups {saved}",
-            f"restore them by hand, then: {engine.restart_hint()}",
-        ) from None
+    return transact(engine, action, planner, service=service, reporter=reporter,
+                    timeout=timeout, dry_run=dry_run, state=state)
 
 
 def rollback(engine: Any, backup_id: str | None, *, service: Service | None = None,
@@ -200,30 +501,28 @@ def rollback(engine: Any, backup_id: str | None, *, service: Service | None = No
              state: Path | None = None) -> Result:
     """Restore the newest transaction's backups of the engine's files (or the one with
     `backup_id` and the others of its transaction); the current files are backed up first."""
-    from nvdocker2.daemonjson.edit import ABSENT, Change
-
-    service = service or NoService()
     st = state if state is not None else store.state_dir()
     backups = store.Backups(st)
     every = backups.all()
     if backup_id:
         first = backups.get(backup_id)
     else:
-        mine = [b for b in every if b.reason.endswith(f"({engine.name})") or
-                f"({engine.name}) [" in b.reason]
-        mine = [b for b in mine if b.config == str(engine.config) or "[" in b.reason]
+        mine = [b for b in every if f"({engine.name}) [" in b.reason or
+                (b.reason.endswith(f"({engine.name})") and b.config == str(engine.config))]
         if not mine:
             raise BadInput(f"no backups of {engine.name}'s files in {backups.dir}",
                            "nothing to roll back to; list backups with: nvdocker2 backups")
         first = mine[0]
     tag = first.reason.rsplit("[", 1)[-1] if first.reason.endswith("]") else None
-    group = [b for b in every if tag and b.reason.endswith(f"[{tag}") or b.id == first.id]
+    group = [b for b in every if (tag and b.reason.endswith(f"[{tag}")) or b.id == first.id]
     group = list({b.config: b for b in reversed(group)}.values())
-    files = tuple(FileEdit(Path(b.config), _read(Path(b.config)), backups.read(b)) for b in group)
-    changes = tuple(Change(b.config, "restored", ABSENT, b.id) for b in group)
-    plan = Plan(files, changes, f"rollback to {first.id} ({engine.name})", None)
-    if dry_run or not plan.changed:
-        return _result(engine, "rollback", plan, service, dry_run, [], [])
-    with store.locked(st, timeout):
-        return _apply(engine, "rollback", plan, service, reporter or Reporter(), timeout, st,
-                      [], [])
+
+    def planner(ctx: Context) -> Plan:
+        files = tuple(FileEdit(Path(b.config), ctx.read(Path(b.config)), backups.read(b),
+                               owner=b.ownership) for b in group)
+        changes = tuple(Change(b.config, "restored", ABSENT, b.id) for b in group)
+        return Plan(files, changes if any(f.changed for f in files) else (),
+                    f"rollback to {first.id} ({engine.name})")
+
+    return transact(engine, "rollback", planner, service=service, reporter=reporter,
+                    timeout=timeout, dry_run=dry_run, state=st)

@@ -10,6 +10,7 @@ import pytest
 
 from nvdocker2.engines import transaction as txn
 from nvdocker2.engines.base import Request, VerifyFailed
+from nvdocker2.engines.base import Service as BaseService
 from nvdocker2.engines.containerd import ContainerdEngine
 from nvdocker2.engines.crio import MARK, CrioEngine, SystemdCrio, runtimes_from_status
 from nvdocker2.errors import BadInput, DockerdRejected, RollbackFailed
@@ -27,7 +28,7 @@ CFG = b"""version = 2
 """
 
 
-class Service:
+class Service(BaseService):
     """Counts restarts; fails verification while `fail` > 0, or every apply when `broken`."""
 
     strategy = "systemd"
@@ -93,11 +94,11 @@ def test_file_changed_by_another_writer_is_not_overwritten(tmp_path, monkeypatch
     real = eng.check_candidate
     calls = []
 
-    def meddle(plan, req, removing=False):
+    def meddle(ctx, plan, staged):
         if not calls:
             eng.config.write_bytes(CFG + b"# added by another tool\n")
         calls.append(1)
-        return real(plan, req, removing)
+        return real(ctx, plan, staged)
 
     monkeypatch.setattr(eng, "check_candidate", meddle)
     txn.run(eng, "install", Request("nvidia", RT), service=svc, state=tmp_path / "st")

@@ -2,24 +2,27 @@
 
 from __future__ import annotations
 
+import dataclasses
 import glob
 import os
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
-from nvdocker2.engines.base import Plan, Reader, Request
+from nvdocker2.engines.base import EngineBase, Plan, Reader, Request
 from nvdocker2.engines.containerd import document, edit, service
 from nvdocker2.errors import BadInput
 
 DEFAULT_CONFIG = Path("/etc/containerd/config.toml")
 
 
-class ContainerdEngine:
+class ContainerdEngine(EngineBase):
     name = "containerd"
+    process = "containerd"
 
     def __init__(self, config: Path = DEFAULT_CONFIG, exe: str | None = None,
                  check: bool = True) -> None:
-        self.config = Path(config)
+        super().__init__(config)
         self.exe = exe if exe is not None else service.binary()
         self.major = service.major_version(self.exe)
         self.check = check
@@ -56,8 +59,16 @@ class ContainerdEngine:
     def plan_install(self, read: Reader, req: Request, journal: dict) -> Plan:
         root = self._root(read)
         own = self._own(root, read)
-        return edit.plan_install(root, self._imports(root, read, self._dropin), own,
+        plan = edit.plan_install(root, self._imports(root, read, self._dropin), own,
                                  self.major, req, journal)
+        rec = plan.journal
+        if rec and self._dropin is not None and not self._dropin.parent.exists():
+            # The drop-in directory is this install's: the uninstall that removes the last
+            # drop-in removes it too (when nothing else was put there meanwhile).
+            rts = dict(rec["runtimes"])
+            rts[req.runtime_name] = dict(rts[req.runtime_name], dropin_dir=str(self._dropin.parent))
+            rec = dict(rec, runtimes=rts)
+        return dataclasses.replace(plan, journal=rec, check=(req, False))
 
     def plan_uninstall(self, read: Reader, req: Request, journal: dict) -> Plan:
         root = self._root(read)
@@ -68,15 +79,23 @@ class ContainerdEngine:
             raw = read(p)
             own = None if raw is None else document.parse(p, raw)
             self._dropin = p
-        return edit.plan_uninstall(root, own, req, journal)
+        plan = edit.plan_uninstall(root, own, req, journal)
+        made = rec.get("dropin_dir")
+        others = any(isinstance(v, dict) and v.get("dropin") for k, v in
+                     (journal.get("runtimes") or {}).items() if k != req.runtime_name)
+        if made and not others:
+            plan = dataclasses.replace(plan, remove_dirs=(Path(made),))
+        return dataclasses.replace(plan, check=(req, True))
 
-    def check_candidate(self, plan: Plan, req: Request, removing: bool = False) -> list[str]:
-        """containerd's own verdict on the candidate files (BadInput when it refuses);
-        returns warnings (e.g. no containerd binary to ask)."""
+    def check_candidate(self, ctx: Any, plan: Plan, staged: Sequence[Any]) -> None:
+        """containerd's own verdict on the candidate files (BadInput when it refuses)."""
         if not self.check:
-            return []
+            return
         if not self.exe:
-            return ["containerd is not installed here: the candidate was checked as TOML only"]
+            ctx.warn("containerd is not installed here: the candidate was checked as TOML only")
+            return
+        req, removing = plan.check
+        ctx.reporter.progress(f"checking the candidate with {self.name}")
         before = service.dump_current(self.exe, self.config)
         files = {f.path: f.new for f in plan.files}
         after = service.check_files(self.exe, self.config, files,
@@ -88,7 +107,3 @@ class ContainerdEngine:
                            + "; ".join(problems),
                            "nothing was changed; check the imports and drop-ins that set the CRI "
                            "plugin (containerd ≤ 1.7 replaces whole plugin sections)")
-        return []
-
-    def restart_hint(self) -> str:
-        return "systemctl restart containerd"

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from nvdocker2.engines.base import VerifyFailed, runtime_mismatches
+from nvdocker2.engines.base import Service, VerifyFailed, runtime_mismatches
 from nvdocker2.engines.containerd import document as D
 from nvdocker2.errors import BadInput, EnvironmentProblem
 
@@ -202,7 +202,7 @@ def runtimes_from_log(text: str) -> tuple[dict[str, str], str] | None:
     return found
 
 
-class SystemdContainerd:
+class SystemdContainerd(Service):
     """Restart through systemd, verify on the socket and in the journal."""
 
     strategy = "systemd"

@@ -20,10 +20,12 @@ import tomlkit
 
 from nvdocker2.daemonjson.edit import ABSENT, Change
 from nvdocker2.engines.base import (
+    EngineBase,
     FileEdit,
     Plan,
     Reader,
     Request,
+    Service,
     VerifyFailed,
     runtime_mismatches,
 )
@@ -41,14 +43,12 @@ def render(req: Request) -> bytes:
     return (MARK + tomlkit.dumps(doc)).encode()
 
 
-class CrioEngine:
+class CrioEngine(EngineBase):
     name = "crio"
+    process = "crio"
 
     def __init__(self, dropin: Path = DEFAULT_DROPIN) -> None:
-        self.config = Path(dropin)
-
-    def files(self) -> Sequence[Path]:
-        return [self.config]
+        super().__init__(dropin)
 
     def _current(self, read: Reader) -> bytes | None:
         raw = read(self.config)
@@ -78,14 +78,10 @@ class CrioEngine:
                     {"present": {}, "absent": [req.runtime_name], "default": None},
                     {"present": {}, "absent": [], "default": None})
 
-    def check_candidate(self, plan: Plan, req: Request, removing: bool = False) -> list[str]:
+    def check_candidate(self, ctx: Any, plan: Plan, staged: Sequence[Any]) -> None:
         for f in plan.files:
             if f.new is not None:
                 tomlkit.parse(f.new.decode())
-        return []
-
-    def restart_hint(self) -> str:
-        return "systemctl restart crio"
 
 
 def runtimes_from_status(text: str) -> tuple[dict[str, str], str]:
@@ -99,7 +95,7 @@ def runtimes_from_status(text: str) -> tuple[dict[str, str], str]:
     return rts, str(rt.get("default_runtime") or "crun")
 
 
-class SystemdCrio:
+class SystemdCrio(Service):
     """Restart the crio unit, then ask the running CRI-O for its config (`crio status`)."""
 
     strategy = "systemd"

@@ -1,0 +1,383 @@
+"""The Docker engine: daemon.json edits planned for the engine transaction (SPEC §2, §8, §9).
+
+The document format (parse with the style kept, pure edits, schema, `dockerd --validate`) is
+nvdocker2.daemonjson; dockerd as the service is `service.DaemonService`. `install`,
+`uninstall` and `rollback` here are the daemon.json transactions the CLI runs (CDI mode,
+nvdocker2.cdimode, plans through the same engine).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from nvdocker2 import locations
+from nvdocker2.daemonjson import document, edit, store, validate
+from nvdocker2.daemonjson.edit import ABSENT, Change
+from nvdocker2.engines.base import EngineBase, FileEdit, Plan, Request
+from nvdocker2.engines.docker.service import (
+    DaemonService,
+    Expectation,
+    NoDaemon,
+    expectation,
+    needs_transition,
+    transitional,
+)
+from nvdocker2.engines.transaction import Context, Reporter, Result, transact
+from nvdocker2.errors import BadInput
+
+
+def wrap_shape(config: Path, fn: Callable[[], Any]) -> Any:
+    """`fn()`, with an edit's ShapeError (a key of the wrong type) as BadInput."""
+    try:
+        return fn()
+    except edit.ShapeError as e:
+        raise BadInput(f"{config}: {e.message}", e.hint) from None
+
+
+class DockerEngine(EngineBase):
+    name = "docker"
+    process = "dockerd"
+    groups_backups = False  # rollback restores one file: daemon.json's newest backup
+
+    def __init__(self, config: Path, daemon: Any = None, config_reason: str = "",
+                 dockerd_log: Path | None = None) -> None:
+        super().__init__(config)
+        self.daemon = daemon or NoDaemon()
+        self.reason = config_reason
+        self.dockerd_log = dockerd_log
+
+    @property
+    def config_reason(self) -> str:  # type: ignore[override]
+        return self.reason
+
+    def service(self) -> DaemonService:
+        return DaemonService(self.daemon, self.dockerd_log)
+
+    def restart_hint(self) -> str:
+        # A daemon that knows better (CDI mode: a restart, not a reload) says what to run.
+        return getattr(self.daemon, "apply_hint", None) or locations.reload_hint(self.config)
+
+    def pending_note(self, plan: Plan) -> str | None:
+        main = next(f for f in plan.files if f.path == self.config)
+        if not main.changed:
+            return None
+        return "dockerd was not reloaded; to apply the change run: " + self.restart_hint()
+
+    # --- the document ---------------------------------------------------------------------
+
+    def load(self, ctx: Context) -> document.Document:
+        doc = document.load(self.config)
+        ctx.warnings.extend(doc.warnings)
+        return doc
+
+    def schema_check(self, ctx: Context, new: dict) -> None:
+        errors, warnings = validate.validate(new)
+        for w in warnings:
+            ctx.warn(f"{self.config}: {w}")
+        if errors:
+            more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+            raise BadInput(
+                f"{self.config}: the result would not be a valid daemon.json: {errors[0]}{more}",
+                "fix that key in the file (dockerd would refuse it), then run again; "
+                "nothing was changed",
+            )
+
+    def _check_directory(self) -> None:
+        """nvdocker2 creates at most the file's own directory (e.g. /etc/docker before Docker
+        is installed); a deeper missing path is a wrong --config."""
+        d = store.resolve_target(self.config).parent
+        if not d.is_dir() and not d.parent.is_dir():
+            raise BadInput(
+                f"{self.config}: directory {d.parent} does not exist",
+                "check --config (nvdocker2 creates at most the file's own directory)",
+            )
+
+    def check_candidate(self, ctx: Context, plan: Plan,
+                        staged: Sequence[tuple[Path, bytes, Path]]) -> None:
+        """`dockerd --validate` and the daemon's own checks (flag conflicts with the running
+        dockerd, ...) on every version of daemon.json the change writes."""
+        first = True
+        for target, data, path in staged:
+            if target != self.config:
+                continue
+            if first:
+                ctx.reporter.progress(f"checking the candidate {self.config}")
+                first = False
+            # The running dockerd's version, where the daemon knows it: below 23, no probe.
+            version = getattr(self.daemon, "server_version", None)
+            check = validate.dockerd_validate(path,
+                                              server_version=version() if version else None)
+            if check.available and not check.ok:
+                why = check.output.splitlines()[-1] if check.output else "no reason given"
+                raise BadInput(
+                    f"{self.config}: dockerd --validate refuses the result: {why}",
+                    "nothing was changed; fix the file or the flags dockerd runs with",
+                )
+            self.daemon.check_candidate(self.config, plan.check[data], path)
+
+    def plan(self, doc: document.Document, new: dict, new_bytes: bytes | None,
+             changes: Sequence[Change], reason: str, expect: Expectation,
+             journal: dict | None = None, *, journal_before_write: bool = True,
+             create_as: store.Ownership | None = None, extras: Sequence[FileEdit] = (),
+             journal_file: Any = None) -> Plan:
+        """daemon.json going from `doc` to `new_bytes` (the data `new`), the `extras` written
+        before it; with the in-between file a reload needs when it drops runtimes."""
+        old = doc.raw if doc.existed else None
+        main = FileEdit(self.config, old, new_bytes, reason, doc.stat, create_as)
+        via: dict[Path, bytes] = {}
+        back: dict[Path, bytes] = {}
+        check: dict[bytes, dict] = {}
+        if main.changed:
+            self._check_directory()
+            if new_bytes is not None:
+                check[new_bytes] = new
+            if needs_transition(self.daemon):
+                trans = transitional(new, doc.data)
+                if trans is not None:
+                    via[self.config] = doc.serialize(trans)
+                    check[via[self.config]] = trans
+                back_doc = transitional(doc.data, new)
+                if back_doc is not None:
+                    back[self.config] = doc.serialize(back_doc)
+        return Plan(
+            files=tuple(extras) + (main,), changes=tuple(changes), reason=reason,
+            journal=journal, expect=expect, expect_old=expectation(doc.data, new),
+            journal_before_write=journal_before_write, journal_file=journal_file,
+            via=via, back_via=back, check=check, style=doc.style.describe(),
+            undo_made_dirs=False,
+        )
+
+    # --- the three transactions' plans ----------------------------------------------------
+
+    def plan_install(self, ctx: Context, runtime_name: str, runtime_path: str,
+                     runtime_args: Sequence[str], set_default: bool) -> Plan:
+        doc = self.load(ctx)
+        args = list(runtime_args) or None
+        new, ch = wrap_shape(self.config,
+                             lambda: edit.add_runtime(doc.data, runtime_name, runtime_path, args))
+        changes = [ch]
+        if set_default:
+            new, ch2 = wrap_shape(self.config, lambda: edit.set_default(new, runtime_name))
+            changes.append(ch2)
+        data_changed = any(c.changed for c in changes)
+        new_bytes = doc.serialize(new) if (data_changed or doc.changed_by_loading) else doc.raw
+        if not doc.existed:
+            new_bytes = doc.serialize(new)
+        if data_changed or not doc.existed or new_bytes != doc.raw:
+            self.schema_check(ctx, new)
+        else:
+            _, warns = validate.validate(new)
+            ctx.warnings.extend(f"{self.config}: {w}" for w in warns)
+        record = None
+        if not ctx.dry_run and data_changed:
+            record = self._install_record(ctx, doc, runtime_name,
+                                          edit.runtime_entry(runtime_path, args),
+                                          set_default and changes[-1].changed)
+        expect = expectation(new, doc.data, must_have={runtime_name: runtime_path})
+        return self.plan(doc, new, new_bytes, changes, f"install runtime {runtime_name}",
+                         expect, record)
+
+    def _install_record(self, ctx: Context, doc: document.Document, runtime_name: str,
+                        entry: dict, default_set: bool) -> dict:
+        """What install replaces, unless an earlier install already recorded it."""
+        rec = dict(ctx.journal().load() or {"config": str(self.config), "runtimes": {}})
+        rts = dict(rec.get("runtimes") or {})
+        if not rts:
+            rec["file"] = {"existed": doc.existed}
+            rec["runtimes_key"] = {"present": edit.RUNTIMES in doc.data}
+        prev = rts.get(runtime_name)
+        before = _runtimes(doc.data).get(runtime_name, ABSENT)
+        rts[runtime_name] = {
+            "previous": prev["previous"] if isinstance(prev, dict) and "previous" in prev
+            else store.slot(before),
+            "installed": entry,
+        }
+        rec["runtimes"] = rts
+        if default_set:
+            prevd = rec.get("default_runtime")
+            rec["default_runtime"] = {
+                "previous": prevd["previous"] if isinstance(prevd, dict) and "previous" in prevd
+                else store.slot(doc.data.get(edit.DEFAULT_RUNTIME, ABSENT)),
+                "installed": runtime_name,
+            }
+        return rec
+
+    def plan_uninstall(self, ctx: Context, runtime_name: str,
+                       own_runtime_paths: Sequence[str]) -> Plan:
+        """Put back what install replaced, from the journal; without a journal entry remove
+        the runtime only when it points at one of `own_runtime_paths` (this package's
+        runtime). Never leaves default-runtime naming a runtime that no longer exists."""
+        doc = self.load(ctx)
+        wrap_shape(self.config, lambda: edit.check_shape(doc.data))
+        rec = ctx.journal().load()
+        rts_rec = dict(rec.get("runtimes") or {})
+        mine = rts_rec.get(runtime_name)
+        new = doc.data
+        changes: list[Change] = []
+        current = _runtimes(doc.data).get(runtime_name, ABSENT)
+        if isinstance(mine, dict):
+            previous = store.unslot(mine.get("previous"))
+            new, ch = edit.put_runtime(new, runtime_name, previous)
+            changes.append(ch)
+            del rts_rec[runtime_name]
+            if not rts_rec and not (rec.get("runtimes_key") or {}).get("present", True):
+                new, ch = edit.drop_empty_runtimes(new)
+                changes.append(ch)
+            drec = rec.get("default_runtime")
+            if isinstance(drec, dict) and drec.get("installed") == runtime_name:
+                previous = store.unslot(drec.get("previous"))
+                now = new.get(edit.DEFAULT_RUNTIME)
+                # "runc" with no default before is what the transitional file of an
+                # uninstall that was killed after its reload left: finish that uninstall.
+                if now == runtime_name or (now == "runc" and previous is ABSENT):
+                    new, ch = edit.put_default(new, previous)
+                    changes.append(ch)
+                rec = {k: v for k, v in rec.items() if k != "default_runtime"}
+            rec = dict(rec, runtimes=rts_rec)
+        elif current is not ABSENT:
+            path = current.get("path") if isinstance(current, dict) else None
+            if isinstance(path, str) and any(
+                locations.same_file(path, p) for p in own_runtime_paths
+            ):
+                new, ch = edit.remove_runtime(new, runtime_name)
+                changes.append(ch)
+            else:
+                ctx.warnings.append(
+                    f'{self.config}: runtime "{runtime_name}" points at {path!r}, not at this '
+                    f"package's runtime ({', '.join(own_runtime_paths) or 'unknown'}), and no "
+                    "install of it was recorded: left in place"
+                )
+            rec = None
+        else:
+            rec = None
+        if edit.dangling_default(new) == runtime_name:
+            new, ch = edit.unset_default(new)
+            changes.append(ch)
+            ctx.notes.append(
+                f'removed "default-runtime": "{runtime_name}" (it named the removed runtime; '
+                "dockerd now uses runc)"
+            )
+        data_changed = any(c.changed for c in changes)
+        new_bytes: bytes | None = doc.serialize(new) if data_changed else doc.raw
+        file_rec = (rec or {}).get("file")
+        created_by_install = isinstance(file_rec, dict) and file_rec.get("existed") is False
+        if not doc.existed or (created_by_install and not rts_rec and new == {}):
+            new_bytes = None
+        if data_changed:
+            self.schema_check(ctx, new)
+        record = rec if (rec is not None and not ctx.dry_run) else None
+        return self.plan(doc, new, new_bytes, changes, f"uninstall runtime {runtime_name}",
+                         expectation(new, doc.data), record, journal_before_write=False)
+
+    def plan_rollback(self, ctx: Context, backup: store.Backup) -> Plan:
+        """daemon.json back to the bytes of `backup` (it must read as JSON)."""
+        doc = self.load(ctx)
+        data = store.Backups(ctx.state).read(backup)
+        if data is None:
+            target = document.empty(str(self.config))
+        else:
+            try:
+                target = document.parse(data, f"backup {backup.file}")
+            except BadInput as e:
+                raise BadInput(
+                    f"{e.message} (the backup cannot be read as JSON, so it is not restored "
+                    "automatically)",
+                    f"if you really want it back: cp {backup.file} {self.config}",
+                ) from None
+            if target.had_bom or not data.strip():
+                ctx.warnings.append(
+                    f"backup {backup.id} is empty or starts with a byte order mark; dockerd "
+                    "20.10 refuses such a file at start"
+                )
+        plan = self.plan(doc, target.data, data,
+                         [Change(str(self.config), "restored", ABSENT, backup.id)],
+                         f"rollback to {backup.id}", expectation(target.data, doc.data),
+                         create_as=backup.ownership)
+        return plan if plan.changed else dataclasses.replace(plan, changes=())
+
+    # --- the Request entry points every engine has ---------------------------------------
+
+    def install(self, req: Request, **kw: Any) -> Result:
+        return install(self.config, runtime_name=req.runtime_name,
+                       runtime_path=req.runtime_path,
+                       runtime_args=req.extra.get("runtime_args", ()),
+                       set_default=req.set_default, **kw)
+
+    def uninstall(self, req: Request, **kw: Any) -> Result:
+        return uninstall(self.config, runtime_name=req.runtime_name,
+                         own_runtime_paths=req.own_runtime_paths, **kw)
+
+    def rollback(self, backup_id: str | None, **kw: Any) -> Result:
+        return rollback(self.config, backup_id, **kw)
+
+
+def _runtimes(doc: dict) -> dict:
+    rts = doc.get(edit.RUNTIMES, {})
+    return rts if isinstance(rts, dict) else {}
+
+
+def run(engine: DockerEngine, action: str, planner: Callable[[Context], Plan], *,
+        dry_run: bool = False, reporter: Reporter | None = None, timeout: float = 30.0,
+        state: Path | None = None) -> Result:
+    """One daemon.json transaction of `engine` (its daemon as the service)."""
+    validate.preload()  # the slow import happens before the lock is taken
+    return transact(engine, action, planner, service=engine.service(), reporter=reporter,
+                    timeout=timeout, dry_run=dry_run, state=state)
+
+
+def install(config: Path, *, runtime_name: str = "nvidia", runtime_path: str,
+            runtime_args: Sequence[str] = (), set_default: bool = False,
+            dry_run: bool = False, daemon: Any = None, reporter: Reporter | None = None,
+            timeout: float = 30.0, config_reason: str = "", state: Path | None = None,
+            dockerd_log: Path | None = None) -> Result:
+    """Add (or update) the runtime entry, optionally make it the default (SPEC §2)."""
+    edit.check_name(runtime_name, adding=True)
+    eng = DockerEngine(config, daemon, config_reason, dockerd_log)
+    return run(eng, "install", lambda ctx: eng.plan_install(
+        ctx, runtime_name, runtime_path, runtime_args, set_default),
+        dry_run=dry_run, reporter=reporter, timeout=timeout, state=state)
+
+
+def uninstall(config: Path, *, runtime_name: str = "nvidia",
+              own_runtime_paths: Sequence[str] = (), dry_run: bool = False, daemon: Any = None,
+              reporter: Reporter | None = None, timeout: float = 30.0, config_reason: str = "",
+              state: Path | None = None, dockerd_log: Path | None = None) -> Result:
+    """Put back what install replaced (see `DockerEngine.plan_uninstall`)."""
+    edit.check_name(runtime_name, adding=False)
+    eng = DockerEngine(config, daemon, config_reason, dockerd_log)
+    return run(eng, "uninstall", lambda ctx: eng.plan_uninstall(
+        ctx, runtime_name, own_runtime_paths),
+        dry_run=dry_run, reporter=reporter, timeout=timeout, state=state)
+
+
+def rollback(config: Path | None, backup_id: str | None = None, *, dry_run: bool = False,
+             daemon: Any = None, reporter: Reporter | None = None, timeout: float = 30.0,
+             config_reason: str = "", state: Path | None = None,
+             dockerd_log: Path | None = None) -> Result:
+    """Restore the newest backup of `config` (or `backup_id`); the current file is backed up
+    first, so a rollback can itself be rolled back."""
+    st = state if state is not None else store.state_dir()
+    backups = store.Backups(st)
+    if backup_id:
+        b = backups.get(backup_id)
+        if config is not None and str(config) != b.config:
+            raise BadInput(
+                f"backup {backup_id} is of {b.config}, not of {config}",
+                f"run: nvdocker2 rollback {backup_id} --config {b.config}",
+            )
+        config = Path(b.config)
+        config_reason = config_reason or "the file this backup was taken of"
+    else:
+        assert config is not None
+        found = backups.all(config)
+        if not found:
+            raise BadInput(
+                f"no backups of {config} in {backups.dir}",
+                "nothing to roll back to; list backups with: nvdocker2 backups",
+            )
+        b = found[0]
+    eng = DockerEngine(config, daemon, config_reason, dockerd_log)
+    return run(eng, "rollback", lambda ctx: eng.plan_rollback(ctx, b), dry_run=dry_run,
+               reporter=reporter, timeout=timeout, state=st)
