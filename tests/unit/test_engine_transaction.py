@@ -185,3 +185,93 @@ def test_docker_adapter_runs_the_daemon_json_transaction(tmp_path):
     eng.uninstall(Request("nvidia", RT, own_runtime_paths=(RT,)), state=tmp_path / "st")
     assert cfg.read_bytes() == b'{\n  "debug": true\n}\n'
     assert eng.rollback(None, state=tmp_path / "st").changed
+
+
+V3 = b"""version = 3
+# site settings
+[plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc.options]
+  SystemdCgroup = true
+"""
+
+
+def _v3(tmp_path: Path) -> ContainerdEngine:
+    cfg = tmp_path / "config.toml"
+    cfg.write_bytes(V3)
+    return ContainerdEngine(cfg, exe="", check=False)
+
+
+def test_uninstall_removes_the_dropin_directory_its_install_made(tmp_path):
+    """containerd 2.x: install creates conf.d for its drop-in; the uninstall that removes the
+    drop-in takes the directory away too, so the host is as it was."""
+    eng, st = _v3(tmp_path), tmp_path / "st"
+    res = txn.run(eng, "install", Request("nvidia", RT), service=Service(), state=st)
+    dropin = tmp_path / "conf.d" / "99-nvidia.toml"
+    assert res.changed and dropin.exists() and b"BinaryName" in dropin.read_bytes()
+    assert any("created the directory" in n for n in res.notes)
+    txn.run(eng, "uninstall", Request("nvidia", RT), service=Service(), state=st)
+    assert eng.config.read_bytes() == V3
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["config.toml", "st"]
+
+
+def test_uninstall_keeps_a_dropin_directory_that_holds_other_files(tmp_path):
+    eng, st = _v3(tmp_path), tmp_path / "st"
+    txn.run(eng, "install", Request("nvidia", RT), service=Service(), state=st)
+    (tmp_path / "conf.d" / "site.toml").write_bytes(b"# the site's own\n")
+    txn.run(eng, "uninstall", Request("nvidia", RT), service=Service(), state=st)
+    assert eng.config.read_bytes() == V3
+    assert sorted(p.name for p in (tmp_path / "conf.d").iterdir()) == ["site.toml"]
+
+
+def test_uninstall_keeps_a_dropin_directory_that_was_there_before(tmp_path):
+    eng, st = _v3(tmp_path), tmp_path / "st"
+    (tmp_path / "conf.d").mkdir()
+    txn.run(eng, "install", Request("nvidia", RT), service=Service(), state=st)
+    txn.run(eng, "uninstall", Request("nvidia", RT), service=Service(), state=st)
+    assert eng.config.read_bytes() == V3 and list((tmp_path / "conf.d").iterdir()) == []
+
+
+def test_a_config_replaced_by_identical_bytes_is_read_again(tmp_path, monkeypatch):
+    """Compare before replace checks the file's identity, not only its bytes: another program
+    that renamed a copy over the file between the read and the write makes nvdocker2 redo the
+    change from a fresh read instead of renaming over a file it did not read."""
+    eng, svc = _engine(tmp_path), Service()
+    real = eng.check_candidate
+    calls = []
+
+    def meddle(ctx, plan, staged):
+        if not calls:
+            other = tmp_path / "other.toml"
+            other.write_bytes(eng.config.read_bytes())
+            other.replace(eng.config)
+        calls.append(1)
+        return real(ctx, plan, staged)
+
+    monkeypatch.setattr(eng, "check_candidate", meddle)
+    res = txn.run(eng, "install", Request("nvidia", RT), service=svc, state=tmp_path / "st")
+    assert len(calls) == 2 and svc.applied == 1
+    assert any("size, time or inode changed" in n for n in res.notes)
+    assert b"BinaryName" in eng.config.read_bytes()
+
+
+def test_a_config_that_cannot_be_renamed_over_is_written_in_place(tmp_path, monkeypatch):
+    """A bind-mounted config.toml (rename gives EBUSY) is written in place, with a warning that
+    names the backup; uninstall puts the bytes back the same way."""
+    import errno
+
+    from nvdocker2.daemonjson import store
+
+    eng, st = _engine(tmp_path), tmp_path / "st"
+    real_replace = store.os.replace
+
+    def replace(src, dst, *a, **kw):
+        if Path(dst) == eng.config:
+            raise OSError(errno.EBUSY, "Device or resource busy")
+        return real_replace(src, dst, *a, **kw)
+
+    monkeypatch.setattr(store.os, "replace", replace)
+    inode = eng.config.stat().st_ino
+    res = txn.run(eng, "install", Request("nvidia", RT), service=Service(), state=st)
+    assert any("written in place" in w and res.backup in w for w in res.warnings)
+    assert eng.config.stat().st_ino == inode and b"BinaryName" in eng.config.read_bytes()
+    txn.run(eng, "uninstall", Request("nvidia", RT), service=Service(), state=st)
+    assert eng.config.read_bytes() == CFG and eng.config.stat().st_ino == inode
