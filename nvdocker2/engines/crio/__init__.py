@@ -1,9 +1,12 @@
 """The CRI-O engine: nvdocker2's own drop-in /etc/crio/crio.conf.d/99-nvidia.conf.
 
 CRI-O reads crio.conf and then every file of crio.conf.d in order, later files overriding
-earlier keys, so the whole change is one file that nvdocker2 owns: install writes it, uninstall
-removes it, and nothing else is touched. CRI-O re-reads only some options on SIGHUP, so the
-change is applied by restarting the unit (containers keep running: conmon holds them).
+earlier keys, so the whole change is one file that nvdocker2 owns (it starts with `MARK`; a
+file that does not is refused). The file holds every runtime nvdocker2 installed there: install
+adds or replaces one `[crio.runtime.runtimes.NAME]` table (and `default_runtime` with
+--set-default), uninstall removes one (and `default_runtime` when it named it), and the file
+goes only when no runtime is left in it. The file is ours alone, so it is rendered from its
+data: the same runtimes always give the same bytes.
 Unit-tested only: no CRI-O package is installed where this project is tested.
 """
 
@@ -28,17 +31,79 @@ from nvdocker2.engines.base import (
     runtime_mismatches,
 )
 from nvdocker2.errors import BadInput
+from nvdocker2.oneline import one_line
 
 DEFAULT_DROPIN = Path("/etc/crio/crio.conf.d/99-nvidia.conf")
 MARK = "# Written by nvdocker2; `nvdocker2 uninstall --engine crio` removes this file.\n"
+RUNTIMES = "crio.runtime.runtimes"
+DEFAULT_KEY = "crio.runtime.default_runtime"
 
 
-def render(req: Request) -> bytes:
-    doc = {"crio": {"runtime": {"runtimes": {req.runtime_name: {
-        "runtime_path": req.runtime_path, "runtime_type": "oci"}}}}}
-    if req.set_default:
-        doc["crio"]["runtime"]["default_runtime"] = req.runtime_name
-    return (MARK + tomlkit.dumps(doc)).encode()
+def runtime_table(path: str) -> dict:
+    return {"runtime_path": path, "runtime_type": "oci"}
+
+
+def render(data: dict) -> bytes | None:
+    """The drop-in's bytes for `data` (None: no runtime left, so no file)."""
+    if not data.get("crio", {}).get("runtime", {}).get("runtimes"):
+        return None
+    return (MARK + tomlkit.dumps(data)).encode()
+
+
+def _table(data: dict, key: str, where: str, path: Path) -> dict:
+    value = data.get(key, {})
+    if not isinstance(value, dict):
+        raise BadInput(f"{path}: {where} is a {type(value).__name__}, not a table",
+                       f"fix {where} in that file, or remove the file and install again")
+    return value
+
+
+def parse(path: Path, raw: bytes | None) -> dict:
+    """Our drop-in as plain data ({} when there is none); BadInput when it is not ours, not
+    TOML, or holds a value of the wrong type where the runtimes go."""
+    if raw is None:
+        return {}
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        text = None
+    if text is None or not text.startswith(MARK):
+        raise BadInput(f"{path} exists and was not written by nvdocker2",
+                       "move it away or pass --config with another drop-in name")
+    try:
+        data = tomlkit.parse(text).unwrap()
+    except Exception as e:  # tomlkit's ParseError and the errors of its older releases
+        raise BadInput(f"{path}: not valid TOML: {one_line(e)}",
+                       "fix the file, or remove it and install again") from None
+    rt = _table(_table(data, "crio", "crio", path), "runtime", "crio.runtime", path)
+    for name, entry in _table(rt, "runtimes", RUNTIMES, path).items():
+        if not isinstance(entry, dict) or not isinstance(entry.get("runtime_path", ""), str):
+            raise BadInput(f"{path}: {RUNTIMES}.{one_line(name)} is not a table with a string "
+                           "runtime_path", "fix that table, or remove the file and install again")
+    if not isinstance(rt.get("default_runtime", ""), str):
+        raise BadInput(f"{path}: {DEFAULT_KEY} is not a string",
+                       "fix it, or remove the file and install again")
+    return data
+
+
+def _runtimes(data: dict) -> dict:
+    return data.get("crio", {}).get("runtime", {}).get("runtimes", {})
+
+
+def _default(data: dict) -> str | None:
+    return data.get("crio", {}).get("runtime", {}).get("default_runtime")
+
+
+def _expect(data: dict, absent: str | None = None, default: bool = False) -> dict:
+    """What CRI-O reports once it reads the drop-in holding `data`: its runtimes, not `absent`,
+    and its default when the change is about the default (a later drop-in may set another)."""
+    return {"present": {n: str(t.get("runtime_path", "")) for n, t in _runtimes(data).items()},
+            "absent": [absent] if absent else [], "default": _default(data) if default else None}
+
+
+def _record(path: Path, data: dict) -> dict:
+    return {"config": str(path), "runtimes": {n: {"dropin": True} for n in _runtimes(data)}} \
+        if _runtimes(data) else {}
 
 
 class CrioEngine:
@@ -50,33 +115,57 @@ class CrioEngine:
     def files(self) -> Sequence[Path]:
         return [self.config]
 
-    def _current(self, read: Reader) -> bytes | None:
-        raw = read(self.config)
-        if raw is not None and not raw.decode("utf-8", "replace").startswith(MARK):
-            raise BadInput(f"{self.config} exists and was not written by nvdocker2",
-                           "move it away or pass --config with another drop-in name")
-        return raw
-
     def plan_install(self, read: Reader, req: Request, journal: dict) -> Plan:
-        old = self._current(read)
-        new = render(req)
-        ch = Change(str(self.config), "unchanged" if old == new else
-                    ("added" if old is None else "replaced"), ABSENT, req.runtime_path)
-        rec = {"config": str(self.config), "runtimes": {req.runtime_name: {"dropin": True}}}
-        expect = {"present": {req.runtime_name: req.runtime_path}, "absent": [],
-                  "default": req.runtime_name if req.set_default else None}
-        return Plan((FileEdit(self.config, old, new),), (ch,), f"install runtime "
-                    f"{req.runtime_name} (crio)", rec, expect,
-                    {"present": {}, "absent": [req.runtime_name] if old is None else [],
-                     "default": None})
+        old = read(self.config)
+        data = parse(self.config, old)
+        before = _runtimes(data).get(req.runtime_name, ABSENT)
+        new_data = {**data, "crio": {**data.get("crio", {}), "runtime": {
+            **data.get("crio", {}).get("runtime", {})}}}
+        rt = new_data["crio"]["runtime"]
+        table = runtime_table(req.runtime_path)
+        rt["runtimes"] = {**rt.get("runtimes", {}), req.runtime_name: table}
+        changes = [Change(f"{RUNTIMES}.{req.runtime_name}", "unchanged" if before == table else
+                          ("added" if before is ABSENT else "replaced"), before, table)]
+        if req.set_default:
+            was = _default(data)
+            rt["default_runtime"] = req.runtime_name
+            changes.append(Change(DEFAULT_KEY, "unchanged" if was == req.runtime_name else
+                                  ("added" if was is None else "replaced"),
+                                  ABSENT if was is None else was, req.runtime_name))
+        # Nothing to change keeps the bytes as they are (a comment added by hand included).
+        new = old if all(not c.changed for c in changes) else render(new_data)
+        rec = _record(self.config, new_data) if new != old else None
+        return Plan((FileEdit(self.config, old, new),), tuple(changes),
+                    f"install runtime {req.runtime_name} (crio)", rec,
+                    _expect(new_data, None, req.set_default),
+                    _expect(data, req.runtime_name if before is ABSENT else None,
+                            req.set_default and _default(data) is not None))
 
     def plan_uninstall(self, read: Reader, req: Request, journal: dict) -> Plan:
-        old = self._current(read)
-        ch = Change(str(self.config), "unchanged" if old is None else "removed", ABSENT, ABSENT)
-        return Plan((FileEdit(self.config, old, None),), (ch,),
-                    f"uninstall runtime {req.runtime_name} (crio)", {} if old else None,
-                    {"present": {}, "absent": [req.runtime_name], "default": None},
-                    {"present": {}, "absent": [], "default": None})
+        old = read(self.config)
+        data = parse(self.config, old)
+        name = req.runtime_name
+        before = _runtimes(data).get(name, ABSENT)
+        if before is ABSENT:
+            return Plan((FileEdit(self.config, old, old),),
+                        (Change(f"{RUNTIMES}.{name}", "unchanged"),),
+                        f"uninstall runtime {name} (crio)", None,
+                        _expect(data, name), _expect(data))
+        rt = {**data["crio"]["runtime"],
+              "runtimes": {n: t for n, t in _runtimes(data).items() if n != name}}
+        changes = [Change(f"{RUNTIMES}.{name}", "removed", before, ABSENT)]
+        was_default = rt.get("default_runtime") == name
+        if was_default:
+            del rt["default_runtime"]
+            changes.append(Change(DEFAULT_KEY, "removed", name, ABSENT))
+        new_data = {**data, "crio": {**data["crio"], "runtime": rt}}
+        new = render(new_data)
+        if new is None:
+            changes.append(Change(str(self.config), "removed", "drop-in", ABSENT))
+        return Plan((FileEdit(self.config, old, new),), tuple(changes),
+                    f"uninstall runtime {name} (crio)", _record(self.config, new_data),
+                    _expect(new_data, name), _expect(data, None, was_default),
+                    journal_before_write=False)
 
     def check_candidate(self, plan: Plan, req: Request, removing: bool = False) -> list[str]:
         for f in plan.files:
