@@ -94,7 +94,9 @@ class RuntimeMode(str, Enum):
 RELOAD_HELP = (
     "How dockerd is told about the change: auto (systemctl reload docker when systemd runs "
     "the docker unit, else SIGHUP to the dockerd in --pidfile, else none with the command to "
-    "run; says what it picked and why), systemd, sysv (service docker reload), signal, none."
+    "run; says what it picked and why), systemd, sysv (service docker reload), signal, none. "
+    "containerd: auto, systemd (restart), none. CRI-O: auto (signal from CRI-O 1.25.1, else "
+    "systemd), signal (SIGHUP), systemd (restart), none."
 )
 
 

@@ -35,16 +35,18 @@ def make(engine: str, config: Path | None, reload: str, verify: bool, unit: str 
                            "use --reload auto, systemd or none")
         return eng, svc, notes
     if engine == "crio":
-        from nvdocker2.engines.crio import DEFAULT_DROPIN, CrioEngine, SystemdCrio
+        from nvdocker2.engines.crio import DEFAULT_DROPIN, DEFAULT_SOCKET, CrioEngine, make_service
 
         eng = CrioEngine(config or DEFAULT_DROPIN)
-        if reload in ("systemd", "auto"):
-            return eng, SystemdCrio(unit or "crio", address or "/var/run/crio/crio.sock",
-                                    verify), notes
         if reload == "none":
             return eng, NoService(), notes
-        raise BadInput(f"--reload {reload} does not apply to CRI-O",
-                       "use --reload auto, systemd or none")
+        if reload not in ("auto", "systemd", "signal"):
+            raise BadInput(f"--reload {reload} does not apply to CRI-O",
+                           "use --reload auto, signal, systemd or none")
+        svc, why = make_service(reload, unit or "crio", address or DEFAULT_SOCKET, verify)
+        if why:
+            notes.append(f"reload mode {svc.strategy}: {why}")
+        return eng, svc, notes
     raise BadInput(f"unknown engine {engine!r}", "use --engine docker, containerd or crio")
 
 

@@ -43,7 +43,8 @@ def test_containerd_lists_root_and_dropin_backups_by_transaction(env):
     got = [(b["config"], b["existed"], b["transaction"]) for b in out["backups"]]
     newest, first = got[0][2], got[1][2]
     assert newest != first and got[2][2] == first
-    assert got == [(str(dropin), True, newest), (str(dropin), False, first), (str(env), True, first)]
+    assert got == [(str(dropin), True, newest), (str(dropin), False, first),
+                   (str(env), True, first)]
     assert [b["time"] for b in out["backups"]] == sorted((b["time"] for b in out["backups"]),
                                                         reverse=True)
 

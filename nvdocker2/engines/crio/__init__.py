@@ -7,12 +7,19 @@ adds or replaces one `[crio.runtime.runtimes.NAME]` table (and `default_runtime`
 --set-default), uninstall removes one (and `default_runtime` when it named it), and the file
 goes only when no runtime is left in it. The file is ours alone, so it is rendered from its
 data: the same runtimes always give the same bytes.
+
+Applying: `systemd` restarts the unit (containers keep running: conmon holds them); `signal`
+sends SIGHUP, on which CRI-O ≥ 1.25.1 re-reads its runtime tables and default_runtime
+(pkg/config/reload.go, ReloadRuntimes); `auto` takes signal where that holds, else restarts.
 Unit-tested only: no CRI-O package is installed where this project is tested.
 """
 
 from __future__ import annotations
 
+import os
+import re
 import shutil
+import signal
 import subprocess
 import time
 from collections.abc import Sequence
@@ -30,10 +37,12 @@ from nvdocker2.engines.base import (
     VerifyFailed,
     runtime_mismatches,
 )
-from nvdocker2.errors import BadInput
+from nvdocker2.errors import BadInput, EnvironmentProblem
 from nvdocker2.oneline import one_line
 
 DEFAULT_DROPIN = Path("/etc/crio/crio.conf.d/99-nvidia.conf")
+DEFAULT_SOCKET = "/var/run/crio/crio.sock"
+SIGHUP_RELOADS_RUNTIMES = (1, 25, 1)  # ReloadRuntimes in pkg/config/reload.go: 1.25.1, 1.26.0
 MARK = "# Written by nvdocker2; `nvdocker2 uninstall --engine crio` removes this file.\n"
 RUNTIMES = "crio.runtime.runtimes"
 DEFAULT_KEY = "crio.runtime.default_runtime"
@@ -171,7 +180,14 @@ class CrioEngine:
         for f in plan.files:
             if f.new is not None:
                 tomlkit.parse(f.new.decode())
-        return []
+        path = req.runtime_path
+        if removing or not os.path.isabs(path) or (os.path.isfile(path) and
+                                                   os.access(path, os.X_OK)):
+            return []
+        # CRI-O checks every runtime_path: at start it refuses to run, on SIGHUP it logs the
+        # reload as failed yet keeps the new runtime table (pkg/config/reload.go).
+        return [f"{path} is not an executable file (yet): CRI-O does not start with such a "
+                "runtime_path, and its SIGHUP reload fails on it"]
 
     def restart_hint(self) -> str:
         return "systemctl restart crio"
@@ -193,7 +209,7 @@ class SystemdCrio:
 
     strategy = "systemd"
 
-    def __init__(self, unit: str = "crio", socket: str = "/var/run/crio/crio.sock",
+    def __init__(self, unit: str = "crio", socket: str = DEFAULT_SOCKET,
                  verify: bool = True, run: Any = subprocess.run) -> None:
         self.unit, self.socket, self.verifies, self._run = unit, socket, verify, run
         self.log_description = f"journalctl -u {unit}"
@@ -221,3 +237,89 @@ class SystemdCrio:
             if time.monotonic() > deadline:
                 raise VerifyFailed(last)
             time.sleep(0.3)
+
+
+def crio_version(exe: str | None, run: Any = subprocess.run) -> tuple[int, int, int] | None:
+    """(major, minor, patch) that `exe --version` says ("crio version 1.30.4"), or None."""
+    if exe is None:
+        return None
+    try:
+        p = run([exe, "--version"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    m = re.search(r"crio version (\d+)\.(\d+)\.(\d+)", p.stdout or "")
+    return (int(m[1]), int(m[2]), int(m[3])) if p.returncode == 0 and m else None
+
+
+class SignalCrio(SystemdCrio):
+    """SIGHUP to the running CRI-O, which re-reads crio.conf and crio.conf.d (from 1.25.1 its
+    runtime tables and default_runtime too), then the same check as after a restart: `crio
+    status config` must show the change. The process signalled is the unit's MainPID, and only
+    when it is the process serving CRI-O's socket, every uid of it is root's and it is a crio:
+    a stale or user-started `crio` is never signalled (the rules nvdocker2 keeps for dockerd)."""
+
+    strategy = "signal"
+
+    def __init__(self, unit: str = "crio", socket: str = DEFAULT_SOCKET, verify: bool = True,
+                 run: Any = subprocess.run, systemctl: str = "systemctl",
+                 proc: Path = Path("/proc")) -> None:
+        super().__init__(unit, socket, verify, run)
+        self.systemctl, self.proc = systemctl, Path(proc)
+
+    def find(self) -> int:
+        """CRI-O's pid; EnvironmentProblem (nothing signalled) when it cannot be trusted."""
+        from nvdocker2.dockerd.identity import socket_peer, untrusted_owner
+        from nvdocker2.dockerd.managers import SystemdManager
+        from nvdocker2.dockerd.process import is_named
+
+        other = "use --reload systemd to restart CRI-O instead"
+        pid = SystemdManager(self.unit, self.systemctl).main_pid()
+        if pid is None:
+            raise EnvironmentProblem(f"systemd names no running process for the {self.unit} "
+                                     "unit", f"start it (systemctl start {self.unit}), or {other}")
+        peer = socket_peer(self.socket)
+        if peer is None:
+            raise EnvironmentProblem(f"CRI-O does not answer on {self.socket}",
+                                     f"pass its socket with --containerd-address, or {other}")
+        if peer.pid != pid:
+            raise EnvironmentProblem(f"{self.socket} is served by pid {peer.pid}, not by the "
+                                     f"{self.unit} unit's MainPID {pid}", other)
+        why = untrusted_owner(pid, self.proc, euid=0, uid=peer.uid)
+        if why is not None:
+            raise EnvironmentProblem(f"not signalling CRI-O: {why}", other)
+        if not is_named(pid, "crio", self.proc):
+            raise EnvironmentProblem(f"not signalling pid {pid}: it is not a crio process", other)
+        return pid
+
+    def apply(self) -> None:
+        pid = self.find()
+        try:
+            os.kill(pid, signal.SIGHUP)
+        except ProcessLookupError:
+            raise VerifyFailed(f"CRI-O (pid {pid}) exited before it could be signalled") from None
+
+
+def make_service(reload: str, unit: str, socket: str, verify: bool,
+                 run: Any = subprocess.run, systemctl: str = "systemctl",
+                 proc: Path = Path("/proc"), exe: str | None = "") -> tuple[Any, str | None]:
+    """(service, why) for `--reload auto|systemd|signal` (why: what auto chose it for).
+    `signal` finds and checks CRI-O's process here, before anything is written. `exe`: the
+    crio whose version auto asks ("": the one on PATH)."""
+    restart = SystemdCrio(unit, socket, verify, run)
+    if reload == "systemd":
+        return restart, None
+    sig = SignalCrio(unit, socket, verify, run, systemctl, proc)
+    if reload == "signal":
+        sig.find()
+        return sig, None
+    version = crio_version(shutil.which("crio") if exe == "" else exe, run)
+    if version is None:
+        return restart, "crio on PATH did not say its version; restarting is what every CRI-O takes"
+    named = "CRI-O " + ".".join(map(str, version))
+    if version < SIGHUP_RELOADS_RUNTIMES:
+        return restart, f"{named} re-reads its runtimes only when it starts"
+    try:
+        pid = sig.find()
+    except EnvironmentProblem as e:
+        return restart, f"{e.message}; restarting instead"
+    return sig, f"{named} (pid {pid}) re-reads its runtimes on SIGHUP"
