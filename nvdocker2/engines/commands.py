@@ -81,8 +81,17 @@ def status(eng: Any, runtime_name: str = "nvidia") -> dict:
                        n: E._binary(r) for n, r in E._runtimes(eff, cri, str(root.path)).items()},
                    default_runtime=E.default_name(eff, cri))
     else:
+        from nvdocker2.engines.crio import parse
+
         raw = txn._read(eng.config)
         out.update(dropin_present=raw is not None)
+        try:
+            rt = parse(eng.config, raw).get("crio", {}).get("runtime", {})
+            out.update(runtimes={n: t.get("runtime_path") for n, t in
+                                 rt.get("runtimes", {}).items()},
+                       default_runtime=rt.get("default_runtime"))
+        except BadInput as e:
+            out.update(error=e.message)
     out["journal"] = store.Journal(store.state_dir(), eng.config).load() if \
         store.state_dir().exists() else {}
     return out

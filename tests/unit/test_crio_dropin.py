@@ -153,3 +153,23 @@ def test_non_utf8_dropin_is_not_ours(crio):
     d.write_bytes(MARK.encode() + b"\xff\xfe\n")
     with pytest.raises(BadInput, match="not written by nvdocker2"):
         go("install", "nvidia")
+
+
+def test_status_reports_every_runtime_of_the_dropin_and_a_broken_one(tmp_path, monkeypatch):
+    import json
+
+    from cli_run import cli, engine_env
+
+    engine_env(tmp_path, monkeypatch)
+    d = tmp_path / "99-nvidia.conf"
+    for name, path, extra in (("nvidia", A, []), ("nvidia-cdi", B, ["--set-default"])):
+        assert cli("install", "--engine", "crio", "--config", str(d), "--runtime-name", name,
+                   "--runtime-path", path, "--reload", "none", *extra)[0] == 0
+    code, out, _ = cli("status", "--engine", "crio", "--config", str(d), "--json")
+    st = json.loads(out)
+    assert code == 0 and st["runtimes"] == {"nvidia": A, "nvidia-cdi": B}
+    assert st["default_runtime"] == "nvidia-cdi" and set(st["journal"]["runtimes"]) == {
+        "nvidia", "nvidia-cdi"}
+    d.write_text(MARK + "[crio.runtime\n")
+    st = json.loads(cli("status", "--engine", "crio", "--config", str(d), "--json")[1])
+    assert "not valid TOML" in st["error"] and "runtimes" not in st
