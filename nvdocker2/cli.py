@@ -94,7 +94,9 @@ class RuntimeMode(str, Enum):
 RELOAD_HELP = (
     "How dockerd is told about the change: auto (systemctl reload docker when systemd runs "
     "the docker unit, else SIGHUP to the dockerd in --pidfile, else none with the command to "
-    "run; says what it picked and why), systemd, sysv (service docker reload), signal, none."
+    "run; says what it picked and why), systemd, sysv (service docker reload), signal, none. "
+    "containerd: auto, systemd (restart), none. CRI-O: auto (signal from CRI-O 1.25.1, else "
+    "systemd), signal (SIGHUP), systemd (restart), none."
 )
 
 
@@ -652,12 +654,15 @@ def rollback(
 def backups(
     config: Optional[Path] = _opt_config("whose backups to list"),
     json_: bool = _opt_json(),
+    engine: EngineName = _opt_engine(),
 ) -> None:
-    """List the backups of daemon.json, newest first."""
+    """List the backups of daemon.json (or of every file of --engine), newest first."""
 
     def go() -> int:
         from nvdocker2.daemonjson import store
 
+        if engine != EngineName.docker:
+            return _engine_backups(engine, config)
         cfg, why = _resolve_config(config)
         bs = store.Backups(store.state_dir())
         found = bs.all(cfg)
@@ -671,14 +676,54 @@ def backups(
         else:
             lines.append(f"{'ID':<29} {'TIME (UTC)':<20} {'SIZE':>7}  {'SHA256':<12}  REASON")
             for b in found:
-                size = f"{b.size}" if b.existed else "-"
-                sha = (b.sha256 or "(no file)")[:12]
-                lines.append(f"{b.id:<29} {b.time[:19]:<20} {size:>7}  {sha:<12}  {b.reason}")
+                lines.append(f"{_backup_cells(b)}  {b.reason}")
             lines.append(f"restore one with: nvdocker2 rollback ID --config {cfg}")
         sys.stdout.write("\n".join(lines) + "\n")
         return 0
 
     _run(json_, go)
+
+
+def _backup_cells(b: Any) -> str:
+    """ID, time, size and the start of the sha256 of a backup, in the columns of `backups`."""
+    size = f"{b.size}" if b.existed else "-"
+    sha = (b.sha256 or "(no file)")[:12]
+    return f"{b.id:<29} {b.time[:19]:<20} {size:>7}  {sha:<12}"
+
+
+def _engine_backups(engine: EngineName, config: Optional[Path]) -> int:
+    """`backups --engine containerd|crio`: the backups of every file of the engine, one group
+    per transaction (rollback restores a transaction's files together)."""
+    from nvdocker2.daemonjson import store
+    from nvdocker2.engines import commands
+
+    cfg = Path(os.path.abspath(os.path.expanduser(str(config)))) if config else None
+    eng = commands.make(engine.value, cfg, "none", False, None, None)[0]
+    why = "given with --config" if cfg else f"the {engine.value} default"
+    st = store.state_dir()
+    files, groups = commands.backups(eng, st)
+    bdir = store.Backups(st).dir
+    if _Out.json:
+        _emit_json({"engine": engine.value, "config": str(eng.config), "config_reason": why,
+                    "files": [str(f) for f in files], "backup_dir": str(bdir),
+                    "backups": sorted(({**b.to_json(), "transaction": tag}
+                                       for tag, bs in groups for b in bs),
+                                      key=lambda j: (j["time"], j["id"]), reverse=True)})
+        return 0
+    lines = [f"engine: {engine.value}", f"config: {eng.config} ({why})",
+             "files: " + ", ".join(str(f) for f in files)]
+    if not groups:
+        lines.append(f"no backups in {bdir}")
+    else:
+        lines.append(f"  {'ID':<29} {'TIME (UTC)':<20} {'SIZE':>7}  {'SHA256':<12}  FILE")
+        for tag, bs in groups:
+            reason = bs[0].reason[: -len(tag) - 3] if tag else bs[0].reason
+            lines.append(f"transaction {tag}: {reason}" if tag else f"backup: {reason}")
+            lines.extend(f"  {_backup_cells(b)}  {b.config}" for b in bs)
+        lines.append(f"restore one with: nvdocker2 rollback ID --engine {engine.value} "
+                     f"--config {eng.config} (the other files of its transaction come back too)")
+    sys.stdout.write("\n".join(lines) + "\n")
+    return 0
 
 
 @app.command(cls=_Command)

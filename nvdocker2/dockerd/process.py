@@ -131,13 +131,14 @@ def is_dockerd(pid: int, proc: Path = Path("/proc"), euid: int | None = None) ->
     """
     if untrusted_owner(pid, proc, euid) is not None:
         return False
-    return _named_dockerd(pid, proc)
+    return is_named(pid, "dockerd", proc)
 
 
-def _named_dockerd(pid: int, proc: Path) -> bool:
+def is_named(pid: int, name: str, proc: Path = Path("/proc")) -> bool:
+    """True when /proc/PID's command name, else its executable's file name, is `name`."""
     base = Path(proc) / str(pid)
     try:
-        if (base / "comm").read_text().strip() == "dockerd":
+        if (base / "comm").read_text().strip() == name:
             return True
     except OSError:
         return False
@@ -145,7 +146,7 @@ def _named_dockerd(pid: int, proc: Path) -> bool:
         exe = os.readlink(base / "exe")
     except OSError:
         return False
-    return os.path.basename(exe.replace(" (deleted)", "")) == "dockerd"
+    return os.path.basename(exe.replace(" (deleted)", "")) == name
 
 
 def read_process(

@@ -3,12 +3,14 @@ transaction, and describe the state for `status` (the CLI only renders)."""
 
 from __future__ import annotations
 
+import contextlib
+import re
 from pathlib import Path
 from typing import Any
 
 from nvdocker2.engines import transaction as txn
 from nvdocker2.engines.base import NoService, Request
-from nvdocker2.errors import BadInput
+from nvdocker2.errors import BadInput, NvDockerError
 
 
 def make(engine: str, config: Path | None, reload: str, verify: bool, unit: str | None,
@@ -33,16 +35,18 @@ def make(engine: str, config: Path | None, reload: str, verify: bool, unit: str 
                            "use --reload auto, systemd or none")
         return eng, svc, notes
     if engine == "crio":
-        from nvdocker2.engines.crio import DEFAULT_DROPIN, CrioEngine, SystemdCrio
+        from nvdocker2.engines.crio import DEFAULT_DROPIN, DEFAULT_SOCKET, CrioEngine, make_service
 
         eng = CrioEngine(config or DEFAULT_DROPIN)
-        if reload in ("systemd", "auto"):
-            return eng, SystemdCrio(unit or "crio", address or "/var/run/crio/crio.sock",
-                                    verify), notes
         if reload == "none":
             return eng, NoService(), notes
-        raise BadInput(f"--reload {reload} does not apply to CRI-O",
-                       "use --reload auto, systemd or none")
+        if reload not in ("auto", "systemd", "signal"):
+            raise BadInput(f"--reload {reload} does not apply to CRI-O",
+                           "use --reload auto, signal, systemd or none")
+        svc, why = make_service(reload, unit or "crio", address or DEFAULT_SOCKET, verify)
+        if why:
+            notes.append(f"reload mode {svc.strategy}: {why}")
+        return eng, svc, notes
     raise BadInput(f"unknown engine {engine!r}", "use --engine docker, containerd or crio")
 
 
@@ -77,8 +81,63 @@ def status(eng: Any, runtime_name: str = "nvidia") -> dict:
                        n: E._binary(r) for n, r in E._runtimes(eff, cri, str(root.path)).items()},
                    default_runtime=E.default_name(eff, cri))
     else:
+        from nvdocker2.engines.crio import parse
+
         raw = txn.read(eng.config)
         out.update(dropin_present=raw is not None)
+        try:
+            rt = parse(eng.config, raw).get("crio", {}).get("runtime", {})
+            out.update(runtimes={n: t.get("runtime_path") for n, t in
+                                 rt.get("runtimes", {}).items()},
+                       default_runtime=rt.get("default_runtime"))
+        except BadInput as e:
+            out.update(error=e.message)
     out["journal"] = store.Journal(store.state_dir(), eng.config).load() if \
         store.state_dir().exists() else {}
     return out
+
+
+_TAG = re.compile(r" \[([0-9a-f]+)\]$")
+
+
+def transaction_tag(reason: str) -> str | None:
+    """The tag an engine transaction puts at the end of the reason of every backup it makes
+    (`install runtime nvidia (containerd) [1a2b3c4d]`), or None."""
+    m = _TAG.search(reason)
+    return m.group(1) if m else None
+
+
+def engine_files(eng: Any, state: Path) -> list[Path]:
+    """The files whose backups belong to `eng`: those a plan may touch (containerd: the root
+    config and the drop-in its layout uses now) and the drop-ins its journal records."""
+    paths = [Path(eng.config)]
+    if eng.name == "containerd":
+        with contextlib.suppress(NvDockerError):  # a broken root config: its path is enough
+            eng._own(eng._root(txn.read), txn.read)
+    paths += [Path(p) for p in eng.files()]
+    with contextlib.suppress(NvDockerError):
+        from nvdocker2.daemonjson import store
+
+        rec = store.Journal(state, eng.config).load() if state.exists() else {}
+        for entry in (rec.get("runtimes") or {}).values():
+            if isinstance(entry, dict) and isinstance(entry.get("dropin"), str):
+                paths.append(Path(entry["dropin"]))
+    return list(dict.fromkeys(paths))
+
+
+def backups(eng: Any, state: Path) -> tuple[list[Path], list[tuple[str | None, list]]]:
+    """(the engine's files, its backups as (transaction tag, backups) groups): the backups of
+    any of its files plus every other backup of the same transactions, groups newest first,
+    each group's backups in the order the transaction made them (root config first)."""
+    from nvdocker2.daemonjson import store
+
+    files = engine_files(eng, state)
+    names = {str(p) for p in files}
+    every = store.Backups(state).all()
+    tags = {transaction_tag(b.reason) for b in every if b.config in names} - {None}
+    groups: dict[str, tuple[str | None, list]] = {}
+    for b in every:
+        tag = transaction_tag(b.reason)
+        if b.config in names or tag in tags:
+            groups.setdefault(tag or b.id, (tag, []))[1].insert(0, b)
+    return files, list(groups.values())

@@ -21,3 +21,10 @@ def cli(*args: str) -> tuple[int, str, str]:
         else:  # pragma: no cover - main always exits
             code = 0
     return code, out.getvalue(), err.getvalue()
+
+
+def engine_env(tmp_path, monkeypatch) -> None:
+    """A private state directory and a PATH with no containerd, crio or systemctl on it, for
+    running `--engine` commands with nothing but their files."""
+    monkeypatch.setenv("NVDOCKER2_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))

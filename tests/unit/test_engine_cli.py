@@ -7,7 +7,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from cli_run import cli
+from cli_run import cli, engine_env
 
 RT = "/usr/bin/nvidia-container-runtime"
 CFG = b'version = 2\n# mine\n[plugins."io.containerd.grpc.v1.cri".containerd]\n  snapshotter = "overlayfs"\n'
@@ -15,8 +15,7 @@ CFG = b'version = 2\n# mine\n[plugins."io.containerd.grpc.v1.cri".containerd]\n 
 
 @pytest.fixture
 def env(tmp_path, monkeypatch):
-    monkeypatch.setenv("NVDOCKER2_STATE_DIR", str(tmp_path / "state"))
-    monkeypatch.setenv("PATH", str(tmp_path / "empty"))  # no containerd, no systemctl
+    engine_env(tmp_path, monkeypatch)
     cfg = tmp_path / "config.toml"
     cfg.write_bytes(CFG)
     return cfg
@@ -74,8 +73,7 @@ def test_unknown_engine_is_refused(env):
 
 
 def test_crio_install_and_doctor(tmp_path, monkeypatch):
-    monkeypatch.setenv("NVDOCKER2_STATE_DIR", str(tmp_path / "state"))
-    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    engine_env(tmp_path, monkeypatch)
     drop = tmp_path / "crio.conf.d" / "99-nvidia.conf"
     drop.parent.mkdir()
     r = _invoke("install", "--engine", "crio", "--config", str(drop), "--runtime-path", RT,

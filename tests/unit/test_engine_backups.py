@@ -1,0 +1,110 @@
+"""`nvdocker2 backups --engine containerd|crio`: the backups of every file of the engine, one
+group per transaction, and a rollback hint that names the engine (SPEC §11). Backups are made
+by real engine transactions through the CLI (no containerd or CRI-O is asked: --reload none)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from cli_run import cli, engine_env
+
+RT = "/usr/bin/nvidia-container-runtime"
+V3 = b"version = 3\n# site settings\n"
+
+
+@pytest.fixture
+def env(tmp_path, monkeypatch):
+    engine_env(tmp_path, monkeypatch)
+    cfg = tmp_path / "config.toml"
+    cfg.write_bytes(V3)
+    return cfg
+
+
+def _ok(*args):
+    code, out, err = cli(*args)
+    assert code == 0, err
+    return out
+
+
+def _listed(cfg, engine="containerd"):
+    return json.loads(_ok("backups", "--engine", engine, "--config", str(cfg), "--json"))
+
+
+def test_containerd_lists_root_and_dropin_backups_by_transaction(env):
+    dropin = env.parent / "conf.d" / "99-nvidia.toml"
+    _ok("install", "--engine", "containerd", "--config", str(env), "--runtime-path", RT)
+    assert dropin.exists() and b"conf.d" in env.read_bytes()  # both files written
+    _ok("install", "--engine", "containerd", "--config", str(env), "--runtime-path",
+        "/opt/bin/nvidia-container-runtime")  # the drop-in alone changes
+    out = _listed(env)
+    assert out["engine"] == "containerd" and out["config"] == str(env)
+    assert out["files"] == [str(env), str(dropin)]
+    got = [(b["config"], b["existed"], b["transaction"]) for b in out["backups"]]
+    newest, first = got[0][2], got[1][2]
+    assert newest != first and got[2][2] == first
+    assert got == [(str(dropin), True, newest), (str(dropin), False, first),
+                   (str(env), True, first)]
+    assert [b["time"] for b in out["backups"]] == sorted((b["time"] for b in out["backups"]),
+                                                        reverse=True)
+
+    text = _ok("backups", "--engine", "containerd", "--config", str(env))
+    ids = [b["id"] for b in out["backups"]]
+    lines = text.splitlines()
+    assert lines[0] == "engine: containerd"
+    assert lines[2] == f"files: {env}, {dropin}"
+    # one group per transaction, newest first; its files in the order the transaction saved them
+    head_new = lines.index(f"transaction {newest}: install runtime nvidia (containerd)")
+    head_old = lines.index(f"transaction {first}: install runtime nvidia (containerd)")
+    assert head_new < head_old
+    assert lines[head_new + 1].split()[0] == ids[0] and lines[head_new + 1].endswith(str(dropin))
+    assert lines[head_old + 1].split()[0] == ids[2] and lines[head_old + 1].endswith(str(env))
+    assert lines[head_old + 2].split()[0] == ids[1] and "(no file)" in lines[head_old + 2]
+    assert lines[-1] == (f"restore one with: nvdocker2 rollback ID --engine containerd --config "
+                         f"{env} (the other files of its transaction come back too)")
+
+    # the hint is a command that works: the first transaction's backups give the original back
+    _ok("rollback", ids[2], "--engine", "containerd", "--config", str(env))
+    assert env.read_bytes() == V3 and not dropin.exists()
+
+
+def test_listing_survives_a_root_config_that_no_longer_parses(env):
+    _ok("install", "--engine", "containerd", "--config", str(env), "--runtime-path", RT)
+    env.write_bytes(b"version = 3\n[plugins\n")
+    out = _listed(env)
+    assert {b["config"] for b in out["backups"]} == {str(env), str(env.parent / "conf.d" /
+                                                                    "99-nvidia.toml")}
+
+
+def test_other_files_backups_are_not_listed(env, tmp_path):
+    (tmp_path / "elsewhere").mkdir()
+    other = tmp_path / "elsewhere" / "config.toml"  # its own conf.d
+    other.write_bytes(V3)
+    daemon = tmp_path / "daemon.json"
+    daemon.write_text("{}\n")
+    _ok("install", "--config", str(daemon), "--reload", "none", "--runtime-path", RT)
+    _ok("install", "--engine", "containerd", "--config", str(other), "--runtime-path", RT)
+    out = _listed(env)
+    assert out["backups"] == []
+    text = _ok("backups", "--engine", "containerd", "--config", str(env))
+    assert f"no backups in {tmp_path / 'state' / 'backups'}" in text
+    assert "restore one with" not in text
+
+
+def test_crio_lists_the_dropin_backups_and_names_crio_in_the_hint(tmp_path, monkeypatch):
+    engine_env(tmp_path, monkeypatch)
+    drop = tmp_path / "crio.conf.d" / "99-nvidia.conf"
+    drop.parent.mkdir()
+    for name in ("nvidia", "nvidia-cdi"):
+        _ok("install", "--engine", "crio", "--config", str(drop), "--runtime-name", name,
+            "--runtime-path", RT, "--reload", "none")
+    out = _listed(drop, "crio")
+    assert out["engine"] == "crio" and out["files"] == [str(drop)]
+    assert [(b["config"], b["existed"]) for b in out["backups"]] == [(str(drop), True),
+                                                                      (str(drop), False)]
+    assert out["backups"][0]["reason"].startswith("install runtime nvidia-cdi (crio) [")
+    text = _ok("backups", "--engine", "crio", "--config", str(drop))
+    assert f"rollback ID --engine crio --config {drop} " in text
+    _ok("rollback", out["backups"][0]["id"], "--engine", "crio", "--config", str(drop),
+        "--reload", "none")
+    assert "nvidia-cdi" not in drop.read_text() and 'runtimes.nvidia]' in drop.read_text()
