@@ -625,7 +625,8 @@ def rollback(
     unit: Optional[str] = _opt_unit(),
     containerd_address: Optional[str] = _opt_engine_address(),
 ) -> None:
-    """Restore the newest backup (or BACKUP_ID); the current file is backed up first."""
+    """Undo the newest change (or BACKUP_ID's): its files go back to their backups together;
+    the current files are backed up first."""
 
     def go() -> int:
         if engine != EngineName.docker:

@@ -575,6 +575,9 @@ def sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+_TAG_RE = re.compile(r" \[([0-9a-f]{8})\]$")
+
+
 @dataclass(frozen=True)
 class Backup:
     """One saved version of a config file. `existed` False: the file did not exist then.
@@ -589,6 +592,13 @@ class Backup:
     size: int
     file: Path
     ownership: Ownership | None = None
+
+    @property
+    def tag(self) -> str | None:
+        """The tag a transaction that backs up several files puts at the end of each one's
+        reason (`install CDI mode [1a2b3c4d]`), or None."""
+        m = _TAG_RE.search(self.reason)
+        return m.group(1) if m else None
 
     def to_json(self) -> dict:
         return {
@@ -695,6 +705,12 @@ class Backups:
                 out.append(b)
         out.sort(key=lambda b: (b.time, b.id), reverse=True)
         return out
+
+    def group(self, b: Backup) -> list[Backup]:
+        """`b` and the other backups of its transaction (the same tag), oldest first."""
+        if b.tag is None:
+            return [b]
+        return sorted((x for x in self.all() if x.tag == b.tag), key=lambda x: (x.time, x.id))
 
     def get(self, bid: str) -> Backup:
         if not _ID_RE.match(bid):

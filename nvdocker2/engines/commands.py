@@ -4,7 +4,6 @@ transaction, and describe the state for `status` (the CLI only renders)."""
 from __future__ import annotations
 
 import contextlib
-import re
 from pathlib import Path
 from typing import Any
 
@@ -97,16 +96,6 @@ def status(eng: Any, runtime_name: str = "nvidia") -> dict:
     return out
 
 
-_TAG = re.compile(r" \[([0-9a-f]+)\]$")
-
-
-def transaction_tag(reason: str) -> str | None:
-    """The tag an engine transaction puts at the end of the reason of every backup it makes
-    (`install runtime nvidia (containerd) [1a2b3c4d]`), or None."""
-    m = _TAG.search(reason)
-    return m.group(1) if m else None
-
-
 def engine_files(eng: Any, state: Path) -> list[Path]:
     """The files whose backups belong to `eng`: those a plan may touch (containerd: the root
     config and the drop-in its layout uses now) and the drop-ins its journal records."""
@@ -134,10 +123,10 @@ def backups(eng: Any, state: Path) -> tuple[list[Path], list[tuple[str | None, l
     files = engine_files(eng, state)
     names = {str(p) for p in files}
     every = store.Backups(state).all()
-    tags = {transaction_tag(b.reason) for b in every if b.config in names} - {None}
+    tags = {b.tag for b in every if b.config in names} - {None}
     groups: dict[str, tuple[str | None, list]] = {}
     for b in every:
-        tag = transaction_tag(b.reason)
+        tag = b.tag
         if b.config in names or tag in tags:
             groups.setdefault(tag or b.id, (tag, []))[1].insert(0, b)
     return files, list(groups.values())

@@ -322,7 +322,10 @@ def _apply(ctx: Context, action: str, plan: Plan, journal: store.Journal,
         (final if t in first else first)[t] = s
     backups = store.Backups(ctx.state)
     made: list[store.Backup] = []
-    tag = f" [{secrets.token_hex(4)}]" if engine.groups_backups else ""
+    # The backups of a transaction that changes several files share a tag: rollback and
+    # `backups` keep them together.
+    grouped = engine.groups_backups or len(changed) > 1
+    tag = f" [{secrets.token_hex(4)}]" if grouped else ""
     try:
         for f in changed:
             made.append(backups.create(f.path, f.old, (f.reason or plan.reason) + tag,
@@ -513,9 +516,7 @@ def rollback(engine: Any, backup_id: str | None, *, service: Service | None = No
             raise BadInput(f"no backups of {engine.name}'s files in {backups.dir}",
                            "nothing to roll back to; list backups with: nvdocker2 backups")
         first = mine[0]
-    tag = first.reason.rsplit("[", 1)[-1] if first.reason.endswith("]") else None
-    group = [b for b in every if (tag and b.reason.endswith(f"[{tag}")) or b.id == first.id]
-    group = list({b.config: b for b in reversed(group)}.values())
+    group = list({b.config: b for b in backups.group(first)}.values())
 
     def planner(ctx: Context) -> Plan:
         files = tuple(FileEdit(Path(b.config), ctx.read(Path(b.config)), backups.read(b),

@@ -481,3 +481,52 @@ def test_uninstall_mode_direct_is_bad_input(host):
         "error: uninstall --mode direct: only --mode cdi has something to undo",
         "hint: drop --mode (uninstall removes the runtime entry)"]
     assert host.config.read_bytes() == before
+
+
+def _rollback(host, *args: str):
+    r = host.run("rollback", "--reload", "none", "--json", *args, mode=False)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+def test_rollback_of_a_cdi_install_restores_daemon_json_and_the_spec_together(host):
+    """install --mode cdi changes two files as one transaction; rollback undoes both: the
+    features.cdi edit and the spec it wrote (the spec did not exist before: it is removed)."""
+    host.docker("26.1.5", cdi_on=False)
+    before = host.write_config('{"features": {"buildkit": true}, ' + DIRS + "}")
+    assert host.install().returncode == 0
+    assert host.spec.exists() and host.config.read_bytes() != before
+    tags = {m["reason"].rsplit(" ", 1)[-1] for m in
+            (json.loads((host.state / "backups" / n).read_text()) for n in host.backups())}
+    assert len(tags) == 1 and tags.pop().startswith("[")  # one transaction, one tag
+    out = _rollback(host)
+    assert out["changed"] is True
+    assert sorted(c["key"] for c in out["changes"]) == sorted([str(host.config), str(host.spec)])
+    assert host.config.read_bytes() == before and not host.spec.exists()
+    again = _rollback(host)  # a rollback is itself undone by the next one
+    assert again["changed"] is True and host.spec.exists()
+
+
+def test_rollback_of_a_spec_only_cdi_install_removes_the_spec_and_leaves_daemon_json(host):
+    """Docker 28.5 needs no daemon.json change: the newest change is the spec alone, and
+    rollback undoes that instead of restoring an older daemon.json backup."""
+    host.docker("28.5.2", cdi_on=True)
+    before = host.write_config('{"debug": true, ' + DIRS + "}")
+    r = host.run("install", "--runtime-path", RUNTIME, "--reload", "none", "--json", mode=False)
+    assert r.returncode == 0, r.stderr  # an older daemon.json backup exists
+    assert host.install().returncode == 0 and host.spec.exists()
+    out = _rollback(host)
+    assert [c["key"] for c in out["changes"]] == [str(host.spec)]
+    assert not host.spec.exists() and b"nvidia" in host.config.read_bytes()
+    assert host.config.read_bytes() != before  # the runtime install is not undone
+
+
+def test_rollback_by_the_spec_backup_id_brings_back_its_whole_transaction(host):
+    host.docker("26.1.5", cdi_on=False)
+    before = host.write_config('{"features": {"buildkit": true}, ' + DIRS + "}")
+    assert host.install().returncode == 0
+    metas = [json.loads((host.state / "backups" / n).read_text()) for n in host.backups()]
+    spec_id = next(m["id"] for m in metas if m["config"] == str(host.spec))
+    r = host.run("rollback", spec_id, "--reload", "none", mode=False)
+    assert r.returncode == 0, r.stderr
+    assert host.config.read_bytes() == before and not host.spec.exists()

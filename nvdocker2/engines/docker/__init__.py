@@ -271,11 +271,16 @@ class DockerEngine(EngineBase):
         return self.plan(doc, new, new_bytes, changes, f"uninstall runtime {runtime_name}",
                          expectation(new, doc.data), record, journal_before_write=False)
 
-    def plan_rollback(self, ctx: Context, backup: store.Backup) -> Plan:
-        """daemon.json back to the bytes of `backup` (it must read as JSON)."""
+    def plan_rollback(self, ctx: Context, backup: store.Backup | None,
+                      others: Sequence[store.Backup] = ()) -> Plan:
+        """daemon.json back to the bytes of `backup` (it must read as JSON; None: daemon.json
+        stays), and each of `others` (the rest of its transaction: the CDI spec) to its own."""
         doc = self.load(ctx)
-        data = store.Backups(ctx.state).read(backup)
-        if data is None:
+        backups = store.Backups(ctx.state)
+        data = backups.read(backup) if backup is not None else doc.raw
+        if backup is None:
+            target = doc
+        elif data is None:
             target = document.empty(str(self.config))
         else:
             try:
@@ -291,10 +296,18 @@ class DockerEngine(EngineBase):
                     f"backup {backup.id} is empty or starts with a byte order mark; dockerd "
                     "20.10 refuses such a file at start"
                 )
-        plan = self.plan(doc, target.data, data,
-                         [Change(str(self.config), "restored", ABSENT, backup.id)],
-                         f"rollback to {backup.id}", expectation(target.data, doc.data),
-                         create_as=backup.ownership)
+        if backup is None and not doc.existed:
+            data = None
+        extras = [FileEdit(Path(b.config), ctx.read(Path(b.config)), backups.read(b),
+                           f"rollback to {b.id}", owner=b.ownership) for b in others]
+        changes = [Change(str(x.path), "restored", ABSENT, b.id)
+                   for x, b in zip(extras, others) if x.changed]
+        if backup is not None:
+            changes.append(Change(str(self.config), "restored", ABSENT, backup.id))
+        first = backup or others[0]
+        plan = self.plan(doc, target.data, data, changes, f"rollback to {first.id}",
+                         expectation(target.data, doc.data), extras=extras,
+                         create_as=backup.ownership if backup is not None else None)
         return plan if plan.changed else dataclasses.replace(plan, changes=())
 
     # --- the Request entry points every engine has ---------------------------------------
@@ -356,28 +369,46 @@ def rollback(config: Path | None, backup_id: str | None = None, *, dry_run: bool
              daemon: Any = None, reporter: Reporter | None = None, timeout: float = 30.0,
              config_reason: str = "", state: Path | None = None,
              dockerd_log: Path | None = None) -> Result:
-    """Restore the newest backup of `config` (or `backup_id`); the current file is backed up
-    first, so a rollback can itself be rolled back."""
+    """Undo the newest change of `config` (or the one of backup `backup_id`): daemon.json and
+    the other files of that change (the CDI spec of `install --mode cdi`) go back to their
+    backups together; the current files are backed up first, so a rollback can itself be
+    rolled back."""
     st = state if state is not None else store.state_dir()
     backups = store.Backups(st)
     if backup_id:
         b = backups.get(backup_id)
-        if config is not None and str(config) != b.config:
+        group = backups.group(b)
+        configs = [x.config for x in group]
+        if config is not None and str(config) not in configs:
             raise BadInput(
                 f"backup {backup_id} is of {b.config}, not of {config}",
                 f"run: nvdocker2 rollback {backup_id} --config {b.config}",
             )
-        config = Path(b.config)
-        config_reason = config_reason or "the file this backup was taken of"
+        if config is None:
+            # daemon.json is the last file a Docker transaction backs up (after the spec).
+            config = Path(group[-1].config)
+            config_reason = config_reason or "the file this backup was taken of"
     else:
         assert config is not None
-        found = backups.all(config)
+        found = backups.all(config) + [x for p in _cdi_specs(st, config)
+                                       for x in backups.all(p)]
         if not found:
             raise BadInput(
                 f"no backups of {config} in {backups.dir}",
                 "nothing to roll back to; list backups with: nvdocker2 backups",
             )
-        b = found[0]
+        group = backups.group(max(found, key=lambda x: (x.time, x.id)))
+    main = next((x for x in group if x.config == str(config)), None)
+    others = [x for x in group if x is not main]
     eng = DockerEngine(config, daemon, config_reason, dockerd_log)
-    return run(eng, "rollback", lambda ctx: eng.plan_rollback(ctx, b), dry_run=dry_run,
-               reporter=reporter, timeout=timeout, state=st)
+    return run(eng, "rollback", lambda ctx: eng.plan_rollback(ctx, main, others),
+               dry_run=dry_run, reporter=reporter, timeout=timeout, state=st)
+
+
+def _cdi_specs(state: Path, config: Path) -> list[Path]:
+    """The CDI specs CDI mode writes beside `config` (the one its journal records, and the
+    default): a change of the spec alone is undone by `rollback` too."""
+    from nvdocker2 import cdimode
+
+    return list(dict.fromkeys(p for p in (cdimode.recorded_spec(state, config),
+                                          cdimode.spec_path(None)) if p is not None))
