@@ -71,8 +71,11 @@ class Host:
     def start(self, name: str = "crio", uid: int | None = None, tag: str = "a") -> tuple[
             subprocess.Popen, str, Path]:
         sock, running = str(self.dir / f"{tag}.sock"), self.dir / f"{tag}.running"
+        # The interpreter itself, not a venv's link to it: a venv may lie in a directory the
+        # other user cannot enter (the child needs nothing beyond the standard library).
+        exe = os.path.realpath(sys.executable)
         p = subprocess.Popen(
-            [sys.executable, "-c", CHILD, name, sock, str(self.dropin), str(running)],
+            [exe, "-I", "-c", CHILD, name, sock, str(self.dropin), str(running)],
             preexec_fn=(lambda: os.setuid(uid)) if uid is not None else None)
         self.children.append(p)
         deadline = time.monotonic() + 30
