@@ -20,8 +20,9 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from nvdocker2 import locations
-from nvdocker2.daemonjson import edit, features, store
-from nvdocker2.daemonjson.edit import Change
+from nvdocker2.daemonjson import edit, features
+from nvdocker2 import store
+from nvdocker2.changes import Change
 from nvdocker2.engines.base import FileEdit, Plan
 from nvdocker2.engines.docker import DockerEngine, wrap_shape
 from nvdocker2.engines.docker import run as run_transaction

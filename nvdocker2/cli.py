@@ -660,7 +660,7 @@ def backups(
     """List the backups of daemon.json (or of every file of --engine), newest first."""
 
     def go() -> int:
-        from nvdocker2.daemonjson import store
+        from nvdocker2 import store
 
         if engine != EngineName.docker:
             return _engine_backups(engine, config)
@@ -695,7 +695,7 @@ def _backup_cells(b: Any) -> str:
 def _engine_backups(engine: EngineName, config: Optional[Path]) -> int:
     """`backups --engine containerd|crio`: the backups of every file of the engine, one group
     per transaction (rollback restores a transaction's files together)."""
-    from nvdocker2.daemonjson import store
+    from nvdocker2 import store
     from nvdocker2.engines import commands
 
     cfg = Path(os.path.abspath(os.path.expanduser(str(config)))) if config else None
@@ -747,7 +747,8 @@ def status(
             else:
                 sys.stdout.write("".join(f"{k}: {v}\n" for k, v in st.items()))
             return 0
-        from nvdocker2.daemonjson import document, edit, store, validate
+        from nvdocker2.daemonjson import document, edit, validate
+        from nvdocker2 import store
 
         cfg, why = _resolve_config(config)
         own, own_exists = locations.default_runtime_path()

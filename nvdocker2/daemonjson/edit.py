@@ -9,9 +9,9 @@ refuse such a file, and guessing a repair could lose what the operator meant.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from typing import Any, Sequence
 
+from nvdocker2.changes import ABSENT, Change
 from nvdocker2.daemonjson.document import same
 from nvdocker2.errors import BadInput
 
@@ -21,27 +21,6 @@ RUNTIMES = "runtimes"
 DEFAULT_RUNTIME = "default-runtime"
 
 
-class _Absent:
-    """Marks a key that is not in the file (distinct from a JSON null)."""
-
-    _instance: "_Absent | None" = None
-
-    def __new__(cls) -> "_Absent":
-        if cls._instance is None:
-            cls._instance = super().__new__(cls)
-        return cls._instance
-
-    def __repr__(self) -> str:
-        return "ABSENT"
-
-    def __bool__(self) -> bool:
-        return False
-
-    def __reduce__(self) -> str:
-        return "ABSENT"
-
-
-ABSENT: Any = _Absent()
 
 
 class ShapeError(BadInput):
@@ -50,28 +29,6 @@ class ShapeError(BadInput):
     def __init__(self, key: str, message: str, hint: str) -> None:
         super().__init__(message, hint)
         self.key = key
-
-
-@dataclass(frozen=True)
-class Change:
-    """One key changed by an edit. `before`/`after` are ABSENT when the key is/was missing."""
-
-    key: str
-    action: str  # "added", "replaced", "removed", "unchanged"
-    before: Any = ABSENT
-    after: Any = ABSENT
-
-    @property
-    def changed(self) -> bool:
-        return self.action != "unchanged"
-
-    def to_json(self) -> dict:
-        out: dict[str, Any] = {"key": self.key, "action": self.action}
-        if self.before is not ABSENT:
-            out["before"] = self.before
-        if self.after is not ABSENT:
-            out["after"] = self.after
-        return out
 
 
 def _type_name(v: Any) -> str:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from nvdocker2.daemonjson import store
+from nvdocker2 import store
 from nvdocker2.direct import cdi, toml_edit
 from nvdocker2.direct.discover import discover
 from nvdocker2.direct.errors import DirectError

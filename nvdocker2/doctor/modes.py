@@ -14,7 +14,7 @@ def cdi_spec(ctx: Context) -> tuple[PurePosixPath, Path, str]:
 
     def compute() -> tuple[PurePosixPath, Path, str]:
         from nvdocker2 import cdimode, locations
-        from nvdocker2.daemonjson import store
+        from nvdocker2 import store
         from nvdocker2.errors import NvDockerError
 
         config = Path(str(ctx.config_location().path))

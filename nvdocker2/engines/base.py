@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Optional, Protocol
 
-from nvdocker2.daemonjson.edit import Change
+from nvdocker2.changes import Change
 from nvdocker2.errors import EXIT_REJECTED, NvDockerError
 
 if TYPE_CHECKING:  # pragma: no cover

@@ -63,7 +63,7 @@ def rollback(eng: Any, svc: Any, backup_id: str | None, **kw: Any):
 
 def status(eng: Any, runtime_name: str = "nvidia") -> dict:
     """What the engine's files say about runtimes (no service asked)."""
-    from nvdocker2.daemonjson import store
+    from nvdocker2 import store
 
     out: dict = {"engine": eng.name, "config": str(eng.config)}
     if eng.name == "containerd":
@@ -105,7 +105,7 @@ def engine_files(eng: Any, state: Path) -> list[Path]:
             eng._own(eng._root(txn.read), txn.read)
     paths += [Path(p) for p in eng.files()]
     with contextlib.suppress(NvDockerError):
-        from nvdocker2.daemonjson import store
+        from nvdocker2 import store
 
         rec = store.Journal(state, eng.config).load() if state.exists() else {}
         for entry in (rec.get("runtimes") or {}).values():
@@ -118,7 +118,7 @@ def backups(eng: Any, state: Path) -> tuple[list[Path], list[tuple[str | None, l
     """(the engine's files, its backups as (transaction tag, backups) groups): the backups of
     any of its files plus every other backup of the same transactions, groups newest first,
     each group's backups in the order the transaction made them (root config first)."""
-    from nvdocker2.daemonjson import store
+    from nvdocker2 import store
 
     files = engine_files(eng, state)
     names = {str(p) for p in files}

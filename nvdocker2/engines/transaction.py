@@ -28,8 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, ContextManager, Sequence
 
-from nvdocker2.daemonjson import store
-from nvdocker2.daemonjson.edit import ABSENT, Change
+from nvdocker2 import store
+from nvdocker2.changes import ABSENT, Change
 from nvdocker2.engines.base import FileEdit, NoService, Plan, Request, Service, VerifyFailed
 from nvdocker2.errors import (
     BadInput,

@@ -9,7 +9,7 @@ import subprocess
 
 from filelock import FileLock
 
-from nvdocker2.daemonjson import store
+from nvdocker2 import store
 
 from .conftest import NVDOCKER2
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from filelock import FileLock
 
-from nvdocker2.daemonjson import store
+from nvdocker2 import store
 from nvdocker2.engines.containerd.document import tomllib
 
 RT = "/usr/bin/nvidia-container-runtime"

@@ -13,7 +13,7 @@ import sys
 import pytest
 
 from nvdocker2 import transaction
-from nvdocker2.daemonjson import store
+from nvdocker2 import store
 from nvdocker2.errors import EnvironmentProblem
 
 from .conftest import NVDOCKER2, fill, run_cli

@@ -30,7 +30,7 @@ from typing import Callable, Iterator
 import pytest
 
 from nvdocker2 import transaction
-from nvdocker2.daemonjson import store
+from nvdocker2 import store
 
 OLD = b'{\n    "debug": true,\n    "log-driver": "journald"\n}\n'
 RUNTIME = "/usr/bin/runc"

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from nvdocker2.daemonjson import store
+from nvdocker2 import store
 
 # An operator's file: 2-space indent, CRLF, non-ASCII, an integer beyond a double's precision, a
 # runtime of someone else and an explicit default. Every byte of it must survive.

@@ -31,7 +31,7 @@ from privatedockerd import (  # noqa: E402
     remove_rootfs_tar,
 )
 
-from nvdocker2.daemonjson import store  # noqa: E402
+from nvdocker2 import store  # noqa: E402
 
 ORIGINAL = b'{\n  "debug": true,\n  "log-level": "warn",\n  "labels": ["zone=b"]\n}\n'
 RUNTIME = "/usr/bin/runc"

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from nvdocker2.daemonjson import store
+from nvdocker2 import store
 
 from .conftest import NVDOCKER2, _need, run_cli
 

@@ -13,7 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from nvdocker2.daemonjson import store
+from nvdocker2 import store
 
 WRITERS = 64
 ORIGINAL = (

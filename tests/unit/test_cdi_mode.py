@@ -418,7 +418,7 @@ def test_a_daemon_json_that_cannot_be_replaced_takes_the_new_spec_back_out(host,
     import errno
 
     from nvdocker2 import cdimode
-    from nvdocker2.daemonjson import store
+    from nvdocker2 import store
     from nvdocker2.dockerd.api import EngineClient, parse_docker_host
     from nvdocker2.errors import EnvironmentProblem
     from nvdocker2.transaction import NoDaemon

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from nvdocker2.daemonjson import store
+from nvdocker2 import store
 from nvdocker2.daemonjson.edit import Change
 from nvdocker2.engines import transaction as txn
 from nvdocker2.engines.base import EngineBase, FileEdit, Plan, Service, VerifyFailed

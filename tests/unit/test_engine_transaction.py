@@ -258,7 +258,7 @@ def test_a_config_that_cannot_be_renamed_over_is_written_in_place(tmp_path, monk
     names the backup; uninstall puts the bytes back the same way."""
     import errno
 
-    from nvdocker2.daemonjson import store
+    from nvdocker2 import store
 
     eng, st = _engine(tmp_path), tmp_path / "st"
     real_replace = store.os.replace

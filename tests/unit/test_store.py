@@ -8,7 +8,7 @@ import re
 import pytest
 from filelock import FileLock
 
-from nvdocker2.daemonjson import store
+from nvdocker2 import store
 from nvdocker2.daemonjson.edit import ABSENT
 from nvdocker2.errors import BadInput, EnvironmentProblem
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from nvdocker2 import transaction
-from nvdocker2.daemonjson import store
+from nvdocker2 import store
 from nvdocker2.errors import BadInput, DockerdRejected, EnvironmentProblem, RollbackFailed
 from nvdocker2.transaction import Expectation, VerifyFailed
 

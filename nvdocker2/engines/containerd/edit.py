@@ -22,7 +22,7 @@ from typing import Any
 
 import tomlkit
 
-from nvdocker2.daemonjson.edit import ABSENT, Change
+from nvdocker2.changes import ABSENT, Change
 from nvdocker2.engines.base import FileEdit, Plan, Request
 from nvdocker2.engines.containerd import document as D
 from nvdocker2.errors import BadInput

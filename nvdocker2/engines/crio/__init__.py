@@ -28,7 +28,7 @@ from typing import Any
 
 import tomlkit
 
-from nvdocker2.daemonjson.edit import ABSENT, Change
+from nvdocker2.changes import ABSENT, Change
 from nvdocker2.engines.base import (
     EngineBase,
     FileEdit,

@@ -13,8 +13,9 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from nvdocker2 import locations
-from nvdocker2.daemonjson import document, edit, store, validate
-from nvdocker2.daemonjson.edit import ABSENT, Change
+from nvdocker2.daemonjson import document, edit, validate
+from nvdocker2 import store
+from nvdocker2.changes import ABSENT, Change
 from nvdocker2.engines.base import EngineBase, FileEdit, Plan, Request
 from nvdocker2.engines.docker.service import (
     DaemonService,

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from nvdocker2.daemonjson import document, edit
-from nvdocker2.daemonjson.edit import ABSENT
+from nvdocker2.changes import ABSENT
 from nvdocker2.engines.base import Service, VerifyFailed
 
 __all__ = ["Daemon", "DaemonService", "Expectation", "NoDaemon", "VerifyFailed", "expectation",
