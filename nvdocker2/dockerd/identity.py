@@ -171,3 +171,12 @@ def first_safe(candidates: Iterable[str], euid: int | None = None) -> str | None
         if candidate and os.access(candidate, os.X_OK) and unsafe_to_run(candidate, euid) is None:
             return candidate
     return None
+
+
+def safe_which(name: str, path: str | None = None, euid: int | None = None) -> str | None:
+    """`shutil.which(name)`, but only a program safe to run: the first one on PATH that no
+    user other than root (or the invoking user) could have placed (see `unsafe_to_run`); a
+    planted one earlier on PATH is passed over, never run."""
+    dirs = (os.environ.get("PATH", os.defpath) if path is None else path).split(os.pathsep)
+    return first_safe((os.path.join(d, name) for d in dirs if d.startswith("/")), euid)
+

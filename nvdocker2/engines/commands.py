@@ -77,7 +77,7 @@ def status(eng: Any, runtime_name: str = "nvidia") -> dict:
         cri = root.cri()
         out.update(version=root.version, layout="drop-in " + str(eng._dropin)
                    if eng._dropin else "in place", runtimes={
-                       n: E._binary(r) for n, r in E._runtimes(eff, cri, str(root.path)).items()},
+                       n: _binary(r) for n, r in E._runtimes(eff, cri, str(root.path)).items()},
                    default_runtime=E.default_name(eff, cri))
     else:
         from nvdocker2.engines.crio import parse
@@ -130,3 +130,14 @@ def backups(eng: Any, state: Path) -> tuple[list[Path], list[tuple[str | None, l
         if b.config in names or tag in tags:
             groups.setdefault(tag or b.id, (tag, []))[1].insert(0, b)
     return files, list(groups.values())
+
+
+def _binary(runtime: Any) -> Any:
+    """What a runtime runs: its BinaryName; runc's shim without one runs `runc` from PATH."""
+    from nvdocker2.engines.containerd import document as D
+    from nvdocker2.engines.containerd import edit as E
+
+    found = E._binary(runtime)
+    if found is None and isinstance(runtime, dict) and runtime.get("runtime_type") == D.RUNC_V2:
+        return "runc"
+    return found

@@ -4,12 +4,12 @@ renderers as Docker's, plus this host's driver checks."""
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 from typing import Callable
 
+from nvdocker2.dockerd.identity import safe_which
 from nvdocker2.doctor.registry import CheckResult, Outcome, fail, ok, skip, warn
 from nvdocker2.errors import NvDockerError
 
@@ -119,9 +119,10 @@ def crio_checks(dropin: Path, runtime: str = "nvidia"):
         return ok(f"{dropin}: {runtime} → {path}")
 
     def binary() -> Outcome:
-        exe = shutil.which("crio")
+        exe = safe_which("crio")
         if not exe:
-            return warn("crio is not on PATH", "install CRI-O, or ignore on a host without it")
+            return warn("no crio on PATH that is safe to run (owned by root, in directories no "
+                        "other user can write)", "install CRI-O, or ignore on a host without it")
         try:
             p = subprocess.run([exe, "status", "config"], capture_output=True, text=True,
                                timeout=15)

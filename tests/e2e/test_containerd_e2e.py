@@ -224,3 +224,49 @@ def test_set_default_is_what_the_restarted_cri_plugin_runs(containerd, tmp_path)
     p = _run(c, state, "uninstall")
     assert p.returncode == 0, p.stderr
     assert c.config.read_bytes() == before
+
+
+RUNC_BLOCK = (
+    '      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]\n'
+    '        runtime_type = "io.containerd.runc.v2"\n'
+    '        [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]\n'
+    '          SystemdCgroup = true\n')
+
+
+def test_a_config_without_runtimes_keeps_containerds_builtin_runc(containerd, tmp_path):
+    """Debian's own config.toml names no runtime: containerd runs its built-in runc. On
+    containerd ≤ 1.7 a file that writes a runtimes table replaces that built-in map, so
+    install spells runc out beside nvidia (what the effective configuration showed), and the
+    restarted CRI plugin runs both; uninstall gives back the bytes."""
+    c = containerd
+    state = tmp_path / "state"
+    original = c.config.read_bytes()
+    stock = original.replace(RUNC_BLOCK.encode(), b"")
+    assert stock != original
+    c.config.write_bytes(stock)
+    c.systemctl("restart", "containerd")
+    try:
+        before = service.config_dump(c.exe, c.config)
+        runc_before = before["plugins"][service.dump_cri(before)[1]]["containerd"]["runtimes"][
+            "runc"]
+        t0 = time.time()
+        p = _run(c, state, "install")
+        assert p.returncode == 0, p.stderr
+        assert json.loads(p.stdout)["verified"] is True
+        dump = service.config_dump(c.exe, c.config)
+        rts = dump["plugins"][service.dump_cri(dump)[1]]["containerd"]["runtimes"]
+        for key in ("runtime_type", "sandbox_mode"):
+            assert rts["runc"].get(key) == runc_before.get(key), key
+        rt_path = rts["nvidia"]["options"]["BinaryName"]
+        assert rt_path.endswith("/nvidia-container-runtime")
+        running = _cri_runtimes(c, t0)
+        assert "runc" in running and running.get("nvidia") == rt_path
+        t1 = time.time()
+        p = _run(c, state, "uninstall")
+        assert p.returncode == 0, p.stderr
+        assert c.config.read_bytes() == stock
+        running = _cri_runtimes(c, t1)
+        assert "runc" in running and "nvidia" not in running
+    finally:
+        c.config.write_bytes(original)
+        c.systemctl("restart", "containerd")

@@ -281,3 +281,40 @@ def test_bind_mounted_daemon_json_is_written_in_place_with_a_warning(host):
     assert stat.S_IMODE(src.stat().st_mode) == 0o640
     assert cfg.read_bytes() == ORIGINAL  # the mount point itself was never touched
     assert sorted(p.name for p in cfg.parent.iterdir()) == ["daemon.json", "shadow-like"]
+
+
+# --- programs on PATH (the containerd and CRI-O engines) ----------------------------------------
+
+CONTAINERD_CFG = b'version = 2\n# site\n[plugins."io.containerd.grpc.v1.cri".containerd]\n  snapshotter = "overlayfs"\n'
+
+
+def test_programs_another_user_planted_on_path_are_never_run(host, nobody):
+    """A directory of nobody's early on root's PATH holding `containerd`, `ctr`, `crictl` and
+    `crio`: the containerd and CRI-O engines pass them over (SPEC §8, §11) and use the
+    root-owned containerd further down PATH, or say that no safe crio was found."""
+    top, _, _, state = host
+    _need(os.path.exists("/usr/bin/containerd"), "needs containerd in /usr/bin")
+    planted = top / "planted"
+    planted.mkdir(mode=0o755)
+    os.chown(planted, nobody.uid, -1)
+    for name in ("containerd", "ctr", "crictl", "crio"):
+        nobody("sh", "-c", f"printf '#!/bin/sh\\ntouch {planted}/ran-{name}\\n"
+                           f"echo {name} version 9.9.9\\n' > {planted}/{name} && "
+                           f"chmod 755 {planted}/{name}")
+    cfg = top / "etc" / "config.toml"
+    cfg.write_bytes(CONTAINERD_CFG)
+    env = {"PATH": f"{planted}:/usr/sbin:/usr/bin:/sbin:/bin"}
+    r = cli(state, "install", "--engine", "containerd", "--config", str(cfg), "--reload",
+            "none", "--runtime-path", RT, "--json", env=env)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    # the candidate was checked by the real containerd, not taken as TOML only
+    assert out["changed"] and not any("TOML only" in w for w in out["warnings"])
+    drop = cli(state, "doctor", "--engine", "crio", "--config", str(top / "etc" / "99.conf"),
+               "--json", env=env)
+    assert "no crio on PATH that is safe to run" in drop.stdout, drop.stdout
+    r = cli(state, "uninstall", "--engine", "containerd", "--config", str(cfg), "--reload",
+            "none", env=env)
+    assert r.returncode == 0, r.stderr
+    assert cfg.read_bytes() == CONTAINERD_CFG
+    assert sorted(p.name for p in planted.iterdir() if p.name.startswith("ran-")) == []

@@ -247,3 +247,89 @@ def test_config_next_to_a_k3s_template_is_refused(tmp_path):
     with pytest.raises(BadInput) as e:
         D.parse(tmp_path / "config.toml", DEBIAN_V2)
     assert "generated from" in e.value.message
+
+
+RUNC = "io.containerd.runc.v2"
+
+
+@pytest.mark.parametrize("implicit", [{"runtime_type": RUNC},  # containerd 1.6
+                                      {"runtime_type": RUNC, "sandbox_mode": "podsandbox"}])
+def test_builtin_runc_is_spelled_out_where_a_runtimes_table_would_drop_it(implicit):
+    """Debian 12's config.toml names no runtime; on containerd ≤ 1.7 a runtimes table in the
+    file replaces the built-in one, so install writes runc (as containerd showed it) beside
+    nvidia, and uninstall takes both off again."""
+    root = D.parse(ROOT, DEBIAN_V2)
+    assert E.implicit_default(root, [], 1) and not E.implicit_default(root, [], 2)
+    req = Request("nvidia", RT)
+    plan = E.plan_install(root, [], None, 1, req, {}, implicit)
+    new = _files(plan)[ROOT].new
+    assert new.startswith(DEBIAN_V2)
+    rts = tomllib.loads(new.decode())["plugins"]["io.containerd.grpc.v1.cri"]["containerd"][
+        "runtimes"]
+    assert list(rts) == ["runc", "nvidia"] and rts["runc"] == implicit
+    back = E.plan_uninstall(D.parse(ROOT, new), None, req, plan.journal)
+    assert _files(back)[ROOT].new == DEBIAN_V2
+
+
+def test_builtin_runc_goes_into_a_containerd_1_dropin_too():
+    raw = (b'version = 2\nimports = ["/etc/containerd/conf.d/*.toml"]\n'
+           b'[plugins."io.containerd.grpc.v1.cri"]\n  sandbox_image = "registry.k8s.io/pause:3.9"\n')
+    root = D.parse(ROOT, raw)
+    assert E.implicit_default(root, [], 1)
+    plan = E.plan_install(root, [], None, 1, Request("nvidia", RT), {}, {"runtime_type": RUNC})
+    drop = tomllib.loads(_files(plan)[Path("/etc/containerd/conf.d/99-nvidia.toml")].new.decode())
+    cri = drop["plugins"]["io.containerd.grpc.v1.cri"]
+    assert cri["sandbox_image"] == "registry.k8s.io/pause:3.9"
+    assert cri["containerd"]["runtimes"]["runc"] == {"runtime_type": RUNC}
+
+
+def test_a_config_that_names_runc_itself_gets_nothing_more():
+    root = D.parse(ROOT, KUBEADM_V2)
+    assert not E.implicit_default(root, [], 1)
+
+
+def test_zero_values_and_missing_keys_are_the_same_to_containerd():
+    """The effective-config comparison takes Go's zero values as what they are to containerd:
+    an options key at "" / 0 / false is the same as no key; a runtime that is gone is not."""
+    from nvdocker2.engines.containerd import service
+
+    cri = ("plugins", "io.containerd.grpc.v1.cri", "containerd")
+
+    def dump(runtimes):
+        return {"version": 2, "plugins": {cri[1]: {"containerd": {"runtimes": runtimes}}}}
+
+    nv = {"runtime_type": RUNC, "options": {"BinaryName": RT}}
+    before = dump({"runc": {"runtime_type": RUNC, "sandbox_mode": "podsandbox",
+                            "options": {"BinaryName": "", "IoUid": 0, "SystemdCgroup": False}}})
+    same = dump({"runc": {"runtime_type": RUNC, "sandbox_mode": "podsandbox", "options": {}},
+                 "nvidia": nv})
+    assert service.compare_dumps(before, same, "nvidia", RT, False) == []
+    gone = dump({"nvidia": nv})
+    assert service.compare_dumps(before, gone, "nvidia", RT, False) == [
+        "plugins.io.containerd.grpc.v1.cri.containerd.runtimes.runc.runtime_type would change",
+        "plugins.io.containerd.grpc.v1.cri.containerd.runtimes.runc.sandbox_mode would change"]
+    cgroup = dump({"runc": {"runtime_type": RUNC, "sandbox_mode": "podsandbox",
+                            "options": {"SystemdCgroup": True}}, "nvidia": nv})
+    assert service.compare_dumps(before, cgroup, "nvidia", RT, False) == [
+        "plugins.io.containerd.grpc.v1.cri.containerd.runtimes.runc.options.SystemdCgroup "
+        "would change"]
+
+
+def test_builtin_runc_goes_with_ours_after_the_file_was_edited_below_it():
+    """The appended bytes are no longer at the end (a table was added after them): uninstall
+    drops our table and the runc table install spelled out, and keeps the added table; a runc
+    table someone changed since stays."""
+    root = D.parse(ROOT, DEBIAN_V2)
+    req = Request("nvidia", RT)
+    implicit = {"runtime_type": RUNC}
+    plan = E.plan_install(root, [], None, 1, req, {}, implicit)
+    later = b'\n  [plugins."io.containerd.monitor.v1.cgroups"]\n    no_prometheus = true\n'
+    edited = _files(plan)[ROOT].new + later
+    back = _files(E.plan_uninstall(D.parse(ROOT, edited), None, req, plan.journal))[ROOT].new
+    assert back.startswith(DEBIAN_V2) and back.endswith(later)
+    assert tomllib.loads(back.decode()) == tomllib.loads((DEBIAN_V2 + later).decode())
+    changed = edited.replace(b'runtime_type = "io.containerd.runc.v2"\n',
+                             b'runtime_type = "io.containerd.runc.v2"\nx = 1\n', 1)
+    back = _files(E.plan_uninstall(D.parse(ROOT, changed), None, req, plan.journal))[ROOT].new
+    cri = tomllib.loads(back.decode())["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]
+    assert cri["runtimes"] == {"runc": {"runtime_type": RUNC, "x": 1}}

@@ -103,7 +103,7 @@ class Host:
 
     def service(self, sock: str, running: Path, **kw) -> SignalCrio:
         return SignalCrio("crio", sock, True, self.status_run(running), str(self.systemctl),
-                          **kw)
+                          crio="/usr/bin/crio", **kw)
 
     def stop(self) -> None:
         for p in self.children:

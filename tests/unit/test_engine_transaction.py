@@ -163,10 +163,11 @@ def test_crio_verify_reads_crio_status_config():
         returncode, stdout, stderr = 0, text, ""
 
     calls = []
-    svc = SystemdCrio(run=lambda argv, **kw: calls.append(argv) or P())
+    svc = SystemdCrio(run=lambda argv, **kw: calls.append(argv) or P(), crio="/usr/bin/crio")
     svc.apply()
     svc.verify({"present": {"nvidia": RT}, "absent": [], "default": None}, 1)
-    assert calls[0] == ["systemctl", "restart", "crio"] and calls[1][-1] == "config"
+    assert calls[0] == ["systemctl", "restart", "crio"]
+    assert calls[1] == ["/usr/bin/crio", "status", "--socket", "/var/run/crio/crio.sock", "config"]
     with pytest.raises(VerifyFailed, match="default runtime is crun"):
         svc.verify({"present": {}, "absent": [], "default": "nvidia"}, 0)
 

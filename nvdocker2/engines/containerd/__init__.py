@@ -59,8 +59,12 @@ class ContainerdEngine(EngineBase):
     def plan_install(self, read: Reader, req: Request, journal: dict) -> Plan:
         root = self._root(read)
         own = self._own(root, read)
-        plan = edit.plan_install(root, self._imports(root, read, self._dropin), own,
-                                 self.major, req, journal)
+        imported = self._imports(root, read, self._dropin)
+        implicit = None
+        if edit.implicit_default(root, imported, self.major):
+            implicit = service.builtin_runtime(self.exe, self.config) if (
+                self.exe and self.check) else {"runtime_type": document.RUNC_V2}
+        plan = edit.plan_install(root, imported, own, self.major, req, journal, implicit)
         rec = plan.journal
         if rec and self._dropin is not None and not self._dropin.parent.exists():
             # The drop-in directory is this install's: the uninstall that removes the last

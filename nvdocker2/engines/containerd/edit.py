@@ -276,15 +276,32 @@ def _dropin_text(version: int, plugin: str, section: dict) -> str:
     return MARK + body
 
 
+def implicit_default(root: D.Config, imported: list[D.Config], major: int | None) -> bool:
+    """True when containerd's default `runc` runtime comes from its built-in defaults alone
+    and writing a runtimes table would make containerd ≤ 1.7 drop it: its TOML decoding
+    replaces the default runtimes map with the file's (2.x merges key by key). Debian 12's own
+    config.toml is such a file."""
+    lay = layout(root, major)
+    eff = D.merged(root, imported, lay.deep_merge)
+    cri = root.cri()
+    return (not lay.deep_merge and not _runtimes(eff, cri, str(root.path))
+            and default_name(eff, cri) == "runc")
+
+
 def plan_install(root: D.Config, imported: list[D.Config], dropin: D.Config | None,
-                 major: int | None, req: Request, journal: dict) -> Plan:
+                 major: int | None, req: Request, journal: dict,
+                 implicit: dict | None = None) -> Plan:
     """The files install ends with. `imported`: the root's imports in order, without ours;
-    `dropin`: our drop-in file as it is now (None: none)."""
+    `dropin`: our drop-in file as it is now (None: none); `implicit`: containerd's built-in
+    `runc` table to write beside ours, where writing ours alone would drop it (see
+    `implicit_default`)."""
     lay = layout(root, major)
     cri = root.cri()
     where = str(root.path)
     name, path = req.runtime_name, req.runtime_path
     eff = D.merged(root, imported, lay.deep_merge)
+    if name == "runc":
+        implicit = None
     table = runtime_table(eff, cri, name, path, where)
     before_rt = _runtimes(eff, cri, where).get(name, ABSENT)
     before_default = default_name(eff, cri)
@@ -298,7 +315,7 @@ def plan_install(root: D.Config, imported: list[D.Config], dropin: D.Config | No
     entry = dict(_journal_entry(journal, name))
     files: list[FileEdit] = []
     if lay.dropin is None:
-        new_text, entry = _install_in_place(root, table, req, entry)
+        new_text, entry = _install_in_place(root, table, req, entry, implicit)
         files.append(FileEdit(root.path, root.raw, new_text))
     else:
         if lay.deep_merge:
@@ -307,6 +324,8 @@ def plan_install(root: D.Config, imported: list[D.Config], dropin: D.Config | No
             section = D._deep_copy(_get_in(eff, ("plugins", D.CRI_PLUGIN[root.version])))
             section = section if isinstance(section, dict) else {}
             _set_in(section, ("containerd", "runtimes", name), table)
+            if implicit is not None:
+                _set_in(section, ("containerd", "runtimes", "runc"), implicit)
         if req.set_default:
             _set_in(section, ("containerd", "default_runtime_name"), name)
         new_dropin = _dropin_text(root.version, D.CRI_PLUGIN[root.version], section).encode()
@@ -337,7 +356,8 @@ def plan_install(root: D.Config, imported: list[D.Config], dropin: D.Config | No
                 expect, expect_old)
 
 
-def _install_in_place(root: D.Config, table: dict, req: Request, entry: dict) -> tuple[bytes, dict]:
+def _install_in_place(root: D.Config, table: dict, req: Request, entry: dict,
+                      implicit: dict | None = None) -> tuple[bytes, dict]:
     cri = root.cri()
     name = req.runtime_name
     text, nl = root.text, root.newline
@@ -353,8 +373,12 @@ def _install_in_place(root: D.Config, table: dict, req: Request, entry: dict) ->
         _set_in(expected, cri + ("runtimes", name), table)
         indent = _header_indent(text, cri + ("runtimes",)) or _header_indent(text, cri)
         sep = "" if not text or text.endswith("\n") else nl
-        appended = sep + (nl if text.strip() else "") + render_table(
-            cri + ("runtimes", name), table, indent, nl)
+        appended = sep + (nl if text.strip() else "")
+        if implicit is not None:
+            _set_in(expected, cri + ("runtimes", "runc"), implicit)
+            appended += render_table(cri + ("runtimes", "runc"), implicit, indent, nl) + nl
+            entry.setdefault("implicit_default", implicit)
+        appended += render_table(cri + ("runtimes", name), table, indent, nl)
     elif cur != {**cur, **table, "options": {**(cur.get("options") or {}), **table["options"]}}:
         merged = {**cur, "runtime_type": table["runtime_type"],
                   "options": {**(cur.get("options") or {}), **table["options"]}}
@@ -425,6 +449,16 @@ def plan_uninstall(root: D.Config, dropin: D.Config | None, req: Request,
                 text = _drop_table(text, cri + ("runtimes", name))
                 _set_in(expected, cri + ("runtimes", name), ABSENT)
                 changes.append(Change(f"{D.dotted(cri)}.runtimes.{name}", "removed", cur, ABSENT))
+                # The built-in runc install spelled out goes too, unchanged and alone: with no
+                # runtimes table left, containerd's own runc is back.
+                runc = _get_in(root.data, cri + ("runtimes", "runc"))
+                rest = _get_in(expected, cri + ("runtimes",))
+                if (entry.get("implicit_default") == runc and isinstance(rest, dict)
+                        and list(rest) == ["runc"]):
+                    text = _drop_table(text, cri + ("runtimes", "runc"))
+                    _set_in(expected, cri + ("runtimes", "runc"), ABSENT)
+                    if not _get_in(expected, cri + ("runtimes",)):
+                        _set_in(expected, cri + ("runtimes",), ABSENT)
     now_default = _get_in(_loads_or(text, expected), cri + ("default_runtime_name",))
     if now_default == name:
         prev_d = _unslot(entry.get("previous_default")) if entry.get("set_default") else ABSENT

@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from nvdocker2.dockerd.identity import safe_which
 from nvdocker2.engines.base import Service, VerifyFailed, runtime_mismatches
 from nvdocker2.engines.containerd import document as D
 from nvdocker2.errors import BadInput, EnvironmentProblem
@@ -29,7 +30,8 @@ DEFAULT_UNIT = "containerd"
 
 
 def binary() -> str | None:
-    return shutil.which("containerd")
+    """containerd on PATH, where no other user could have planted it (SPEC §8)."""
+    return safe_which("containerd")
 
 
 def major_version(exe: str | None) -> int | None:
@@ -101,13 +103,34 @@ def compare_dumps(before: dict, after: dict, name: str, path: str, set_default: 
     return problems
 
 
+def _zero(v: Any) -> bool:
+    """Go's zero value, which containerd cannot tell from a key that is not there."""
+    return v is None or (not isinstance(v, bool) and v in ("", 0, [], {})) or v is False
+
+
 def _diff_keys(a: Any, b: Any, prefix: str = "") -> list[str]:
-    if isinstance(a, dict) and isinstance(b, dict):
-        out = []
-        for k in list(a) + [k for k in b if k not in a]:
-            out += _diff_keys(a.get(k), b.get(k), f"{prefix}.{k}" if prefix else k)
-        return out
-    return [] if a == b else [prefix]
+    if isinstance(a, dict) or isinstance(b, dict):
+        if all(x is None or isinstance(x, dict) for x in (a, b)):
+            a, b = a or {}, b or {}
+            out = []
+            for k in list(a) + [k for k in b if k not in a]:
+                out += _diff_keys(a.get(k), b.get(k), f"{prefix}.{k}" if prefix else k)
+            return out
+    return [] if a == b or (_zero(a) and _zero(b)) else [prefix]
+
+
+def builtin_runtime(exe: str, root: Path) -> dict:
+    """containerd's built-in `runc` runtime as its effective configuration shows it, the
+    values it sets (not the zero ones): what a config that writes its own runtimes table must
+    spell out to keep it on containerd ≤ 1.7 (1.6: runtime_type; 1.7: also sandbox_mode)."""
+    dump = dump_current(exe, root)
+    rt = _get(dump, dump_cri(dump) + ("runtimes", "runc"))
+    out = {k: v for k, v in (rt or {}).items() if k != "options" and not _zero(v)}
+    opts = {k: v for k, v in ((rt or {}).get("options") or {}).items() if not _zero(v)}
+    if opts:
+        out["options"] = opts
+    out.setdefault("runtime_type", D.RUNC_V2)
+    return out
 
 
 def check_files(exe: str, root: Path, files: dict[Path, bytes | None],
@@ -160,7 +183,7 @@ def dump_current(exe: str, root: Path) -> dict:
 
 
 def _ctr_alive(address: str) -> bool:
-    ctr = shutil.which("ctr")
+    ctr = safe_which("ctr")
     if not ctr:
         return os.path.exists(address)
     try:
@@ -228,7 +251,7 @@ class SystemdContainerd(Service):
             raise VerifyFailed(f"systemctl restart {self.unit} failed: {why}")
 
     def _cri_state(self) -> tuple[dict[str, str], str] | None:
-        crictl = shutil.which("crictl")
+        crictl = safe_which("crictl")
         if crictl:
             try:
                 p = subprocess.run([crictl, "--runtime-endpoint", f"unix://{self.address}",

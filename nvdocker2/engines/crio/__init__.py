@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import signal
 import subprocess
 import time
@@ -29,6 +28,7 @@ from typing import Any
 import tomlkit
 
 from nvdocker2.changes import ABSENT, Change
+from nvdocker2.dockerd.identity import safe_which
 from nvdocker2.engines.base import (
     EngineBase,
     FileEdit,
@@ -208,8 +208,9 @@ class SystemdCrio(Service):
     strategy = "systemd"
 
     def __init__(self, unit: str = "crio", socket: str = DEFAULT_SOCKET,
-                 verify: bool = True, run: Any = subprocess.run) -> None:
+                 verify: bool = True, run: Any = subprocess.run, crio: str | None = None) -> None:
         self.unit, self.socket, self.verifies, self._run = unit, socket, verify, run
+        self.crio = crio  # the crio program to ask; None: the one on PATH that is safe to run
         self.log_description = f"journalctl -u {unit}"
 
     def apply(self) -> None:
@@ -220,7 +221,9 @@ class SystemdCrio(Service):
 
     def verify(self, expect: Any, timeout: float) -> None:
         deadline = time.monotonic() + timeout
-        crio = shutil.which("crio") or "crio"
+        crio = self.crio or safe_which("crio")
+        if crio is None:
+            raise VerifyFailed("no crio program safe to run on PATH to ask CRI-O what it runs")
         last = f"CRI-O did not answer on {self.socket}"
         while True:
             p = self._run([crio, "status", "--socket", self.socket, "config"],
@@ -263,8 +266,8 @@ class SignalCrio(SystemdCrio):
 
     def __init__(self, unit: str = "crio", socket: str = DEFAULT_SOCKET, verify: bool = True,
                  run: Any = subprocess.run, systemctl: str = "systemctl",
-                 proc: Path = Path("/proc")) -> None:
-        super().__init__(unit, socket, verify, run)
+                 proc: Path = Path("/proc"), crio: str | None = None) -> None:
+        super().__init__(unit, socket, verify, run, crio)
         self.systemctl, self.proc = systemctl, Path(proc)
 
     def find(self) -> int:
@@ -306,14 +309,14 @@ def make_service(reload: str, unit: str, socket: str, verify: bool,
     """(service, why) for `--reload auto|systemd|signal` (why: what auto chose it for).
     `signal` finds and checks CRI-O's process here, before anything is written. `exe`: the
     crio whose version auto asks ("": the one on PATH)."""
-    restart = SystemdCrio(unit, socket, verify, run)
+    restart = SystemdCrio(unit, socket, verify, run, exe or None)
     if reload == "systemd":
         return restart, None
-    sig = SignalCrio(unit, socket, verify, run, systemctl, proc)
+    sig = SignalCrio(unit, socket, verify, run, systemctl, proc, exe or None)
     if reload == "signal":
         sig.find()
         return sig, None
-    version = crio_version(shutil.which("crio") if exe == "" else exe, run)
+    version = crio_version(safe_which("crio") if exe == "" else exe, run)
     if version is None:
         return restart, "crio on PATH did not say its version; restarting is what every CRI-O takes"
     named = "CRI-O " + ".".join(map(str, version))
