@@ -333,3 +333,19 @@ def test_builtin_runc_goes_with_ours_after_the_file_was_edited_below_it():
     back = _files(E.plan_uninstall(D.parse(ROOT, changed), None, req, plan.journal))[ROOT].new
     cri = tomllib.loads(back.decode())["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]
     assert cri["runtimes"] == {"runc": {"runtime_type": RUNC, "x": 1}}
+
+
+@pytest.mark.parametrize("later", [
+    b"# a note at the end of the file\n",
+    b'\n# the site\'s monitoring, below ours\n[plugins."io.containerd.monitor.v1.cgroups"]\n'
+    b"  no_prometheus = true\n",
+])
+def test_comments_written_below_our_table_stay_when_it_is_taken_off(later):
+    """Lines someone wrote after install, below the table it appended: uninstall removes the
+    table and keeps their comment (and what follows) byte for byte."""
+    req = Request("nvidia", RT)
+    plan = _plan(KUBEADM_V2, req)
+    edited = _files(plan)[ROOT].new + later
+    back = _files(E.plan_uninstall(D.parse(ROOT, edited), None, req, plan.journal))[ROOT].new
+    assert back.startswith(KUBEADM_V2) and back.endswith(later)
+    assert b"nvidia" not in back

@@ -526,18 +526,32 @@ def _drop_table(text: str, keys: tuple[str, ...]) -> str:
     out: list[str] = []
     dropping = False
     found = False
+    # Comment and blank lines after the dropped table's last line belong to what follows (a
+    # note someone wrote above the next table, or at the end): they stay.
+    held: list[str] = []
     for line in lines:
         hk = _header_keys(line) if line.lstrip().startswith("[") else None
         if hk is not None:
+            was = dropping
             dropping = hk[: len(keys)] == keys
             if dropping:
                 found = True
+                held = []
                 while out and not out[-1].strip():
                     out.pop()
                 if out and not out[-1].endswith("\n"):
                     out[-1] += "\n"
+            elif was:
+                out += held
+                held = []
         if not dropping:
             out.append(line)
+        elif hk is None and (not line.strip() or line.lstrip().startswith("#")):
+            held.append(line)
+        else:
+            held = []
+    if any(ln.strip() for ln in held):
+        out += held
     if not found:
         return _tk_set(text, keys, ABSENT)
     return "".join(out)
