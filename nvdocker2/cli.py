@@ -764,8 +764,7 @@ def status(
             info["style"] = doc.style.describe() if doc.existed else None
             info["warnings"].extend(doc.warnings)
             edit.check_shape(doc.data)
-            rts = doc.data.get("runtimes", {})
-            info["runtimes"] = rts if isinstance(rts, dict) else {}
+            info["runtimes"] = edit.runtimes(doc.data)
             info["default_runtime"] = doc.data.get("default-runtime")
             errors, warns = validate.validate(doc.data)
             info["errors"] = errors

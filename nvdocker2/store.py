@@ -706,11 +706,13 @@ class Backups:
         out.sort(key=lambda b: (b.time, b.id), reverse=True)
         return out
 
-    def group(self, b: Backup) -> list[Backup]:
-        """`b` and the other backups of its transaction (the same tag), oldest first."""
+    def group(self, b: Backup, every: list[Backup] | None = None) -> list[Backup]:
+        """`b` and the other backups of its transaction (the same tag), oldest first; `every`:
+        the backups already listed by `all()`."""
         if b.tag is None:
             return [b]
-        return sorted((x for x in self.all() if x.tag == b.tag), key=lambda x: (x.time, x.id))
+        return sorted((x for x in (self.all() if every is None else every) if x.tag == b.tag),
+                      key=lambda x: (x.time, x.id))
 
     def get(self, bid: str) -> Backup:
         if not _ID_RE.match(bid):

@@ -163,9 +163,14 @@ def drop_empty_runtimes(doc: dict) -> tuple[dict, Change]:
     return doc, Change(RUNTIMES, "unchanged")
 
 
-def defined_runtimes(doc: dict) -> list[str]:
+def runtimes(doc: dict) -> dict:
+    """The file's runtimes table ({} when it is missing or not a table)."""
     rts = doc.get(RUNTIMES, {})
-    return list(rts.keys()) if isinstance(rts, dict) else []
+    return rts if isinstance(rts, dict) else {}
+
+
+def defined_runtimes(doc: dict) -> list[str]:
+    return list(runtimes(doc))
 
 
 def is_defined(doc: dict, name: str) -> bool:

@@ -11,6 +11,7 @@ rolls back.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -114,6 +115,22 @@ def runtime_mismatches(expect: Mapping[str, Any], runtimes: Mapping[str, Any],
     if expect.get("default") and default != expect["default"]:
         bad.append(f"the default runtime is {default}")
     return bad
+
+
+def poll(probe: Callable[[], Optional[str]], timeout: float, waiting: str) -> None:
+    """Ask `probe` every 0.3 s until it returns None (the engine reports what is expected);
+    a string is why not yet ("": no news, keep the last reason). After `timeout`, VerifyFailed
+    with the last reason (`waiting` when there was none)."""
+    deadline = time.monotonic() + timeout
+    last = waiting
+    while True:
+        why = probe()
+        if why is None:
+            return
+        last = why or last
+        if time.monotonic() > deadline:
+            raise VerifyFailed(last)
+        time.sleep(0.3)
 
 
 class Service:

@@ -172,8 +172,7 @@ def transact(engine: Any, action: str, planner: Planner, *, service: Service | N
     if dry_run:  # nothing locked, nothing written
         return _dry_run(ctx, action, planner(ctx))
     with store.locked(ctx.state, timeout):
-        for p in store.clean_stale_temps(engine.config):
-            ctx.notes.append(f"removed {p}, left behind by an interrupted earlier run")
+        _clean_temps(ctx, engine.config)
         store.clean_state_temps(ctx.state)
         for n in range(1, ATTEMPTS + 1):
             warnings, notes = len(ctx.warnings), len(ctx.notes)
@@ -221,12 +220,8 @@ def _dry_run(ctx: Context, action: str, plan: Plan) -> Result:
     if not plan.changed:
         return _result(ctx, action, plan)
     with tempfile.TemporaryDirectory(prefix="nvdocker2-dry-run-") as d:
-        staged = _stage(ctx, plan, Path(d))
-        try:
-            ctx.engine.check_candidate(ctx, plan, [(t, b, s.path) for t, b, s in staged])
-        finally:
-            for _, _, s in staged:
-                s.discard()
+        for _, _, s in _checked(ctx, plan, Path(d)):
+            s.discard()
     diff = "".join(unified_diff(f.path, f.old or b"", f.new) for f in plan.files if f.changed)
     return _result(ctx, action, plan, diff=diff)
 
@@ -235,8 +230,7 @@ def _attempt(ctx: Context, action: str, plan: Plan) -> Result:
     journal = plan.journal_file or ctx.journal()
     for f in plan.files:
         if f.path != ctx.engine.config:
-            for p in store.clean_stale_temps(f.path):
-                ctx.notes.append(f"removed {p}, left behind by an interrupted earlier run")
+            _clean_temps(ctx, f.path)
     if not plan.changed:
         if plan.journal is not None and plan.journal != journal.load():
             journal.write(plan.journal)  # nothing to change in the files; the record is stale
@@ -245,14 +239,7 @@ def _attempt(ctx: Context, action: str, plan: Plan) -> Result:
         return _result(ctx, action, plan, verified=verified)
     made_dirs = _make_dirs(ctx, plan)
     try:
-        staged = _stage(ctx, plan, None)
-        try:
-            ctx.engine.check_candidate(ctx, plan, [(t, b, s.path) for t, b, s in staged])
-        except BaseException:
-            for _, _, s in staged:
-                s.discard()
-            raise
-        return _apply(ctx, action, plan, journal, staged)
+        return _apply(ctx, action, plan, journal, _checked(ctx, plan, None))
     except BaseException:
         if plan.undo_made_dirs:
             _remove_dirs(made_dirs)
@@ -305,6 +292,24 @@ def _stage(ctx: Context, plan: Plan, where: Path | None) -> list[tuple[Path, byt
             s.discard()
         raise
     return out
+
+
+def _checked(ctx: Context, plan: Plan, where: Path | None) -> list[tuple[Path, bytes, Any]]:
+    """`_stage`, then the engine's check of the staged candidates; nothing stays staged when
+    the engine refuses them."""
+    staged = _stage(ctx, plan, where)
+    try:
+        ctx.engine.check_candidate(ctx, plan, [(t, b, s.path) for t, b, s in staged])
+    except BaseException:
+        for _, _, s in staged:
+            s.discard()
+        raise
+    return staged
+
+
+def _clean_temps(ctx: Context, path: Path) -> None:
+    for p in store.clean_stale_temps(path):
+        ctx.notes.append(f"removed {p}, left behind by an interrupted earlier run")
 
 
 def _as_read(ctx: Context, f: FileEdit) -> store.AsRead:
@@ -516,7 +521,7 @@ def rollback(engine: Any, backup_id: str | None, *, service: Service | None = No
             raise BadInput(f"no backups of {engine.name}'s files in {backups.dir}",
                            "nothing to roll back to; list backups with: nvdocker2 backups")
         first = mine[0]
-    group = list({b.config: b for b in backups.group(first)}.values())
+    group = list({b.config: b for b in backups.group(first, every)}.values())
 
     def planner(ctx: Context) -> Plan:
         files = tuple(FileEdit(Path(b.config), ctx.read(Path(b.config)), backups.read(b),

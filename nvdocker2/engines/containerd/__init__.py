@@ -27,7 +27,7 @@ class ContainerdEngine(EngineBase):
         self.major = service.major_version(self.exe)
         self.check = check
         self._dropin: Path | None = None
-        self.warnings: list[str] = []
+        self._dumped: tuple[bytes | None, dict] | None = None  # (root's bytes, their dump)
 
     def _root(self, read: Reader) -> document.Config:
         return document.parse(self.config, read(self.config))
@@ -56,13 +56,20 @@ class ContainerdEngine(EngineBase):
         raw = read(lay.dropin)
         return None if raw is None else document.parse(lay.dropin, raw)
 
+    def _current_dump(self, raw: bytes | None) -> dict:
+        """`config dump` of the files as they are (the root holding `raw`), run once for both
+        the plan and the candidate check."""
+        if self._dumped is None or self._dumped[0] != raw:
+            self._dumped = (raw, service.dump_current(self.exe, self.config))
+        return self._dumped[1]
+
     def plan_install(self, read: Reader, req: Request, journal: dict) -> Plan:
         root = self._root(read)
         own = self._own(root, read)
         imported = self._imports(root, read, self._dropin)
         implicit = None
         if edit.implicit_default(root, imported, self.major):
-            implicit = service.builtin_runtime(self.exe, self.config) if (
+            implicit = service.builtin_runtime(self._current_dump(root.raw)) if (
                 self.exe and self.check) else {"runtime_type": document.RUNC_V2}
         plan = edit.plan_install(root, imported, own, self.major, req, journal, implicit)
         rec = plan.journal
@@ -85,9 +92,7 @@ class ContainerdEngine(EngineBase):
             self._dropin = p
         plan = edit.plan_uninstall(root, own, req, journal)
         made = rec.get("dropin_dir")
-        others = any(isinstance(v, dict) and v.get("dropin") for k, v in
-                     (journal.get("runtimes") or {}).items() if k != req.runtime_name)
-        if made and not others:
+        if made and not edit._other_users(rec, journal, req.runtime_name):
             plan = dataclasses.replace(plan, remove_dirs=(Path(made),))
         return dataclasses.replace(plan, check=(req, True))
 
@@ -100,7 +105,7 @@ class ContainerdEngine(EngineBase):
             return
         req, removing = plan.check
         ctx.reporter.progress(f"checking the candidate with {self.name}")
-        before = service.dump_current(self.exe, self.config)
+        before = self._current_dump(next(f.old for f in plan.files if f.path == self.config))
         files = {f.path: f.new for f in plan.files}
         after = service.check_files(self.exe, self.config, files,
                                     self._dropin.parent if self._dropin else None)

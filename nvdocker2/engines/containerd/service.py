@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from nvdocker2.dockerd.identity import safe_which
-from nvdocker2.engines.base import Service, VerifyFailed, runtime_mismatches
+from nvdocker2.engines.base import Service, VerifyFailed, poll, runtime_mismatches
 from nvdocker2.engines.containerd import document as D
 from nvdocker2.errors import BadInput, EnvironmentProblem
 
@@ -105,7 +105,7 @@ def compare_dumps(before: dict, after: dict, name: str, path: str, set_default: 
 
 def _zero(v: Any) -> bool:
     """Go's zero value, which containerd cannot tell from a key that is not there."""
-    return v is None or (not isinstance(v, bool) and v in ("", 0, [], {})) or v is False
+    return v is None or (isinstance(v, (str, int, float, list, dict)) and not v)
 
 
 def _diff_keys(a: Any, b: Any, prefix: str = "") -> list[str]:
@@ -119,11 +119,10 @@ def _diff_keys(a: Any, b: Any, prefix: str = "") -> list[str]:
     return [] if a == b or (_zero(a) and _zero(b)) else [prefix]
 
 
-def builtin_runtime(exe: str, root: Path) -> dict:
-    """containerd's built-in `runc` runtime as its effective configuration shows it, the
-    values it sets (not the zero ones): what a config that writes its own runtimes table must
-    spell out to keep it on containerd ≤ 1.7 (1.6: runtime_type; 1.7: also sandbox_mode)."""
-    dump = dump_current(exe, root)
+def builtin_runtime(dump: dict) -> dict:
+    """containerd's built-in `runc` runtime as the effective configuration `dump` shows it,
+    the values it sets (not the zero ones): what a config that writes its own runtimes table
+    must spell out to keep it on containerd ≤ 1.7 (1.6: runtime_type; 1.7: also sandbox_mode)."""
     rt = _get(dump, dump_cri(dump) + ("runtimes", "runc"))
     out = {k: v for k, v in (rt or {}).items() if k != "options" and not _zero(v)}
     opts = {k: v for k, v in ((rt or {}).get("options") or {}).items() if not _zero(v)}
@@ -271,23 +270,18 @@ class SystemdContainerd(Service):
         return runtimes_from_log(p.stdout)
 
     def verify(self, expect: Any, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        last = "containerd did not answer on " + self.address
-        while True:
-            if _ctr_alive(self.address) and expect is None:
-                return
-            if _ctr_alive(self.address):
-                state = self._cri_state()
-                if state is None:
-                    last = "containerd is back, but its CRI plugin's configuration was not seen"
-                else:
-                    bad = runtime_mismatches(expect, *state)
-                    if not bad:
-                        return
-                    last = "containerd's CRI plugin reports: " + "; ".join(bad)
-            if time.monotonic() > deadline:
-                raise VerifyFailed(last)
-            time.sleep(0.3)
+        def probe() -> str | None:
+            if not _ctr_alive(self.address):
+                return ""
+            if expect is None:
+                return None
+            state = self._cri_state()
+            if state is None:
+                return "containerd is back, but its CRI plugin's configuration was not seen"
+            bad = runtime_mismatches(expect, *state)
+            return "containerd's CRI plugin reports: " + "; ".join(bad) if bad else None
+
+        poll(probe, timeout, "containerd did not answer on " + self.address)
 
 
 def auto_service(unit: str, address: str, verify: bool):

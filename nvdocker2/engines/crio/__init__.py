@@ -20,7 +20,6 @@ import os
 import re
 import signal
 import subprocess
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -37,6 +36,7 @@ from nvdocker2.engines.base import (
     Request,
     Service,
     VerifyFailed,
+    poll,
     runtime_mismatches,
 )
 from nvdocker2.errors import BadInput, EnvironmentProblem
@@ -220,24 +220,21 @@ class SystemdCrio(Service):
             raise VerifyFailed(f"systemctl restart {self.unit} failed: {p.stderr.strip()}")
 
     def verify(self, expect: Any, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
         crio = self.crio or safe_which("crio")
         if crio is None:
             raise VerifyFailed("no crio program safe to run on PATH to ask CRI-O what it runs")
-        last = f"CRI-O did not answer on {self.socket}"
-        while True:
+
+        def probe() -> str | None:
             p = self._run([crio, "status", "--socket", self.socket, "config"],
                           capture_output=True, text=True, timeout=30)
-            if p.returncode == 0:
-                if expect is None:
-                    return
-                bad = runtime_mismatches(expect, *runtimes_from_status(p.stdout))
-                if not bad:
-                    return
-                last = "CRI-O reports: " + "; ".join(bad)
-            if time.monotonic() > deadline:
-                raise VerifyFailed(last)
-            time.sleep(0.3)
+            if p.returncode != 0:
+                return ""
+            if expect is None:
+                return None
+            bad = runtime_mismatches(expect, *runtimes_from_status(p.stdout))
+            return "CRI-O reports: " + "; ".join(bad) if bad else None
+
+        poll(probe, timeout, f"CRI-O did not answer on {self.socket}")
 
 
 def crio_version(exe: str | None, run: Any = subprocess.run) -> tuple[int, int, int] | None:

@@ -189,7 +189,7 @@ class DockerEngine(EngineBase):
             rec["file"] = {"existed": doc.existed}
             rec["runtimes_key"] = {"present": edit.RUNTIMES in doc.data}
         prev = rts.get(runtime_name)
-        before = _runtimes(doc.data).get(runtime_name, ABSENT)
+        before = edit.runtimes(doc.data).get(runtime_name, ABSENT)
         rts[runtime_name] = {
             "previous": prev["previous"] if isinstance(prev, dict) and "previous" in prev
             else store.slot(before),
@@ -217,7 +217,7 @@ class DockerEngine(EngineBase):
         mine = rts_rec.get(runtime_name)
         new = doc.data
         changes: list[Change] = []
-        current = _runtimes(doc.data).get(runtime_name, ABSENT)
+        current = edit.runtimes(doc.data).get(runtime_name, ABSENT)
         if isinstance(mine, dict):
             previous = store.unslot(mine.get("previous"))
             new, ch = edit.put_runtime(new, runtime_name, previous)
@@ -327,11 +327,6 @@ class DockerEngine(EngineBase):
         return rollback(self.config, backup_id, **kw)
 
 
-def _runtimes(doc: dict) -> dict:
-    rts = doc.get(edit.RUNTIMES, {})
-    return rts if isinstance(rts, dict) else {}
-
-
 def run(engine: DockerEngine, action: str, planner: Callable[[Context], Plan], *,
         dry_run: bool = False, reporter: Reporter | None = None, timeout: float = 30.0,
         state: Path | None = None) -> Result:
@@ -376,9 +371,10 @@ def rollback(config: Path | None, backup_id: str | None = None, *, dry_run: bool
     rolled back."""
     st = state if state is not None else store.state_dir()
     backups = store.Backups(st)
+    every = backups.all()
     if backup_id:
         b = backups.get(backup_id)
-        group = backups.group(b)
+        group = backups.group(b, every)
         configs = [x.config for x in group]
         if config is not None and str(config) not in configs:
             raise BadInput(
@@ -391,14 +387,14 @@ def rollback(config: Path | None, backup_id: str | None = None, *, dry_run: bool
             config_reason = config_reason or "the file this backup was taken of"
     else:
         assert config is not None
-        found = backups.all(config) + [x for p in _cdi_specs(st, config)
-                                       for x in backups.all(p)]
+        mine = {str(config), *map(str, _cdi_specs(st, config))}
+        found = [x for x in every if x.config in mine]
         if not found:
             raise BadInput(
                 f"no backups of {config} in {backups.dir}",
                 "nothing to roll back to; list backups with: nvdocker2 backups",
             )
-        group = backups.group(max(found, key=lambda x: (x.time, x.id)))
+        group = backups.group(found[0], every)  # all() lists the newest first
     main = next((x for x in group if x.config == str(config)), None)
     others = [x for x in group if x is not main]
     eng = DockerEngine(config, daemon, config_reason, dockerd_log)

@@ -67,18 +67,13 @@ class NoDaemon:
         return None
 
 
-def _runtimes(doc: dict) -> dict:
-    rts = doc.get(edit.RUNTIMES, {})
-    return rts if isinstance(rts, dict) else {}
-
-
 def expectation(target: dict, before: dict, must_have: dict[str, str] | None = None) -> Expectation:
     """What dockerd must report once it runs `target` after running `before`.
 
     Only runtimes whose entries differ are checked (plus `must_have`), so an unrelated entry
     that dockerd reports differently cannot fail the change.
     """
-    t, b = _runtimes(target), _runtimes(before)
+    t, b = edit.runtimes(target), edit.runtimes(before)
     present: dict[str, str] = {}
     for name, entry in t.items():
         if document.same(entry, b.get(name, ABSENT)):
@@ -99,7 +94,7 @@ def transitional(target: dict, current: dict) -> dict | None:
     lacks them but `current` sets them, first reload a file holding `"runtimes": {}` and
     `"default-runtime": "runc"` (plus the rest of `target`), then write `target` itself.
     """
-    need_rt = edit.RUNTIMES not in target and bool(_runtimes(current))
+    need_rt = edit.RUNTIMES not in target and bool(edit.runtimes(current))
     cur_d = current.get(edit.DEFAULT_RUNTIME)
     need_d = (
         edit.DEFAULT_RUNTIME not in target and isinstance(cur_d, str) and cur_d not in ("", "runc")
