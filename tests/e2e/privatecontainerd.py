@@ -185,6 +185,13 @@ class PrivateContainerd:
                 return int(parts[1])
         return None
 
+    def remove_container(self, cid: str) -> None:
+        """Kill a running container's task and delete the container."""
+        self.ctr("task", "kill", "-s", "SIGKILL", cid)
+        time.sleep(0.5)
+        self.ctr("task", "delete", "-f", cid, check=False)
+        self.ctr("container", "delete", cid)
+
     def log_tail(self, n: int = 20) -> str:
         try:
             return "\n".join(self.log.read_text(errors="replace").splitlines()[-n:])

@@ -151,10 +151,7 @@ def test_install_restart_keeps_container_and_uninstall_restores_bytes(containerd
         assert not dropin.parent.exists()  # the directory install made goes with the drop-in
     assert "nvidia" not in _cri_runtimes(c, t1)
     assert c.task_pid("keeper") == task
-    c.ctr("task", "kill", "-s", "SIGKILL", "keeper")
-    time.sleep(0.5)
-    c.ctr("task", "delete", "-f", "keeper", check=False)
-    c.ctr("container", "delete", "keeper")
+    c.remove_container("keeper")
 
 
 def test_refused_candidate_leaves_file_and_containerd_alone(containerd, tmp_path):
@@ -203,10 +200,7 @@ def test_containerd_that_does_not_come_back_is_rolled_back_exit_4(containerd, tm
     assert not (c.dir / "conf.d").exists()  # nor the drop-in directory a 2.x install made
     assert c.pid() is not None  # restarted on the previous files
     assert c.task_pid("survivor") == task
-    c.ctr("task", "kill", "-s", "SIGKILL", "survivor")
-    time.sleep(0.5)
-    c.ctr("task", "delete", "-f", "survivor", check=False)
-    c.ctr("container", "delete", "survivor")
+    c.remove_container("survivor")
 
 
 def test_set_default_is_what_the_restarted_cri_plugin_runs(containerd, tmp_path):

@@ -115,9 +115,6 @@ def tree_with_deb(tree, deb):
 
 @pytest.fixture(scope="module")
 def tree_dockerd(tree_with_deb):
-    try:
-        daemon = tree_with_deb.start_dockerd()
-    except trees.TreeUnavailable as exc:
-        trees.unavailable(str(exc))
+    daemon = trees.start_dockerd(tree_with_deb)
     yield daemon
     daemon.stop()

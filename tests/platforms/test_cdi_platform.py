@@ -77,10 +77,7 @@ def _host(suite: str, deb: Path, daemon_json: bytes | None):
         if daemon_json is not None:
             tree.path("/etc/docker").mkdir(parents=True, exist_ok=True)
             tree.path("/etc/docker/daemon.json").write_bytes(daemon_json)
-        try:
-            dockerd = tree.start_dockerd()
-        except trees.TreeUnavailable as exc:
-            trees.unavailable(str(exc))
+        dockerd = trees.start_dockerd(tree)
     except BaseException:
         tree.close()
         raise

@@ -67,10 +67,7 @@ def daemon(tree_with_deb):
     tree.path(TOOLKIT_CONFIG).write_text(LEGACY_CONFIG)
     tree.path("/etc/docker").mkdir(exist_ok=True)
     tree.path("/etc/docker/daemon.json").write_bytes(USER_JSON)
-    try:
-        started = tree.start_dockerd()
-    except trees.TreeUnavailable as exc:
-        trees.unavailable(str(exc))
+    started = trees.start_dockerd(tree)
     yield started
     started.stop()
 

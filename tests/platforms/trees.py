@@ -168,6 +168,15 @@ def open_tree(suite: "Suite | str") -> "Tree":
         raise  # not reached: unavailable fails or skips
 
 
+def start_dockerd(tree: "Tree") -> "TreeDockerd":
+    """`tree.start_dockerd()` for a test: a dockerd that cannot start is `unavailable`."""
+    try:
+        return tree.start_dockerd()
+    except TreeUnavailable as exc:
+        unavailable(str(exc))
+        raise  # not reached: unavailable fails or skips
+
+
 def _run(cmd: Sequence[str], timeout: float = 600, **kwargs) -> subprocess.CompletedProcess:
     return subprocess.run(
         list(cmd), capture_output=True, text=True, timeout=timeout, check=False, **kwargs

@@ -23,8 +23,14 @@ def cli(*args: str) -> tuple[int, str, str]:
     return code, out.getvalue(), err.getvalue()
 
 
-def engine_env(tmp_path, monkeypatch) -> None:
+def engine_env(tmp_path, monkeypatch, config: bytes | None = None):
     """A private state directory and a PATH with no containerd, crio or systemctl on it, for
-    running `--engine` commands with nothing but their files."""
+    running `--engine` commands with nothing but their files; with `config`, a config.toml
+    holding those bytes, whose path is returned."""
     monkeypatch.setenv("NVDOCKER2_STATE_DIR", str(tmp_path / "state"))
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    if config is None:
+        return None
+    cfg = tmp_path / "config.toml"
+    cfg.write_bytes(config)
+    return cfg

@@ -15,10 +15,7 @@ V3 = b"version = 3\n# site settings\n"
 
 @pytest.fixture
 def env(tmp_path, monkeypatch):
-    engine_env(tmp_path, monkeypatch)
-    cfg = tmp_path / "config.toml"
-    cfg.write_bytes(V3)
-    return cfg
+    return engine_env(tmp_path, monkeypatch, V3)
 
 
 def _ok(*args):

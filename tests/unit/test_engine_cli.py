@@ -15,10 +15,7 @@ CFG = b'version = 2\n# mine\n[plugins."io.containerd.grpc.v1.cri".containerd]\n 
 
 @pytest.fixture
 def env(tmp_path, monkeypatch):
-    engine_env(tmp_path, monkeypatch)
-    cfg = tmp_path / "config.toml"
-    cfg.write_bytes(CFG)
-    return cfg
+    return engine_env(tmp_path, monkeypatch, CFG)
 
 
 def _invoke(*args):
