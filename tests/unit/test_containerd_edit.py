@@ -267,8 +267,14 @@ def test_builtin_runc_is_spelled_out_where_a_runtimes_table_would_drop_it(implic
     rts = tomllib.loads(new.decode())["plugins"]["io.containerd.grpc.v1.cri"]["containerd"][
         "runtimes"]
     assert list(rts) == ["runc", "nvidia"] and rts["runc"] == implicit
+    # what a person reads says so: the runc table is a change of its own, with a note why
+    assert [(c.key.rsplit(".", 1)[-1], c.action, c.after) for c in plan.changes][0] == (
+        "runc", "added", implicit)
+    assert any("built-in runc" in n for n in plan.notes)
     back = E.plan_uninstall(D.parse(ROOT, new), None, req, plan.journal)
     assert _files(back)[ROOT].new == DEBIAN_V2
+    again = E.plan_install(D.parse(ROOT, new), [], None, 1, req, plan.journal, None)
+    assert not again.changed and not again.notes
 
 
 def test_builtin_runc_goes_into_a_containerd_1_dropin_too():

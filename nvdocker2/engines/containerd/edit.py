@@ -348,12 +348,17 @@ def plan_install(root: D.Config, imported: list[D.Config], dropin: D.Config | No
     entry["installed"] = path
     entry["set_default"] = bool(req.set_default or entry.get("set_default"))
     changed = any(f.changed for f in files)
+    notes: tuple[str, ...] = ()
+    if implicit is not None and changed:
+        changes.insert(0, Change(f"{D.dotted(cri)}.runtimes.runc", "added", ABSENT, implicit))
+        notes = ("containerd's built-in runc runtime is written out too: containerd 1.x drops "
+                 "it once the configuration names a runtime of its own",)
     rec = _with_entry(journal, root.path, name, entry) if changed else None
     expect = {"present": {name: path}, "absent": [], "default": name if req.set_default else None}
     expect_old = {"present": {}, "absent": [name] if before_rt is ABSENT else [],
                   "default": before_default if req.set_default else None}
     return Plan(tuple(files), tuple(changes), f"install runtime {name} (containerd)", rec,
-                expect, expect_old)
+                expect, expect_old, notes=notes)
 
 
 def _install_in_place(root: D.Config, table: dict, req: Request, entry: dict,
