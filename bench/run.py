@@ -35,7 +35,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 import nvdocker2  # noqa: E402
-from nvdocker2 import transaction  # noqa: E402
+from nvdocker2.engines import docker as docker_engine  # noqa: E402
 
 # A daemon.json as a host might have it before install.
 TYPICAL = (
@@ -214,7 +214,7 @@ def bench_scaling(report: Report, runs: int, work: Path) -> None:
         def setup() -> None:
             config.write_bytes(data)
             shutil.rmtree(state, ignore_errors=True)
-        return median_time(lambda: transaction.install(config, runtime_path="/usr/bin/runc",
+        return median_time(lambda: docker_engine.install(config, runtime_path="/usr/bin/runc",
                                                        state=state), runs, setup)
 
     def series(unit: str, sizes: Sequence[tuple[float, bytes, str]]) -> None:

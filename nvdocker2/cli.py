@@ -331,7 +331,8 @@ def _make_daemon(
     pidfile: Optional[Path], dockerd_log: Optional[Path], config: Path,
 ) -> tuple[Any, list[str]]:
     """The Daemon for the reload flags. The one place dockerd reloading gets wired in."""
-    from nvdocker2.dockerd import DaemonOptions, make_daemon, reporter_for
+    from nvdocker2.engines.docker.service.daemon import DaemonOptions, make_daemon
+    from nvdocker2.engines.docker.service.progress import reporter_for
 
     options = DaemonOptions(
         mode=mode.value, restart=restart, verify=not no_verify, docker_host=docker_host,
@@ -390,7 +391,7 @@ def _render(res: Any, extra_notes: list[str], extra_warnings: list[str],
 
 
 def _short(v: Any) -> str:
-    from nvdocker2.daemonjson.document import Style, dumps
+    from nvdocker2.engines.docker.daemonjson.document import Style, dumps
 
     try:
         return dumps(v, Style(indent=None, suffix=""))
@@ -486,9 +487,9 @@ def install(
         elif os.path.isabs(path) and not (os.path.isfile(path) and os.access(path, os.X_OK)):
             warnings.append(f"--runtime-path {path} is not an executable file (yet)")
         daemon, notes = _make_daemon(reload, restart, no_verify, docker_host, pidfile, dockerd_log, cfg)
-        from nvdocker2 import transaction
+        from nvdocker2.engines import docker as docker_engine
 
-        res = transaction.install(
+        res = docker_engine.install(
             cfg, runtime_name=runtime_name, runtime_path=path, runtime_args=runtime_arg or [],
             set_default=set_default, dry_run=dry_run, daemon=daemon,
             reporter=CliReporter(json_), timeout=timeout, config_reason=why,
@@ -510,7 +511,7 @@ def _cdi_install(
     restart: bool, no_verify: bool, docker_host: Optional[str], pidfile: Optional[Path],
     timeout: float, dockerd_log: Optional[Path], cdi_spec_dir: Optional[str], json_: bool,
 ) -> int:
-    from nvdocker2 import cdimode
+    from nvdocker2.engines.docker import cdi as cdimode
 
     path = runtime_path or locations.default_runtime_path()[0]
     daemon, notes = _make_daemon(reload, restart, no_verify, docker_host, pidfile, dockerd_log, cfg)
@@ -572,7 +573,7 @@ def uninstall(
                                    "--mode": mode, "--cdi-spec-dir": cdi_spec_dir})
         cfg, why = _resolve_config(config)
         if mode == RuntimeMode.cdi:
-            from nvdocker2 import cdimode
+            from nvdocker2.engines.docker import cdi as cdimode
 
             daemon, notes = _make_daemon(reload, restart, no_verify, docker_host, pidfile,
                                          dockerd_log, cfg)
@@ -590,9 +591,9 @@ def uninstall(
         _no_cdi_spec_dir(cdi_spec_dir)
         daemon, notes = _make_daemon(reload, restart, no_verify, docker_host, pidfile, dockerd_log, cfg)
         own, _ = locations.default_runtime_path()
-        from nvdocker2 import transaction
+        from nvdocker2.engines import docker as docker_engine
 
-        res = transaction.uninstall(
+        res = docker_engine.uninstall(
             cfg, runtime_name=runtime_name, own_runtime_paths=[own], dry_run=dry_run,
             daemon=daemon, reporter=CliReporter(json_), timeout=timeout, config_reason=why,
             dockerd_log=dockerd_log,
@@ -639,9 +640,9 @@ def rollback(
             cfg, why = _resolve_config(config)
         daemon, notes = _make_daemon(reload, restart, no_verify, docker_host, pidfile, dockerd_log,
                                      cfg or Path(locations.ROOTFUL_CONFIG))
-        from nvdocker2 import transaction
+        from nvdocker2.engines import docker as docker_engine
 
-        res = transaction.rollback(
+        res = docker_engine.rollback(
             cfg, backup_id, dry_run=dry_run, daemon=daemon, reporter=CliReporter(json_),
             timeout=timeout, config_reason=why, dockerd_log=dockerd_log,
         )
@@ -747,7 +748,7 @@ def status(
             else:
                 sys.stdout.write("".join(f"{k}: {v}\n" for k, v in st.items()))
             return 0
-        from nvdocker2.daemonjson import document, edit, validate
+        from nvdocker2.engines.docker.daemonjson import document, edit, validate
         from nvdocker2 import store
 
         cfg, why = _resolve_config(config)
@@ -929,7 +930,7 @@ def cdi_refresh(
     packages run this at boot). Does nothing where install --mode cdi wrote no spec."""
 
     def go() -> int:
-        from nvdocker2 import cdimode
+        from nvdocker2.engines.docker import cdi as cdimode
 
         cfg, _ = _resolve_config(config)
         res = cdimode.refresh(cfg, spec_dir=cdi_spec_dir,
@@ -953,7 +954,7 @@ def cdi_refresh(
 def _mode_status(state: Path, cfg: Path, runtime_installed: bool) -> dict:
     """How GPUs reach containers here, as install recorded it: "runtime" (the nvidia runtime
     entry), "cdi" (install --mode cdi), both, or "none"; plus the CDI spec when there is one."""
-    from nvdocker2 import cdimode
+    from nvdocker2.engines.docker import cdi as cdimode
 
     rec: dict = {}
     with contextlib.suppress(NvDockerError):
@@ -973,7 +974,7 @@ def _mode_status(state: Path, cfg: Path, runtime_installed: bool) -> dict:
 
 def _query_dockerd(docker_host: Optional[str], runtimes: dict, default: Any) -> dict:
     """What the running dockerd reports (GET /info) and whether it matches the file."""
-    from nvdocker2.dockerd.api import EngineClient, EngineError, EngineUnavailable, parse_docker_host
+    from nvdocker2.engines.docker.service.api import EngineClient, EngineError, EngineUnavailable, parse_docker_host
 
     host = parse_docker_host(docker_host)
     try:

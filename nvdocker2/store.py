@@ -797,7 +797,7 @@ class Journal:
         return read_state_file(self.path, "journal")
 
     def load(self) -> dict:
-        from nvdocker2.daemonjson import document
+        from nvdocker2.engines.docker.daemonjson import document
 
         data = self.read_bytes()
         if data is None:
@@ -814,7 +814,7 @@ class Journal:
 
     def write(self, record: dict | None) -> None:
         """Replace the record (None or empty: remove the file)."""
-        from nvdocker2.daemonjson import document
+        from nvdocker2.engines.docker.daemonjson import document
 
         if not record or (not record.get("runtimes") and not record.get("default_runtime")):
             self.restore(None)
@@ -849,13 +849,13 @@ class Journal:
 
 def slot(value: Any) -> dict:
     """Journal form of a value that may be ABSENT."""
-    from nvdocker2.daemonjson.edit import ABSENT
+    from nvdocker2.engines.docker.daemonjson.edit import ABSENT
 
     return {"present": False} if value is ABSENT else {"present": True, "value": value}
 
 
 def unslot(s: Any) -> Any:
-    from nvdocker2.daemonjson.edit import ABSENT
+    from nvdocker2.engines.docker.daemonjson.edit import ABSENT
 
     if isinstance(s, dict) and s.get("present"):
         return s.get("value")

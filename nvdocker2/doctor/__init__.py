@@ -19,7 +19,7 @@ __all__ = ["CheckResult", "Context", "diagnose", "engine_info", "run_doctor"]
 
 def engine_info(host: str, timeout: float) -> dict:
     """`GET /info` from the Engine API at `host`, through the installer's client."""
-    from nvdocker2.dockerd.api import (
+    from nvdocker2.engines.docker.service.api import (
         EngineClient,
         EngineError,
         EngineUnavailable,

@@ -12,14 +12,14 @@ from nvdocker2.doctor.registry import Outcome, check, fail, ok, skip, warn
 
 @check("cdi.spec", "the CDI spec matches the GPUs present")
 def cdi_spec(ctx: Context) -> Outcome:
-    from nvdocker2 import cdimode
+    from nvdocker2.engines.docker import cdi
     from nvdocker2.errors import NvDockerError
 
     shown, real, runtime = _spec(ctx)
     if not real.exists():
         return skip(f"no CDI spec at {shown} (CDI mode is not installed)")
     try:
-        current, why = cdimode.spec_is_current(real, runtime)
+        current, why = cdi.spec_is_current(real, runtime)
     except NvDockerError as exc:
         return fail(f"{shown}: the GPUs cannot be read: {exc.message}",
                     exc.hint or "check the NVIDIA driver (nvidia-smi)")
@@ -32,7 +32,7 @@ def cdi_spec(ctx: Context) -> Outcome:
 @check("cdi.dockerd", "dockerd has CDI on and reads the spec",
        needs=("cdi.spec", "dockerd.reachable"))
 def cdi_dockerd(ctx: Context) -> Outcome:
-    from nvdocker2.daemonjson import features
+    from nvdocker2.engines.docker.daemonjson import features
 
     shown, _, _ = _spec(ctx)
     info = ctx.info().info or {}
@@ -50,7 +50,7 @@ def cdi_dockerd(ctx: Context) -> Outcome:
         return fail(f"dockerd reads CDI specs from {', '.join(dirs)}, not from {shown.parent}",
                     f"add {shown.parent} to \"cdi-spec-dirs\" in daemon.json and restart dockerd")
     if release is not None and release >= features.CDI_DEFAULT_ON:
-        from nvdocker2.cdimode import devices_of
+        from nvdocker2.engines.docker.cdi import devices_of
 
         listed = {d.get("ID") for d in info.get("DiscoveredDevices") or [] if isinstance(d, dict)}
         try:

@@ -89,7 +89,7 @@ def config_parse(ctx: Context) -> Outcome:
 
 @check("config.validate", "daemon.json validates", needs=("config.parse",))
 def config_validate(ctx: Context) -> Outcome:
-    from nvdocker2.daemonjson import validate
+    from nvdocker2.engines.docker.daemonjson import validate
 
     f = ctx.daemon_file()
     if f.doc is None or not f.exists:

@@ -23,7 +23,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any, Callable
 
 from nvdocker2 import toolkit_config
-from nvdocker2.dockerd.identity import INIT_PID, Peer, socket_peer, untrusted_owner
+from nvdocker2.engines.docker.service.identity import INIT_PID, Peer, socket_peer, untrusted_owner
 from nvdocker2.doctor.host import SYSTEM_PATH, CommandResult, HostRoot, Runner, run_command
 from nvdocker2.locations import ROOTFUL_CONFIG
 
@@ -359,7 +359,7 @@ def default_location(ctx: Context) -> ConfigLocation:
 
 def _read_daemon_file(ctx: Context) -> DaemonFile:
     """daemon.json through the engine's parser (the same reading `install` does)."""
-    from nvdocker2.daemonjson import document
+    from nvdocker2.engines.docker.daemonjson import document
     from nvdocker2.errors import NvDockerError
 
     path = ctx.config_location().path
@@ -438,7 +438,7 @@ def _norm_socket(url: str) -> str | None:
 
 def dockerd_option_values(argv: tuple[str, ...] | list[str], long: str) -> list[str]:
     """The values given to one dockerd option (`--host`, `-H` …) in `argv`, in order."""
-    from nvdocker2.dockerd.process import parse_flags
+    from nvdocker2.engines.docker.service.process import parse_flags
 
     return [v for name, v in parse_flags(tuple(argv[1:])) if name == long and v is not None]
 
@@ -454,7 +454,7 @@ def _is_dockerd(argv: tuple[str, ...] | None) -> bool:
     """A dockerd daemon (not a `dockerd --version` or `--validate` run)."""
     if not argv or os.path.basename(argv[0]) != "dockerd":
         return False
-    from nvdocker2.dockerd.process import parse_flags
+    from nvdocker2.engines.docker.service.process import parse_flags
 
     return not any(name in ONE_SHOT_FLAGS for name, _ in parse_flags(tuple(argv[1:])))
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Callable
 
-from nvdocker2.dockerd.identity import unsafe_to_run
+from nvdocker2.engines.docker.service.identity import unsafe_to_run
 
 # The PATH the hook and nvidia-container-cli are looked up on when nothing better is known
 # (the same fixed PATH the runtime gives the hook it injects, SPEC §3).

@@ -13,18 +13,19 @@ def cdi_spec(ctx: Context) -> tuple[PurePosixPath, Path, str]:
     """(the spec as the host names it, its real path, the runtime its hook runs)."""
 
     def compute() -> tuple[PurePosixPath, Path, str]:
-        from nvdocker2 import cdimode, locations
+        from nvdocker2 import locations
+        from nvdocker2.engines.docker import cdi
         from nvdocker2 import store
         from nvdocker2.errors import NvDockerError
 
         config = Path(str(ctx.config_location().path))
         rec: dict = {}
         try:
-            rec = cdimode.CdiJournal(store.state_dir(), config).load()
+            rec = cdi.CdiJournal(store.state_dir(), config).load()
         except NvDockerError:
             pass
         spec = rec.get("spec") if isinstance(rec.get("spec"), dict) else {}
-        shown = PurePosixPath(spec.get("path") or str(cdimode.spec_path(None)))
+        shown = PurePosixPath(spec.get("path") or str(cdi.spec_path(None)))
         runtime = rec.get("runtime_path") or locations.default_runtime_path()[0]
         return shown, ctx.root.path(shown), runtime
 

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Callable
 
-from nvdocker2.dockerd.identity import safe_which
+from nvdocker2.engines.docker.service.identity import safe_which
 from nvdocker2.doctor.registry import CheckResult, Outcome, fail, ok, skip, warn
 from nvdocker2.errors import NvDockerError
 

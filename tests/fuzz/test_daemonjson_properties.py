@@ -9,8 +9,8 @@ import string
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from nvdocker2 import transaction
-from nvdocker2.daemonjson import document, edit
+from nvdocker2.engines import docker as docker_engine
+from nvdocker2.engines.docker.daemonjson import document, edit
 
 RT = "/usr/bin/nvidia-container-runtime"
 
@@ -113,7 +113,7 @@ def _has_nan(v):
 @given(objects, runtimes)
 def test_transitional_file_always_has_the_keys_a_reload_needs(obj, rts):
     current = dict(obj, runtimes=dict(rts, nvidia={"path": RT}), **{"default-runtime": "nvidia"})
-    trans = transaction.transitional(obj, current)
+    trans = docker_engine.transitional(obj, current)
     assert trans is not None
     assert trans["runtimes"] == {} and trans["default-runtime"] == "runc"
     assert {k: v for k, v in trans.items() if k not in ("runtimes", "default-runtime")} == obj
@@ -127,7 +127,7 @@ def test_real_install_then_uninstall_restores_the_file(
     import tempfile
     from pathlib import Path
 
-    from nvdocker2.daemonjson import validate
+    from nvdocker2.engines.docker.daemonjson import validate
 
     obj = {k: v for k, v in obj.items() if k not in validate.known_keys()}
     if with_rts:
@@ -137,9 +137,9 @@ def test_real_install_then_uninstall_restores_the_file(
         cfg = Path(d) / "daemon.json"
         cfg.write_bytes(raw)
         state = Path(d) / "state"
-        res = transaction.install(cfg, runtime_path=RT, set_default=set_default, state=state)
+        res = docker_engine.install(cfg, runtime_path=RT, set_default=set_default, state=state)
         assert res.changed
-        again = transaction.install(cfg, runtime_path=RT, set_default=set_default, state=state)
+        again = docker_engine.install(cfg, runtime_path=RT, set_default=set_default, state=state)
         assert not again.changed
-        transaction.uninstall(cfg, state=state)
+        docker_engine.uninstall(cfg, state=state)
         assert cfg.read_bytes() == raw

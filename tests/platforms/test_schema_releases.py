@@ -62,7 +62,7 @@ def release_keys(schema: dict) -> dict[str, tuple[str | None, str | None]]:
 
 def schema_verdicts(tree: trees.Tree, docs: list[dict]) -> list[tuple[list, list]]:
     """(errors, warnings) of the tree's installed nvdocker2 for each document."""
-    script = ("import json, sys\nfrom nvdocker2.daemonjson import validate\n"
+    script = ("import json, sys\nfrom nvdocker2.engines.docker.daemonjson import validate\n"
               "print(json.dumps([validate.validate(d) for d in json.load(sys.stdin)]))")
     out = tree.ok(f"python3 -c '{script}'", input=json.dumps(docs))
     return json.loads(out)
@@ -112,7 +112,7 @@ def test_release_keys_are_accepted_exactly_by_their_releases(tree_with_deb, plat
     tree, suite = tree_with_deb, trees.SUITES[platform]
     version = release(tree.ok("dockerd --version").split("version ", 1)[1])
     schema = json.loads(tree.ok(
-        "python3 -c 'from nvdocker2.daemonjson import validate; import json;"
+        "python3 -c 'from nvdocker2.engines.docker.daemonjson import validate; import json;"
         " print(json.dumps(validate.schema()))'"))
     keys = release_keys(schema)
     assert set(keys) <= set(SAMPLES), f"no sample value for {sorted(set(keys) - set(SAMPLES))}"

@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from nvdocker2 import transaction
+from nvdocker2.engines import docker as docker_engine
 from nvdocker2 import store
 from nvdocker2.errors import EnvironmentProblem
 
@@ -120,7 +120,7 @@ def test_failing_rename_keeps_old_file_and_journal(tmp_path, monkeypatch):
 
     monkeypatch.setattr(os, "replace", replace)
     with pytest.raises(EnvironmentProblem) as ei:
-        transaction.install(cfg, runtime_path=RT, state=tmp_path / "state")
+        docker_engine.install(cfg, runtime_path=RT, state=tmp_path / "state")
     assert ei.value.exit_code == 3 and "Input/output error" in ei.value.message
     assert cfg.read_bytes() == ORIGINAL and leftovers(etc) == []
     assert store.Journal(tmp_path / "state", cfg).load() == {}

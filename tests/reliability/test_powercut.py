@@ -29,7 +29,7 @@ from typing import Callable, Iterator
 
 import pytest
 
-from nvdocker2 import transaction
+from nvdocker2.engines import docker as docker_engine
 from nvdocker2 import store
 
 OLD = b'{\n    "debug": true,\n    "log-driver": "journald"\n}\n'
@@ -274,8 +274,8 @@ def root(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def _install(root: Path) -> transaction.Result:
-    return transaction.install(root / "etc" / "daemon.json", runtime_path=RUNTIME,
+def _install(root: Path) -> docker_engine.Result:
+    return docker_engine.install(root / "etc" / "daemon.json", runtime_path=RUNTIME,
                                set_default=True, state=root / "state")
 
 
@@ -329,7 +329,7 @@ def test_every_power_cut_during_uninstall_leaves_new_or_restored_daemon_json(
 ) -> None:
     _install(root)
     installed = (root / "etc" / "daemon.json").read_bytes()
-    rec = _record(root, monkeypatch, lambda: transaction.uninstall(
+    rec = _record(root, monkeypatch, lambda: docker_engine.uninstall(
         root / "etc" / "daemon.json", state=root / "state"))
     assert (root / "etc" / "daemon.json").read_bytes() == OLD
     etc = str(root / "etc")

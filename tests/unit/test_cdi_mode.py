@@ -313,7 +313,7 @@ class RefusingDaemon:
         self.calls.append("restart")
 
     def verify(self, expect, timeout) -> None:
-        from nvdocker2.transaction import VerifyFailed
+        from nvdocker2.engines.base import VerifyFailed
 
         self.calls.append("verify")
         if expect.cdi_spec_dir is not None:
@@ -321,17 +321,17 @@ class RefusingDaemon:
 
 
 def test_a_restart_that_does_not_bring_cdi_up_restores_both_files_exit_4(host):
-    from nvdocker2 import cdimode
-    from nvdocker2.dockerd.api import EngineClient, parse_docker_host
+    from nvdocker2.engines.docker import cdi
+    from nvdocker2.engines.docker.service.api import EngineClient, parse_docker_host
     from nvdocker2.errors import DockerdRejected
 
     host.docker("26.1.5", cdi_on=False)
     before = host.write_config('{"features": {"buildkit": true}, ' + DIRS + "}")
     os.environ["NVIDIA_CONTAINER_RUNTIME_CONFIG"] = str(host.toml)
     daemon = RefusingDaemon(EngineClient(parse_docker_host(f"unix://{host.engine.socket_path}")))
-    run = cdimode.Run(daemon, restart=True, timeout=5, state=host.state)
+    run = cdi.Run(daemon, restart=True, timeout=5, state=host.state)
     with pytest.raises(DockerdRejected) as err:
-        cdimode.install(host.config, spec_dir=str(host.spec_dir), runtime_path=RUNTIME, run=run)
+        cdi.install(host.config, spec_dir=str(host.spec_dir), runtime_path=RUNTIME, run=run)
     assert "CDI is off (CDISpecDirs is empty)" in err.value.message
     assert "the previous file was restored" in err.value.message
     assert daemon.calls == ["check", "restart", "verify", "restart", "verify"]
@@ -417,11 +417,11 @@ def test_a_daemon_json_that_cannot_be_replaced_takes_the_new_spec_back_out(host,
     the spec is put back as it was and the command exits 3 with nothing changed."""
     import errno
 
-    from nvdocker2 import cdimode
+    from nvdocker2.engines.docker import cdi
     from nvdocker2 import store
-    from nvdocker2.dockerd.api import EngineClient, parse_docker_host
+    from nvdocker2.engines.docker.service.api import EngineClient, parse_docker_host
     from nvdocker2.errors import EnvironmentProblem
-    from nvdocker2.transaction import NoDaemon
+    from nvdocker2.engines.docker.service import NoDaemon
 
     host.docker("26.1.5", cdi_on=False)
     before = host.write_config('{"features": {"buildkit": true}, ' + DIRS + "}")
@@ -437,8 +437,8 @@ def test_a_daemon_json_that_cannot_be_replaced_takes_the_new_spec_back_out(host,
     daemon = NoDaemon()
     daemon.client = EngineClient(parse_docker_host(f"unix://{host.engine.socket_path}"))
     with pytest.raises(EnvironmentProblem) as err:
-        cdimode.install(host.config, spec_dir=str(host.spec_dir), runtime_path=RUNTIME,
-                        run=cdimode.Run(daemon, state=host.state))
+        cdi.install(host.config, spec_dir=str(host.spec_dir), runtime_path=RUNTIME,
+                        run=cdi.Run(daemon, state=host.state))
     assert err.value.message == f"{host.config}: no space left on device"
     assert host.config.read_bytes() == before
     assert sorted(os.listdir(host.spec_dir)) == []

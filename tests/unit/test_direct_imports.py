@@ -25,7 +25,7 @@ def test_direct_mode_imports_only_the_standard_library():
     assert proc.returncode == 0, proc.stderr
     loaded = set(proc.stdout.split())
     for banned in ("typer", "rich", "jsonschema", "filelock", "click", "packaging", "yaml",
-                   "nvdocker2.cli", "nvdocker2.errors", "nvdocker2.daemonjson",
+                   "nvdocker2.cli", "nvdocker2.errors", "nvdocker2.engines.docker.daemonjson",
                    "nvdocker2.direct.commands"):
         assert banned not in loaded
     if sys.version_info >= (3, 10):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from dockerd_fixtures import running_engine
 
-from nvdocker2.dockerd.api import (
+from nvdocker2.engines.docker.service.api import (
     EngineClient,
     EngineError,
     EngineUnavailable,

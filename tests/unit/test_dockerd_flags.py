@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from nvdocker2.dockerd.daemon import check_candidate_against
-from nvdocker2.dockerd.process import (
+from nvdocker2.engines.docker.service.daemon import check_candidate_against
+from nvdocker2.engines.docker.service.process import (
     DockerdProcess,
     flag_conflicts,
     flags_to_keys,

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from nvdocker2.dockerd.identity import socket_peer, unsafe_to_run, untrusted_owner
+from nvdocker2.engines.docker.service.identity import socket_peer, unsafe_to_run, untrusted_owner
 from nvdocker2.doctor.host import run_command
 
 NOBODY = 65534
@@ -115,8 +115,8 @@ def _listening_dockerd(d, user=None):
 
 @needs_root
 def test_identify_takes_the_socket_peer_and_refuses_a_hint_or_owner_that_disagrees(tmp_path):
-    from nvdocker2.dockerd.api import parse_docker_host
-    from nvdocker2.dockerd.daemon import identify
+    from nvdocker2.engines.docker.service.api import parse_docker_host
+    from nvdocker2.engines.docker.service.daemon import identify
     from nvdocker2.errors import EnvironmentProblem
 
     procs = []
@@ -152,7 +152,7 @@ def test_identify_takes_the_socket_peer_and_refuses_a_hint_or_owner_that_disagre
 def test_dockerd_validate_never_runs_a_dockerd_another_user_could_have_planted(
     tmp_path, monkeypatch
 ):
-    from nvdocker2.daemonjson import validate
+    from nvdocker2.engines.docker.daemonjson import validate
 
     shared = tmp_path / "shared"
     shared.mkdir()

@@ -8,8 +8,8 @@ import json
 import pytest
 from dockerd_fixtures import FIXTURES, NamedDockerd, named_dockerd_in
 
-from nvdocker2.dockerd.daemon import DaemonOptions, Dockerd, NoReload, make_daemon
-from nvdocker2.dockerd.logs import FileLog
+from nvdocker2.engines.docker.service.daemon import DaemonOptions, Dockerd, NoReload, make_daemon
+from nvdocker2.engines.docker.service.logs import FileLog
 from nvdocker2.errors import BadInput, EnvironmentProblem
 
 
@@ -137,7 +137,7 @@ def test_sysv_reloads_through_service(stand_in_path, named_dockerd, tmp_path, mo
 def test_setups_give_the_pidfile_socket_and_unit_of_dockerd_facts(tmp_path):
     from pathlib import Path
 
-    from nvdocker2.dockerd.daemon import detect_setup
+    from nvdocker2.engines.docker.service.daemon import detect_setup
 
     rootful = detect_setup(Path("/etc/docker/daemon.json"), {}, euid=0)
     assert (rootful.name, rootful.unit, rootful.user) == ("rootful", "docker", False)
@@ -160,7 +160,7 @@ def test_setups_give_the_pidfile_socket_and_unit_of_dockerd_facts(tmp_path):
 
 
 def test_a_user_unit_is_driven_with_systemctl_user(stand_in_path, tmp_path, monkeypatch):
-    from nvdocker2.dockerd.managers import SystemdManager
+    from nvdocker2.engines.docker.service.managers import SystemdManager
 
     calls = tmp_path / "calls"
     monkeypatch.setenv("NVD2_FAKE_CALLS", str(calls))

@@ -3,7 +3,7 @@ that added the flag); older ones, as /info reports them, are not probed at all."
 
 from __future__ import annotations
 
-from nvdocker2.daemonjson import validate
+from nvdocker2.engines.docker.daemonjson import validate
 
 
 def recording_dockerd(tmp_path, refuses: bool):

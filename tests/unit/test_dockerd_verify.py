@@ -9,14 +9,15 @@ import time
 import pytest
 from dockerd_fixtures import FIXTURES, named_dockerd_in, running_engine
 
-from nvdocker2.dockerd import daemon as daemon_module
-from nvdocker2.dockerd.api import EngineClient, parse_docker_host
-from nvdocker2.dockerd.daemon import Dockerd
-from nvdocker2.dockerd.logs import FileLog, JournalLog, NoLog, find_refusal, message_of
-from nvdocker2.dockerd.managers import SignalManager
-from nvdocker2.dockerd.progress import PlainReporter, RecordingReporter
+from nvdocker2.engines.docker.service import daemon as daemon_module
+from nvdocker2.engines.docker.service.api import EngineClient, parse_docker_host
+from nvdocker2.engines.docker.service.daemon import Dockerd
+from nvdocker2.engines.docker.service.logs import FileLog, JournalLog, NoLog, find_refusal, message_of
+from nvdocker2.engines.docker.service.managers import SignalManager
+from nvdocker2.engines.docker.service.progress import PlainReporter, RecordingReporter
 from nvdocker2.errors import EnvironmentProblem
-from nvdocker2.transaction import Expectation, VerifyFailed
+from nvdocker2.engines.base import VerifyFailed
+from nvdocker2.engines.docker.service import Expectation
 
 
 @pytest.fixture
@@ -295,7 +296,7 @@ def test_on_the_way_back_a_refused_file_does_not_fail_verify_when_info_is_right(
 def test_a_restart_command_that_fails_while_dockerd_still_answers_is_an_environment_problem(
     engine, tmp_path, monkeypatch
 ):
-    from nvdocker2.dockerd.managers import SystemdManager
+    from nvdocker2.engines.docker.service.managers import SystemdManager
 
     bindir = tmp_path / "bin"
     bindir.mkdir()

@@ -8,8 +8,8 @@ import os
 
 import pytest
 
-from nvdocker2.daemonjson import document
-from nvdocker2.daemonjson.document import DocumentError, JsonFloat, Style, dumps, parse
+from nvdocker2.engines.docker.daemonjson import document
+from nvdocker2.engines.docker.daemonjson.document import DocumentError, JsonFloat, Style, dumps, parse
 from nvdocker2.errors import EXIT_BAD_INPUT
 
 SAMPLES = [

@@ -6,8 +6,8 @@ import copy
 
 import pytest
 
-from nvdocker2.daemonjson import edit
-from nvdocker2.daemonjson.edit import ABSENT
+from nvdocker2.engines.docker.daemonjson import edit
+from nvdocker2.engines.docker.daemonjson.edit import ABSENT
 from nvdocker2.errors import EXIT_BAD_INPUT, BadInput
 
 RT = "/usr/bin/nvidia-container-runtime"

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from nvdocker2 import store
-from nvdocker2.daemonjson.edit import Change
+from nvdocker2.engines.docker.daemonjson.edit import Change
 from nvdocker2.engines import transaction as txn
 from nvdocker2.engines.base import EngineBase, FileEdit, Plan, Service, VerifyFailed
 from nvdocker2.errors import DockerdRejected, EnvironmentProblem, RollbackFailed

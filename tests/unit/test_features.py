@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from nvdocker2.daemonjson.edit import ABSENT, ShapeError
-from nvdocker2.daemonjson.features import (
+from nvdocker2.engines.docker.daemonjson.edit import ABSENT, ShapeError
+from nvdocker2.engines.docker.daemonjson.features import (
     drop_empty_features,
     enable_cdi,
     put_cdi,

@@ -6,8 +6,8 @@ from __future__ import annotations
 import jsonschema
 import pytest
 
-from nvdocker2.daemonjson import document, validate
-from nvdocker2.daemonjson.validate import schema
+from nvdocker2.engines.docker.daemonjson import document, validate
+from nvdocker2.engines.docker.daemonjson.validate import schema
 
 # Keys of Docker 20.10 and later releases (SPEC §2: types of all documented keys).
 KEYS_20_10 = """api-cors-header bip bridge cgroup-parent cluster-advertise cluster-store containerd

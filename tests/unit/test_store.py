@@ -9,7 +9,7 @@ import pytest
 from filelock import FileLock
 
 from nvdocker2 import store
-from nvdocker2.daemonjson.edit import ABSENT
+from nvdocker2.engines.docker.daemonjson.edit import ABSENT
 from nvdocker2.errors import BadInput, EnvironmentProblem
 
 
@@ -117,7 +117,7 @@ def test_damaged_backup_is_refused(tmp_path):
 
 
 def test_journal_round_trip_keeps_absent_and_exact_values(tmp_path):
-    from nvdocker2.daemonjson.document import parse
+    from nvdocker2.engines.docker.daemonjson.document import parse
 
     j = store.Journal(tmp_path, tmp_path / "daemon.json")
     assert j.load() == {} and j.read_bytes() is None

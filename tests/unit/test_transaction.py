@@ -12,10 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from nvdocker2 import transaction
+from nvdocker2.engines import docker as docker_engine
 from nvdocker2 import store
 from nvdocker2.errors import BadInput, DockerdRejected, EnvironmentProblem, RollbackFailed
-from nvdocker2.transaction import Expectation, VerifyFailed
+from nvdocker2.engines.base import VerifyFailed
+from nvdocker2.engines.docker.service import Expectation
 
 RT = "/usr/bin/nvidia-container-runtime"
 BUILTIN = {"runc": "runc", "io.containerd.runc.v2": "runc"}
@@ -115,7 +116,7 @@ ORIGINAL = b'{\n  "debug": true,\n  "log-opts": {"max-size": "10m"}\n}\n'
 def test_install_reloads_verifies_and_reports(cfg, state):
     write(cfg, ORIGINAL)
     d = SimulatedDockerd(cfg)
-    res = transaction.install(cfg, runtime_path=RT, daemon=d, state=state, set_default=True)
+    res = docker_engine.install(cfg, runtime_path=RT, daemon=d, state=state, set_default=True)
     assert res.changed and res.verified and res.reload == "signal" and res.backup
     assert d.runtimes["nvidia"] == RT and d.default == "nvidia"
     assert len(d.reloads) == 1
@@ -126,9 +127,9 @@ def test_install_reloads_verifies_and_reports(cfg, state):
 def test_second_install_is_unchanged_no_backup_no_reload(cfg, state):
     write(cfg, ORIGINAL)
     d = SimulatedDockerd(cfg)
-    transaction.install(cfg, runtime_path=RT, daemon=d, state=state)
+    docker_engine.install(cfg, runtime_path=RT, daemon=d, state=state)
     after = cfg.read_bytes()
-    res = transaction.install(cfg, runtime_path=RT, daemon=d, state=state)
+    res = docker_engine.install(cfg, runtime_path=RT, daemon=d, state=state)
     assert not res.changed and res.backup is None and res.reload == "none"
     assert len(d.reloads) == 1 and len(store.Backups(state).all()) == 1
     assert cfg.read_bytes() == after
@@ -138,7 +139,7 @@ def test_dockerd_refusing_the_change_restores_the_file_and_exits_4(cfg, state):
     write(cfg, ORIGINAL)
     d = SimulatedDockerd(cfg, refuse_path=RT)
     with pytest.raises(DockerdRejected) as ei:
-        transaction.install(cfg, runtime_path=RT, daemon=d, state=state)
+        docker_engine.install(cfg, runtime_path=RT, daemon=d, state=state)
     assert ei.value.exit_code == 4
     assert "dockerd reports runtime nvidia as None" in ei.value.message
     assert "restored from backup" in ei.value.message
@@ -152,7 +153,7 @@ def test_failed_rollback_exits_5_naming_the_backup_file(cfg, state):
     write(cfg, ORIGINAL)
     d = SimulatedDockerd(cfg, refuse_path=RT, fail_reload_at=2)
     with pytest.raises(RollbackFailed) as ei:
-        transaction.install(cfg, runtime_path=RT, daemon=d, state=state)
+        docker_engine.install(cfg, runtime_path=RT, daemon=d, state=state)
     backup = store.Backups(state).all()[0]
     assert ei.value.exit_code == 5
     assert str(backup.file) in ei.value.message
@@ -164,7 +165,7 @@ def test_reload_impossible_exits_3_with_the_file_unchanged(cfg, state):
     write(cfg, ORIGINAL)
     d = SimulatedDockerd(cfg, fail_reload_at=1)
     with pytest.raises(EnvironmentProblem) as ei:
-        transaction.install(cfg, runtime_path=RT, daemon=d, state=state)
+        docker_engine.install(cfg, runtime_path=RT, daemon=d, state=state)
     assert ei.value.exit_code == 3 and "restored" in ei.value.message
     assert cfg.read_bytes() == ORIGINAL
 
@@ -173,7 +174,7 @@ def test_candidate_refused_before_anything_is_written(cfg, state):
     write(cfg, ORIGINAL)
     d = SimulatedDockerd(cfg, refuse_candidate=True)
     with pytest.raises(BadInput):
-        transaction.install(cfg, runtime_path=RT, daemon=d, state=state)
+        docker_engine.install(cfg, runtime_path=RT, daemon=d, state=state)
     assert cfg.read_bytes() == ORIGINAL
     assert store.Backups(state).all() == [] and d.reloads == []
     assert sorted(p.name for p in cfg.parent.iterdir()) == ["daemon.json"]
@@ -182,8 +183,8 @@ def test_candidate_refused_before_anything_is_written(cfg, state):
 def test_uninstall_on_a_live_daemon_uses_the_transitional_file(cfg, state):
     write(cfg, ORIGINAL)
     d = SimulatedDockerd(cfg)
-    transaction.install(cfg, runtime_path=RT, daemon=d, state=state, set_default=True)
-    res = transaction.uninstall(cfg, daemon=d, state=state, own_runtime_paths=[RT])
+    docker_engine.install(cfg, runtime_path=RT, daemon=d, state=state, set_default=True)
+    res = docker_engine.uninstall(cfg, daemon=d, state=state, own_runtime_paths=[RT])
     assert res.changed and res.verified
     trans = json.loads(d.reloads[-1])
     assert trans["runtimes"] == {} and trans["default-runtime"] == "runc"
@@ -194,8 +195,8 @@ def test_uninstall_on_a_live_daemon_uses_the_transitional_file(cfg, state):
 
 def test_uninstall_with_no_daemon_writes_the_final_file_directly(cfg, state):
     write(cfg, ORIGINAL)
-    transaction.install(cfg, runtime_path=RT, state=state)
-    res = transaction.uninstall(cfg, state=state)
+    docker_engine.install(cfg, runtime_path=RT, state=state)
+    res = docker_engine.uninstall(cfg, state=state)
     assert res.changed and not res.verified and res.reload == "none"
     assert cfg.read_bytes() == ORIGINAL
     assert any("dockerd was not reloaded" in n for n in res.notes)
@@ -209,36 +210,36 @@ def test_uninstall_restores_previous_entry_and_previous_default_runtime(cfg, sta
         b"        }\n    }\n}\n"
     )
     write(cfg, original)
-    transaction.install(cfg, runtime_path=RT, state=state, set_default=True)
+    docker_engine.install(cfg, runtime_path=RT, state=state, set_default=True)
     data = json.loads(cfg.read_bytes())
     assert data["default-runtime"] == "nvidia" and data["runtimes"]["nvidia"] == {"path": RT}
-    transaction.uninstall(cfg, state=state)
+    docker_engine.uninstall(cfg, state=state)
     assert cfg.read_bytes() == original
 
 
 def test_reinstall_with_a_new_path_keeps_the_first_previous_value(cfg, state):
     write(cfg, b'{"runtimes": {"nvidia": {"path": "/old"}}}')
-    transaction.install(cfg, runtime_path=RT, state=state)
-    transaction.install(cfg, runtime_path="/opt/new/nvidia-container-runtime", state=state)
-    transaction.uninstall(cfg, state=state)
+    docker_engine.install(cfg, runtime_path=RT, state=state)
+    docker_engine.install(cfg, runtime_path="/opt/new/nvidia-container-runtime", state=state)
+    docker_engine.uninstall(cfg, state=state)
     assert cfg.read_bytes() == b'{"runtimes": {"nvidia": {"path": "/old"}}}'
 
 
 def test_uninstall_without_journal_removes_only_our_runtime(cfg, state):
     write(cfg, b'{"runtimes": {"nvidia": {"path": "/opt/other/nvidia"}}}')
-    res = transaction.uninstall(cfg, state=state, own_runtime_paths=[RT])
+    res = docker_engine.uninstall(cfg, state=state, own_runtime_paths=[RT])
     assert not res.changed and any("left in place" in w for w in res.warnings)
     write(
         cfg, b'{"default-runtime": "nvidia", "runtimes": {"nvidia": {"path": "%s"}}}' % RT.encode()
     )
-    res = transaction.uninstall(cfg, state=state, own_runtime_paths=[RT])
+    res = docker_engine.uninstall(cfg, state=state, own_runtime_paths=[RT])
     assert res.changed
     assert cfg.read_bytes() == b'{"runtimes": {}}'
 
 
 def test_dry_run_touches_nothing(cfg, state):
     write(cfg, ORIGINAL)
-    res = transaction.install(cfg, runtime_path=RT, state=state, dry_run=True)
+    res = docker_engine.install(cfg, runtime_path=RT, state=state, dry_run=True)
     assert res.changed and res.dry_run
     assert f"+++ b{cfg}" in res.diff and '+  "runtimes": {' in res.diff
     assert cfg.read_bytes() == ORIGINAL and not state.exists()
@@ -246,30 +247,30 @@ def test_dry_run_touches_nothing(cfg, state):
 
 def test_install_creates_a_missing_file_and_uninstall_removes_it(cfg, state):
     cfg.parent.mkdir(parents=True)
-    res = transaction.install(cfg, runtime_path=RT, state=state)
+    res = docker_engine.install(cfg, runtime_path=RT, state=state)
     assert res.changed and res.backup_file is None
     assert (
         cfg.read_bytes() == b'{\n    "runtimes": {\n        "nvidia": {\n'
         b'            "path": "%s"\n        }\n    }\n}\n' % RT.encode()
     )
     assert oct(cfg.stat().st_mode & 0o777) == "0o644"
-    transaction.uninstall(cfg, state=state)
+    docker_engine.uninstall(cfg, state=state)
     assert not cfg.exists()
 
 
 def test_empty_file_is_repaired_by_install(cfg, state):
     write(cfg, b"")
-    transaction.install(cfg, runtime_path=RT, state=state)
+    docker_engine.install(cfg, runtime_path=RT, state=state)
     assert json.loads(cfg.read_bytes()) == {"runtimes": {"nvidia": {"path": RT}}}
 
 
 def test_rollback_restores_newest_backup_and_can_itself_be_undone(cfg, state):
     write(cfg, ORIGINAL)
-    transaction.install(cfg, runtime_path=RT, state=state)
+    docker_engine.install(cfg, runtime_path=RT, state=state)
     installed = cfg.read_bytes()
-    res = transaction.rollback(cfg, state=state)
+    res = docker_engine.rollback(cfg, state=state)
     assert res.changed and cfg.read_bytes() == ORIGINAL
-    res2 = transaction.rollback(cfg, state=state)
+    res2 = docker_engine.rollback(cfg, state=state)
     assert res2.changed and cfg.read_bytes() == installed
     assert [b.reason.split()[0] for b in store.Backups(state).all(cfg)] == [
         "rollback",
@@ -280,28 +281,28 @@ def test_rollback_restores_newest_backup_and_can_itself_be_undone(cfg, state):
 
 def test_rollback_by_id_and_to_a_file_that_did_not_exist(cfg, state):
     cfg.parent.mkdir(parents=True)
-    first = transaction.install(cfg, runtime_path=RT, state=state)
-    transaction.install(cfg, runtime_path=RT, runtime_args=["-v"], state=state)
+    first = docker_engine.install(cfg, runtime_path=RT, state=state)
+    docker_engine.install(cfg, runtime_path=RT, runtime_args=["-v"], state=state)
     d = SimulatedDockerd(cfg)
     d.reload()
     assert d.runtimes["nvidia"] == RT
-    res = transaction.rollback(None, first.backup, state=state, daemon=d)
+    res = docker_engine.rollback(None, first.backup, state=state, daemon=d)
     assert res.changed and res.verified and not cfg.exists()
     assert "nvidia" not in d.runtimes
     with pytest.raises(BadInput, match="no backup with id"):
-        transaction.rollback(None, "20200101T000000Z-000000", state=state)
+        docker_engine.rollback(None, "20200101T000000Z-000000", state=state)
 
 
 def test_rollback_without_backups_is_bad_input(cfg, state):
     write(cfg, ORIGINAL)
     with pytest.raises(BadInput, match="no backups"):
-        transaction.rollback(cfg, state=state)
+        docker_engine.rollback(cfg, state=state)
 
 
 def test_only_the_newest_20_backups_are_kept(cfg, state):
     write(cfg, b"{}")
     for i in range(23):
-        transaction.install(cfg, runtime_name=f"rt{i}", runtime_path=RT, state=state)
+        docker_engine.install(cfg, runtime_name=f"rt{i}", runtime_path=RT, state=state)
     backups = store.Backups(state).all(cfg)
     assert len(backups) == 20
     assert (
@@ -315,9 +316,9 @@ def test_expectation_checks_only_what_changed():
         "runtimes": {"kata": {"path": "/k"}, "nvidia": {"path": "/b"}},
         "default-runtime": "nvidia",
     }
-    assert transaction.expectation(after, before) == Expectation({"nvidia": "/b"}, (), "nvidia")
-    assert transaction.expectation(before, after) == Expectation({"nvidia": "/a"}, (), "runc")
-    assert transaction.expectation({}, before).absent == ("kata", "nvidia")
+    assert docker_engine.expectation(after, before) == Expectation({"nvidia": "/b"}, (), "nvidia")
+    assert docker_engine.expectation(before, after) == Expectation({"nvidia": "/a"}, (), "runc")
+    assert docker_engine.expectation({}, before).absent == ("kata", "nvidia")
 
 
 def test_exit_4_quotes_what_dockerd_logged(cfg, state, tmp_path):
@@ -335,7 +336,7 @@ def test_exit_4_quotes_what_dockerd_logged(cfg, state, tmp_path):
 
     d = LoggingDockerd(cfg, refuse_path=RT)
     with pytest.raises(DockerdRejected) as ei:
-        transaction.install(cfg, runtime_path=RT, daemon=d, state=state, dockerd_log=log)
+        docker_engine.install(cfg, runtime_path=RT, daemon=d, state=state, dockerd_log=log)
     assert (
         ei.value.hint
         == 'dockerd logged: time="t1" level=error msg="invalid runtime path: no such file"'
@@ -346,22 +347,22 @@ def test_exit_4_quotes_what_dockerd_logged(cfg, state, tmp_path):
 def test_missing_config_directory_is_created_one_level_only(tmp_path, state):
     cfg = tmp_path / "etc" / "docker" / "daemon.json"
     (tmp_path / "etc").mkdir()
-    res = transaction.install(cfg, runtime_path=RT, state=state)
+    res = docker_engine.install(cfg, runtime_path=RT, state=state)
     assert res.changed and f"created the directory {cfg.parent}" in res.notes
     assert oct(cfg.parent.stat().st_mode & 0o777) == "0o755"
     deep = tmp_path / "nope" / "docker" / "daemon.json"
     with pytest.raises(BadInput, match="does not exist"):
-        transaction.install(deep, runtime_path=RT, state=state)
+        docker_engine.install(deep, runtime_path=RT, state=state)
     assert not (tmp_path / "nope").exists()
 
 
 def test_uninstall_finishes_one_killed_after_its_transitional_reload(cfg, state):
     write(cfg, ORIGINAL)
     d = SimulatedDockerd(cfg)
-    transaction.install(cfg, runtime_path=RT, daemon=d, state=state, set_default=True)
+    docker_engine.install(cfg, runtime_path=RT, daemon=d, state=state, set_default=True)
     # What a killed uninstall leaves: the transitional file in place, the journal untouched.
     write(cfg, ORIGINAL[:-3] + b',\n  "runtimes": {},\n  "default-runtime": "runc"\n}\n')
-    res = transaction.uninstall(cfg, state=state)
+    res = docker_engine.uninstall(cfg, state=state)
     assert res.changed and cfg.read_bytes() == ORIGINAL
 
 
@@ -370,5 +371,5 @@ def test_backup_bytes_without_metadata_are_pruned(cfg, state):
     orphan = state / "backups" / "20200101T000000Z-abcdef.json"
     orphan.parent.mkdir(parents=True)
     orphan.write_bytes(b"{}")
-    transaction.install(cfg, runtime_path=RT, state=state)
+    docker_engine.install(cfg, runtime_path=RT, state=state)
     assert not orphan.exists() and len(store.Backups(state).all()) == 1

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from nvdocker2.dockerd.identity import safe_which
+from nvdocker2.engines.docker.service.identity import safe_which
 from nvdocker2.engines.base import Service, VerifyFailed, poll, runtime_mismatches
 from nvdocker2.engines.containerd import document as D
 from nvdocker2.errors import BadInput, EnvironmentProblem

@@ -27,7 +27,7 @@ from typing import Any
 import tomlkit
 
 from nvdocker2.changes import ABSENT, Change
-from nvdocker2.dockerd.identity import safe_which
+from nvdocker2.engines.docker.service.identity import safe_which
 from nvdocker2.engines.base import (
     EngineBase,
     FileEdit,
@@ -269,9 +269,9 @@ class SignalCrio(SystemdCrio):
 
     def find(self) -> int:
         """CRI-O's pid; EnvironmentProblem (nothing signalled) when it cannot be trusted."""
-        from nvdocker2.dockerd.identity import socket_peer, untrusted_owner
-        from nvdocker2.dockerd.managers import SystemdManager
-        from nvdocker2.dockerd.process import is_named
+        from nvdocker2.engines.docker.service.identity import socket_peer, untrusted_owner
+        from nvdocker2.engines.docker.service.managers import SystemdManager
+        from nvdocker2.engines.docker.service.process import is_named
 
         other = "use --reload systemd to restart CRI-O instead"
         pid = SystemdManager(self.unit, self.systemctl).main_pid()

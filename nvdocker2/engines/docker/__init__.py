@@ -1,7 +1,7 @@
 """The Docker engine: daemon.json edits planned for the engine transaction (SPEC §2, §8, §9).
 
 The document format (parse with the style kept, pure edits, schema, `dockerd --validate`) is
-nvdocker2.daemonjson; dockerd as the service is `service.DaemonService`. `install`,
+nvdocker2.engines.docker.daemonjson; dockerd as the service is `service.DaemonService`. `install`,
 `uninstall` and `rollback` here are the daemon.json transactions the CLI runs (CDI mode,
 nvdocker2.cdimode, plans through the same engine).
 """
@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from nvdocker2 import locations
-from nvdocker2.daemonjson import document, edit, validate
+from nvdocker2.engines.docker.daemonjson import document, edit, validate
 from nvdocker2 import store
 from nvdocker2.changes import ABSENT, Change
 from nvdocker2.engines.base import EngineBase, FileEdit, Plan, Request
@@ -405,7 +405,7 @@ def rollback(config: Path | None, backup_id: str | None = None, *, dry_run: bool
 def _cdi_specs(state: Path, config: Path) -> list[Path]:
     """The CDI specs CDI mode writes beside `config` (the one its journal records, and the
     default): a change of the spec alone is undone by `rollback` too."""
-    from nvdocker2 import cdimode
+    from nvdocker2.engines.docker import cdi
 
-    return list(dict.fromkeys(p for p in (cdimode.recorded_spec(state, config),
-                                          cdimode.spec_path(None)) if p is not None))
+    return list(dict.fromkeys(p for p in (cdi.recorded_spec(state, config),
+                                          cdi.spec_path(None)) if p is not None))

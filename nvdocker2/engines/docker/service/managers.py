@@ -13,8 +13,8 @@ import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 
-from nvdocker2.dockerd.logs import FileLog, JournalLog, LogSource, NoLog
-from nvdocker2.dockerd.process import is_dockerd, read_pidfile
+from nvdocker2.engines.docker.service.logs import FileLog, JournalLog, LogSource, NoLog
+from nvdocker2.engines.docker.service.process import is_dockerd, read_pidfile
 from nvdocker2.errors import EnvironmentProblem
 
 COMMAND_TIMEOUT = 120.0  # `systemctl restart docker` waits for containers to stop

@@ -19,15 +19,15 @@ from pathlib import Path
 from typing import Union
 
 from nvdocker2 import locations
-from nvdocker2.dockerd.api import (
+from nvdocker2.engines.docker.service.api import (
     DockerHost,
     EngineClient,
     EngineError,
     EngineUnavailable,
     parse_docker_host,
 )
-from nvdocker2.dockerd.identity import INIT_PID, first_safe, socket_peer, untrusted_owner
-from nvdocker2.dockerd.logs import (
+from nvdocker2.engines.docker.service.identity import INIT_PID, first_safe, socket_peer, untrusted_owner
+from nvdocker2.engines.docker.service.logs import (
     RELOADED_MARKERS,
     STARTED_MARKERS,
     FileLog,
@@ -37,15 +37,15 @@ from nvdocker2.dockerd.logs import (
     find_refusal,
     has_marker,
 )
-from nvdocker2.dockerd.managers import SignalManager, SystemdManager, SysvManager
-from nvdocker2.dockerd.process import (
+from nvdocker2.engines.docker.service.managers import SignalManager, SystemdManager, SysvManager
+from nvdocker2.engines.docker.service.process import (
     DockerdProcess,
     flag_conflicts,
     is_dockerd,
     read_pidfile,
     read_process,
 )
-from nvdocker2.dockerd.progress import Reporter, SilentReporter
+from nvdocker2.engines.docker.service.progress import Reporter, SilentReporter
 from nvdocker2.errors import BadInput, EnvironmentProblem
 from nvdocker2.engines.docker.service import Expectation, VerifyFailed
 

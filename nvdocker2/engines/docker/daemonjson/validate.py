@@ -20,7 +20,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from nvdocker2.daemonjson.edit import dangling_default
+from nvdocker2.engines.docker.daemonjson.edit import dangling_default
 
 # Singular flag names dockerd accepts in the file but ignores: the plural is what works.
 IGNORED_SINGULAR = {
@@ -43,7 +43,7 @@ IGNORED_SINGULAR = {
 @functools.lru_cache(maxsize=1)
 def schema() -> dict:
     """The packaged schema (nvdocker2/daemonjson/schema.json)."""
-    text = resources.files("nvdocker2.daemonjson").joinpath("schema.json").read_text("utf-8")
+    text = resources.files("nvdocker2.engines.docker.daemonjson").joinpath("schema.json").read_text("utf-8")
     return json.loads(text)
 
 
@@ -80,7 +80,7 @@ def _path(parts: Any) -> str:
 
 
 def _json_text(v: Any) -> str:
-    from nvdocker2.daemonjson.document import Style, dumps
+    from nvdocker2.engines.docker.daemonjson.document import Style, dumps
 
     try:
         s = dumps(v, Style(indent=None, suffix=""))
@@ -204,7 +204,7 @@ _NO_VALIDATE_FLAG: set[tuple[str, int]] = set()
 def find_dockerd() -> str | None:
     """The dockerd binary to run `--validate` with: on PATH or in the usual places, and only
     one no other user could have placed or replaced (SPEC §8)."""
-    from nvdocker2.dockerd.identity import first_safe  # the dockerd package imports this one
+    from nvdocker2.engines.docker.service.identity import first_safe  # the dockerd package imports this one
 
     candidates = [shutil.which("dockerd") or ""]
     candidates += ["/usr/bin/dockerd", "/usr/sbin/dockerd", "/usr/local/bin/dockerd"]

@@ -1,7 +1,7 @@
 """dockerd as the transaction's service: what it must report, how it is reloaded and asked.
 
 How dockerd is reloaded and asked what it runs is behind the `Daemon` protocol (the real one is
-nvdocker2.dockerd.daemon; `NoDaemon` is `--reload none`); `DaemonService` fits a Daemon to the
+nvdocker2.engines.docker.service.daemon; `NoDaemon` is `--reload none`); `DaemonService` fits a Daemon to the
 engine transaction's `Service`.
 """
 
@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from nvdocker2.daemonjson import document, edit
+from nvdocker2.engines.docker.daemonjson import document, edit
 from nvdocker2.changes import ABSENT
 from nvdocker2.engines.base import Service, VerifyFailed
 

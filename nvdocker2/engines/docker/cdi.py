@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from nvdocker2 import locations
-from nvdocker2.daemonjson import edit, features
+from nvdocker2.engines.docker.daemonjson import edit, features
 from nvdocker2 import store
 from nvdocker2.changes import Change
 from nvdocker2.engines.base import FileEdit, Plan
@@ -70,7 +70,7 @@ _DOCKERD_VERSION = re.compile(r"Docker version (\S+?),")
 def docker_facts(daemon: Daemon, docker_host: str | None = None) -> DockerFacts:
     """Ask the Engine API (/info: the daemon's client, else `docker_host`), else
     `dockerd --version`."""
-    from nvdocker2.dockerd.api import (
+    from nvdocker2.engines.docker.service.api import (
         EngineClient,
         EngineError,
         EngineUnavailable,
@@ -180,7 +180,7 @@ class CdiJournal(store.Journal):
 
     def write(self, record: dict | None) -> None:
         """Replace the record (None or empty: remove the file), as the runtime journal does."""
-        from nvdocker2.daemonjson import document
+        from nvdocker2.engines.docker.daemonjson import document
 
         if not record or not (record.get("spec") or record.get("features_cdi")):
             self.restore(None)

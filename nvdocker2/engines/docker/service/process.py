@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from nvdocker2.dockerd.identity import untrusted_owner
+from nvdocker2.engines.docker.service.identity import untrusted_owner
 
 # dockerd 20.10 .. 29 shorthand flags (pflag), by their long name.
 SHORTHANDS = {

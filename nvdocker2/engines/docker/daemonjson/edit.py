@@ -12,7 +12,7 @@ import os
 from typing import Any, Sequence
 
 from nvdocker2.changes import ABSENT, Change
-from nvdocker2.daemonjson.document import same
+from nvdocker2.engines.docker.daemonjson.document import same
 from nvdocker2.errors import BadInput
 
 RESERVED_RUNTIMES = ("runc", "io.containerd.runc.v2", "io.containerd.runtime.v1.linux")

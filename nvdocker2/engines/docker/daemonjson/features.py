@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from nvdocker2.daemonjson.edit import ABSENT, Change, ShapeError, _type_name
+from nvdocker2.engines.docker.daemonjson.edit import ABSENT, Change, ShapeError, _type_name
 
 FEATURES = "features"
 CDI = "cdi"
