@@ -661,12 +661,13 @@ def backups(
     """List the backups of daemon.json (or of every file of --engine), newest first."""
 
     def go() -> int:
-        from nvdocker2 import store
+        from nvdocker2.store.backups import Backups
+        from nvdocker2.store.lock import state_dir
 
         if engine != EngineName.docker:
             return _engine_backups(engine, config)
         cfg, why = _resolve_config(config)
-        bs = store.Backups(store.state_dir())
+        bs = Backups(state_dir())
         found = bs.all(cfg)
         if _Out.json:
             _emit_json({"config": str(cfg), "config_reason": why, "backup_dir": str(bs.dir),
@@ -696,15 +697,16 @@ def _backup_cells(b: Any) -> str:
 def _engine_backups(engine: EngineName, config: Optional[Path]) -> int:
     """`backups --engine containerd|crio`: the backups of every file of the engine, one group
     per transaction (rollback restores a transaction's files together)."""
-    from nvdocker2 import store
+    from nvdocker2.store.backups import Backups
+    from nvdocker2.store.lock import state_dir
     from nvdocker2.engines import commands
 
     cfg = Path(os.path.abspath(os.path.expanduser(str(config)))) if config else None
     eng = commands.make(engine.value, cfg, "none", False, None, None)[0]
     why = "given with --config" if cfg else f"the {engine.value} default"
-    st = store.state_dir()
+    st = state_dir()
     files, groups = commands.backups(eng, st)
-    bdir = store.Backups(st).dir
+    bdir = Backups(st).dir
     if _Out.json:
         _emit_json({"engine": engine.value, "config": str(eng.config), "config_reason": why,
                     "files": [str(f) for f in files], "backup_dir": str(bdir),
@@ -749,7 +751,9 @@ def status(
                 sys.stdout.write("".join(f"{k}: {v}\n" for k, v in st.items()))
             return 0
         from nvdocker2.engines.docker.daemonjson import document, edit, validate
-        from nvdocker2 import store
+        from nvdocker2.store.backups import Backups
+        from nvdocker2.store.journal import Journal
+        from nvdocker2.store.lock import check_state_dir, state_dir
 
         cfg, why = _resolve_config(config)
         own, own_exists = locations.default_runtime_path()
@@ -773,11 +777,11 @@ def status(
         except NvDockerError as e:
             info["error"] = e.message
             code = e.exit_code
-        st = store.state_dir()
-        store.check_state_dir(st)  # SPEC §8: nothing is read from an untrusted state dir
+        st = state_dir()
+        check_state_dir(st)  # SPEC §8: nothing is read from an untrusted state dir
         rec = {}
         with contextlib.suppress(NvDockerError):
-            rec = store.Journal(st, cfg).load()
+            rec = Journal(st, cfg).load()
         info["journal"] = rec or None
         # What the file says now, not history: a recorded entry counts only while the file
         # still holds it as install wrote it (rollback or a hand edit may have taken it out).
@@ -789,7 +793,7 @@ def status(
         )
         info["installed"] = bool(info["installed_runtimes"])
         with contextlib.suppress(NvDockerError):
-            found = store.Backups(st).all(cfg)
+            found = Backups(st).all(cfg)
             info["backups"] = len(found)
             info["newest_backup"] = found[0].id if found else None
         info.update(_mode_status(st, cfg, info["installed"]))
@@ -817,7 +821,7 @@ def status(
         gone = sorted(set(recorded) - set(info["installed_runtimes"]))
         if info["installed"]:
             names = ", ".join(info["installed_runtimes"])
-            lines.append(f"installed by nvdocker2: {names} (journal {store.Journal(st, cfg).path})")
+            lines.append(f"installed by nvdocker2: {names} (journal {Journal(st, cfg).path})")
         elif gone:
             lines.append(f"installed by nvdocker2: nothing in the file (the journal records "
                          f"{', '.join(gone)}, which the file no longer holds as installed: "

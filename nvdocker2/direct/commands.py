@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from nvdocker2 import store
+from nvdocker2.store.atomic import atomic_write, os_error
 from nvdocker2.direct import cdi, toml_edit
 from nvdocker2.direct.discover import discover
 from nvdocker2.direct.errors import DirectError
@@ -34,15 +34,15 @@ def _read(path: Path) -> str:
     except UnicodeDecodeError as err:
         raise BadInput(f"{path}: not UTF-8 text ({err.reason})", f"fix {path} by hand") from err
     except OSError as err:
-        raise store.os_error(err, str(path)) from None
+        raise os_error(err, str(path)) from None
 
 
 def _write(path: Path, text: str) -> None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as err:
-        raise store.os_error(err, str(path.parent)) from None
-    store.atomic_write(path, text.encode("utf-8"))
+        raise os_error(err, str(path.parent)) from None
+    atomic_write(path, text.encode("utf-8"))
 
 
 @dataclass(frozen=True)

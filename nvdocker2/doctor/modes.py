@@ -15,13 +15,13 @@ def cdi_spec(ctx: Context) -> tuple[PurePosixPath, Path, str]:
     def compute() -> tuple[PurePosixPath, Path, str]:
         from nvdocker2 import locations
         from nvdocker2.engines.docker import cdi
-        from nvdocker2 import store
+        from nvdocker2.store.lock import state_dir
         from nvdocker2.errors import NvDockerError
 
         config = Path(str(ctx.config_location().path))
         rec: dict = {}
         try:
-            rec = cdi.CdiJournal(store.state_dir(), config).load()
+            rec = cdi.CdiJournal(state_dir(), config).load()
         except NvDockerError:
             pass
         spec = rec.get("spec") if isinstance(rec.get("spec"), dict) else {}

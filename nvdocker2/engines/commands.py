@@ -63,7 +63,8 @@ def rollback(eng: Any, svc: Any, backup_id: str | None, **kw: Any):
 
 def status(eng: Any, runtime_name: str = "nvidia") -> dict:
     """What the engine's files say about runtimes (no service asked)."""
-    from nvdocker2 import store
+    from nvdocker2.store.journal import Journal
+    from nvdocker2.store.lock import state_dir
 
     out: dict = {"engine": eng.name, "config": str(eng.config)}
     if eng.name == "containerd":
@@ -91,8 +92,8 @@ def status(eng: Any, runtime_name: str = "nvidia") -> dict:
                        default_runtime=rt.get("default_runtime"))
         except BadInput as e:
             out.update(error=e.message)
-    out["journal"] = store.Journal(store.state_dir(), eng.config).load() if \
-        store.state_dir().exists() else {}
+    out["journal"] = Journal(state_dir(), eng.config).load() if \
+        state_dir().exists() else {}
     return out
 
 
@@ -105,9 +106,9 @@ def engine_files(eng: Any, state: Path) -> list[Path]:
             eng._own(eng._root(txn.read), txn.read)
     paths += [Path(p) for p in eng.files()]
     with contextlib.suppress(NvDockerError):
-        from nvdocker2 import store
+        from nvdocker2.store.journal import Journal
 
-        rec = store.Journal(state, eng.config).load() if state.exists() else {}
+        rec = Journal(state, eng.config).load() if state.exists() else {}
         for entry in (rec.get("runtimes") or {}).values():
             if isinstance(entry, dict) and isinstance(entry.get("dropin"), str):
                 paths.append(Path(entry["dropin"]))
@@ -118,11 +119,11 @@ def backups(eng: Any, state: Path) -> tuple[list[Path], list[tuple[str | None, l
     """(the engine's files, its backups as (transaction tag, backups) groups): the backups of
     any of its files plus every other backup of the same transactions, groups newest first,
     each group's backups in the order the transaction made them (root config first)."""
-    from nvdocker2 import store
+    from nvdocker2.store.backups import Backups
 
     files = engine_files(eng, state)
     names = {str(p) for p in files}
-    every = store.Backups(state).all()
+    every = Backups(state).all()
     tags = {b.tag for b in every if b.config in names} - {None}
     groups: dict[str, tuple[str | None, list]] = {}
     for b in every:

@@ -28,7 +28,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, ContextManager, Sequence
 
-from nvdocker2 import store
+from nvdocker2.store.atomic import AsRead, ChangedMeanwhile, Ownership, atomic_remove, atomic_write, clean_stale_temps, make_dirs, os_error, resolve_target, stage
+from nvdocker2.store.backups import Backup, Backups
+from nvdocker2.store.journal import Journal
+from nvdocker2.store.lock import clean_state_temps, locked, state_dir
 from nvdocker2.changes import ABSENT, Change
 from nvdocker2.engines.base import FileEdit, NoService, Plan, Request, Service, VerifyFailed
 from nvdocker2.errors import (
@@ -135,8 +138,8 @@ class Context:
     def config(self) -> Path:
         return Path(self.engine.config)
 
-    def journal(self) -> store.Journal:
-        return store.Journal(self.state, self.engine.config)
+    def journal(self) -> Journal:
+        return Journal(self.state, self.engine.config)
 
     def warn(self, message: str) -> None:
         if message not in self.warnings:
@@ -160,7 +163,7 @@ def read(path: Path, stats: dict[Path, os.stat_result] | None = None) -> bytes |
     except IsADirectoryError:
         raise BadInput(f"{path} is a directory", "pass --config with a file") from None
     except OSError as e:
-        raise store.os_error(e, str(path)) from None
+        raise os_error(e, str(path)) from None
 
 
 def transact(engine: Any, action: str, planner: Planner, *, service: Service | None = None,
@@ -168,17 +171,17 @@ def transact(engine: Any, action: str, planner: Planner, *, service: Service | N
              state: Path | None = None) -> Result:
     """Run `planner` (read → edit) and carry its plan out as one transaction."""
     ctx = Context(engine, service or NoService(), reporter or Reporter(), timeout,
-                  state if state is not None else store.state_dir(), dry_run)
+                  state if state is not None else state_dir(), dry_run)
     if dry_run:  # nothing locked, nothing written
         return _dry_run(ctx, action, planner(ctx))
-    with store.locked(ctx.state, timeout):
+    with locked(ctx.state, timeout):
         _clean_temps(ctx, engine.config)
-        store.clean_state_temps(ctx.state)
+        clean_state_temps(ctx.state)
         for n in range(1, ATTEMPTS + 1):
             warnings, notes = len(ctx.warnings), len(ctx.notes)
             try:
                 return _attempt(ctx, action, planner(ctx))
-            except store.ChangedMeanwhile as e:
+            except ChangedMeanwhile as e:
                 if n == ATTEMPTS:
                     raise EnvironmentProblem(
                         f"{engine.config} was changed by another program {n} times while "
@@ -197,7 +200,7 @@ def _primary(ctx: Context, plan: Plan) -> FileEdit | None:
     return next((f for f in plan.files if f.path == ctx.engine.config), None)
 
 
-def _result(ctx: Context, action: str, plan: Plan, *, backup: store.Backup | None = None,
+def _result(ctx: Context, action: str, plan: Plan, *, backup: Backup | None = None,
             verified: bool = False, diff: str | None = None) -> Result:
     main = _primary(ctx, plan)
     changed = plan.changed
@@ -253,16 +256,16 @@ def _make_dirs(ctx: Context, plan: Plan) -> list[Path]:
     for f in plan.files:
         if not f.changed or (f.new is None and f.path not in plan.via):
             continue
-        d = store.resolve_target(f.path).parent
+        d = resolve_target(f.path).parent
         if d.is_dir():
             continue
         missing = [d] + [p for p in d.parents if not p.exists()]
         try:
-            store.make_dirs(d, mode=0o755)
+            make_dirs(d, mode=0o755)
         except (FileExistsError, NotADirectoryError):
             raise BadInput(f"{f.path}: {d} is not a directory") from None
         except OSError as e:
-            raise store.os_error(e, str(d)) from None
+            raise os_error(e, str(d)) from None
         made += [p for p in missing if p not in made]
         ctx.notes.append(f"created the directory {d}")
     return sorted(made, key=lambda p: len(p.parts), reverse=True)
@@ -286,7 +289,7 @@ def _stage(ctx: Context, plan: Plan, where: Path | None) -> list[tuple[Path, byt
                 if data is None:
                     continue
                 target = f.path if where is None else where / f.path.name
-                out.append((f.path, data, store.stage(target, data, owner=f.owner)))
+                out.append((f.path, data, stage(target, data, owner=f.owner)))
     except BaseException:
         for _, _, s in out:
             s.discard()
@@ -308,15 +311,15 @@ def _checked(ctx: Context, plan: Plan, where: Path | None) -> list[tuple[Path, b
 
 
 def _clean_temps(ctx: Context, path: Path) -> None:
-    for p in store.clean_stale_temps(path):
+    for p in clean_stale_temps(path):
         ctx.notes.append(f"removed {p}, left behind by an interrupted earlier run")
 
 
-def _as_read(ctx: Context, f: FileEdit) -> store.AsRead:
-    return store.AsRead(f.old, f.stat if f.stat is not None else ctx.stats.get(f.path))
+def _as_read(ctx: Context, f: FileEdit) -> AsRead:
+    return AsRead(f.old, f.stat if f.stat is not None else ctx.stats.get(f.path))
 
 
-def _apply(ctx: Context, action: str, plan: Plan, journal: store.Journal,
+def _apply(ctx: Context, action: str, plan: Plan, journal: Journal,
            staged: list[tuple[Path, bytes, Any]]) -> Result:
     """Back up, write, apply, verify; or put everything back (exit 4, or 5 naming the backups)."""
     engine, service = ctx.engine, ctx.service
@@ -325,8 +328,8 @@ def _apply(ctx: Context, action: str, plan: Plan, journal: store.Journal,
     final: dict[Path, Any] = {}  # the final version of a file written `via` other bytes
     for t, _, s in staged:
         (final if t in first else first)[t] = s
-    backups = store.Backups(ctx.state)
-    made: list[store.Backup] = []
+    backups = Backups(ctx.state)
+    made: list[Backup] = []
     # The backups of a transaction that changes several files share a tag: rollback and
     # `backups` keep them together.
     grouped = engine.groups_backups or len(changed) > 1
@@ -334,7 +337,7 @@ def _apply(ctx: Context, action: str, plan: Plan, journal: store.Journal,
     try:
         for f in changed:
             made.append(backups.create(f.path, f.old, (f.reason or plan.reason) + tag,
-                                       store.Ownership.of(_as_read(ctx, f).stat)))
+                                       Ownership.of(_as_read(ctx, f).stat)))
         main = next((b for b, f in zip(made, changed) if f.path == engine.config), made[0])
         ctx.reporter.progress(f"backup {main.id} saved")
         journal_old = journal.read_bytes()
@@ -354,7 +357,7 @@ def _apply(ctx: Context, action: str, plan: Plan, journal: store.Journal,
                 first[f.path].commit(_as_read(ctx, f))
                 _note_in_place(ctx, f.path, first[f.path], main)
             else:
-                store.atomic_remove(f.path, _as_read(ctx, f))
+                atomic_remove(f.path, _as_read(ctx, f))
             written.append(f)
         phase = "apply"
         if service.strategy != "none":
@@ -373,12 +376,12 @@ def _apply(ctx: Context, action: str, plan: Plan, journal: store.Journal,
         for f in changed:
             if f.path not in plan.via:
                 continue
-            ours = store.AsRead(plan.via[f.path])  # still the in-between bytes we wrote?
+            ours = AsRead(plan.via[f.path])  # still the in-between bytes we wrote?
             if f.path in final:
                 final[f.path].commit(ours)
                 _note_in_place(ctx, f.path, final[f.path], main)
             else:
-                store.atomic_remove(f.path, ours)
+                atomic_remove(f.path, ours)
         if plan.journal is not None and not plan.journal_before_write:
             journal.write(plan.journal)
     except BaseException as exc:
@@ -389,7 +392,7 @@ def _apply(ctx: Context, action: str, plan: Plan, journal: store.Journal,
                 _put_old(ctx, reversed(written))
             with contextlib.suppress(Exception):
                 journal.restore(journal_old)
-            if isinstance(exc, store.ChangedMeanwhile):
+            if isinstance(exc, ChangedMeanwhile):
                 for b in made:  # backups of bytes that were never replaced
                     with contextlib.suppress(Exception):
                         backups.discard(b)
@@ -420,7 +423,7 @@ def _apply(ctx: Context, action: str, plan: Plan, journal: store.Journal,
     return _result(ctx, action, plan, backup=main, verified=verified)
 
 
-def _note_in_place(ctx: Context, path: Path, staged: Any, backup: store.Backup) -> None:
+def _note_in_place(ctx: Context, path: Path, staged: Any, backup: Backup) -> None:
     if staged.in_place is not None:
         ctx.warn(f"{path} cannot be replaced by a rename ({staged.in_place}; a bind mount?), so "
                  f"it was written in place: this write is not atomic (the previous file is "
@@ -430,12 +433,12 @@ def _note_in_place(ctx: Context, path: Path, staged: Any, backup: store.Backup) 
 def _put_old(ctx: Context, files: Any) -> None:
     for f in files:
         if f.old is None:
-            store.atomic_remove(f.path)
+            atomic_remove(f.path)
         else:
-            store.atomic_write(f.path, f.old, owner=store.Ownership.of(_as_read(ctx, f).stat))
+            atomic_write(f.path, f.old, owner=Ownership.of(_as_read(ctx, f).stat))
 
 
-def _restore(ctx: Context, plan: Plan, written: list[FileEdit], made: list[store.Backup],
+def _restore(ctx: Context, plan: Plan, written: list[FileEdit], made: list[Backup],
              exc: BaseException, reapply: bool) -> None:
     """Put the old bytes back and, when the engine may have taken the new ones (`reapply`),
     apply and verify the old state; RollbackFailed (exit 5) naming the backups if that fails."""
@@ -445,7 +448,7 @@ def _restore(ctx: Context, plan: Plan, written: list[FileEdit], made: list[store
         if reapply and service.strategy != "none" and written:
             back = [f for f in written if f.path in plan.back_via]
             for f in back:
-                store.atomic_write(f.path, plan.back_via[f.path])
+                atomic_write(f.path, plan.back_via[f.path])
             _put_old(ctx, (f for f in reversed(written) if f.path not in plan.back_via))
             step = service.verb
             ctx.reporter.progress(
@@ -509,8 +512,8 @@ def rollback(engine: Any, backup_id: str | None, *, service: Service | None = No
              state: Path | None = None) -> Result:
     """Restore the newest transaction's backups of the engine's files (or the one with
     `backup_id` and the others of its transaction); the current files are backed up first."""
-    st = state if state is not None else store.state_dir()
-    backups = store.Backups(st)
+    st = state if state is not None else state_dir()
+    backups = Backups(st)
     every = backups.all()
     if backup_id:
         first = backups.get(backup_id)

@@ -9,7 +9,8 @@ import subprocess
 
 from filelock import FileLock
 
-from nvdocker2 import store
+from nvdocker2.store.backups import Backups
+from nvdocker2.store.journal import Journal
 
 from .conftest import NVDOCKER2
 
@@ -58,8 +59,8 @@ def test_16_parallel_installs_all_land(tmp_path):
         assert data["runtimes"][f"rt{i}"] == {"path": f"/opt/rt{i}/bin/runtime"}
     assert cfg.read_bytes().startswith(b'{\n  "debug": true,\n  "runtimes": {\n    "rt')
     assert os.listdir(etc) == ["daemon.json"]
-    assert len(store.Backups(tmp_path / "state").all(cfg)) == 16
-    journal = store.Journal(tmp_path / "state", cfg).load()
+    assert len(Backups(tmp_path / "state").all(cfg)) == 16
+    journal = Journal(tmp_path / "state", cfg).load()
     assert sorted(journal["runtimes"]) == sorted(f"rt{i}" for i in range(16))
 
 
@@ -108,4 +109,4 @@ def test_writer_holding_the_lock_makes_others_exit_3_untouched(tmp_path):
         holder.release()
     assert cfg.read_bytes() == b"{}\n"
     assert os.listdir(etc) == ["daemon.json"]
-    assert store.Backups(state).all() == []
+    assert Backups(state).all() == []

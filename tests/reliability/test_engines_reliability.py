@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from filelock import FileLock
 
-from nvdocker2 import store
+from nvdocker2.store.atomic import PAUSE_HOOK, TMP_MARK
 from nvdocker2.engines.containerd.document import tomllib
 
 RT = "/usr/bin/nvidia-container-runtime"
@@ -97,10 +97,10 @@ def test_sigkill_at_random_instants_leaves_old_or_new_file(setup):
     assert _state(cfg) == installed
     assert _run(engine, cfg, "uninstall").returncode == 0
     assert _state(cfg) == original
-    assert [n for n in os.listdir(cfg.parent) if store.TMP_MARK in n] == []
+    assert [n for n in os.listdir(cfg.parent) if TMP_MARK in n] == []
     for sub in ("backups", "journal"):
         if (state / sub).is_dir():
-            assert [n for n in os.listdir(state / sub) if store.TMP_MARK in n] == []
+            assert [n for n in os.listdir(state / sub) if TMP_MARK in n] == []
 
 
 @pytest.mark.parametrize("point", range(4))
@@ -110,7 +110,7 @@ def test_sigkill_before_each_rename_then_a_clean_run_converges(setup, point):
     engine, cfg, original, installed, _ = setup
     p = subprocess.Popen(_cli(engine, cfg, "install"), stdout=subprocess.DEVNULL,
                          stderr=subprocess.PIPE, text=True,
-                         env={**os.environ, store.PAUSE_HOOK: "0.25"})
+                         env={**os.environ, PAUSE_HOOK: "0.25"})
     seen = 0
     deadline = time.monotonic() + 60
     while seen <= point and time.monotonic() < deadline:

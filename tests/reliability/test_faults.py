@@ -13,7 +13,9 @@ import sys
 import pytest
 
 from nvdocker2.engines import docker as docker_engine
-from nvdocker2 import store
+from nvdocker2.store.atomic import TMP_MARK
+from nvdocker2.store.backups import Backups
+from nvdocker2.store.journal import Journal
 from nvdocker2.errors import EnvironmentProblem
 
 from .conftest import NVDOCKER2, fill, run_cli
@@ -24,7 +26,7 @@ NONE = ["--reload", "none", "--no-verify", "--runtime-path", RT]
 
 
 def leftovers(d) -> list[str]:
-    return sorted(n for n in os.listdir(d) if store.TMP_MARK in n)
+    return sorted(n for n in os.listdir(d) if TMP_MARK in n)
 
 
 def test_no_space_beside_daemon_json_exits_3_file_unchanged(tmp_path, mounts):
@@ -36,7 +38,7 @@ def test_no_space_beside_daemon_json_exits_3_file_unchanged(tmp_path, mounts):
     assert r.returncode == 3, r.stderr
     assert "no space left on device" in r.stderr and r.stderr.startswith(f"error: {cfg}")
     assert cfg.read_bytes() == ORIGINAL and leftovers(etc) == []
-    assert store.Backups(tmp_path / "state").all() == []
+    assert Backups(tmp_path / "state").all() == []
 
 
 def test_state_dir_full_means_no_write_of_daemon_json(tmp_path, mounts):
@@ -77,7 +79,7 @@ def test_read_only_config_directory_exits_3(tmp_path, mounts):
     assert r.returncode == 3, r.stderr
     assert "read-only file system" in r.stderr and "hint: " in r.stderr
     assert (etc / "daemon.json").read_bytes() == ORIGINAL and leftovers(src) == []
-    assert store.Backups(tmp_path / "state").all() == []
+    assert Backups(tmp_path / "state").all() == []
 
 
 @pytest.mark.parametrize("target", ["file", "dir"])
@@ -103,7 +105,7 @@ def test_immutable_file_or_directory_exits_3(tmp_path, target):
     assert leftovers(etc) == []
     # A backup may have been taken for a rename that then failed; the journal must not claim
     # an install that did not happen.
-    assert store.Journal(tmp_path / "state", cfg).load() == {}
+    assert Journal(tmp_path / "state", cfg).load() == {}
 
 
 def test_failing_rename_keeps_old_file_and_journal(tmp_path, monkeypatch):
@@ -123,7 +125,7 @@ def test_failing_rename_keeps_old_file_and_journal(tmp_path, monkeypatch):
         docker_engine.install(cfg, runtime_path=RT, state=tmp_path / "state")
     assert ei.value.exit_code == 3 and "Input/output error" in ei.value.message
     assert cfg.read_bytes() == ORIGINAL and leftovers(etc) == []
-    assert store.Journal(tmp_path / "state", cfg).load() == {}
+    assert Journal(tmp_path / "state", cfg).load() == {}
 
 
 def _paused_install(cfg, *extra):
@@ -169,7 +171,7 @@ def test_sigterm_before_rename_cleans_up_and_keeps_the_old_file(tmp_path):
     assert p.returncode == 1, err
     assert "interrupted" in err and "Traceback" not in err
     assert cfg.read_bytes() == ORIGINAL and os.listdir(etc) == ["daemon.json"]
-    assert store.Journal(tmp_path / "state", cfg).load() == {}
+    assert Journal(tmp_path / "state", cfg).load() == {}
 
 
 def test_interrupted_run_releases_the_lock(tmp_path):

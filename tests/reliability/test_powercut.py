@@ -30,7 +30,7 @@ from typing import Callable, Iterator
 import pytest
 
 from nvdocker2.engines import docker as docker_engine
-from nvdocker2 import store
+from nvdocker2.store.atomic import TMP_MARK, atomic_write
 
 OLD = b'{\n    "debug": true,\n    "log-driver": "journald"\n}\n'
 RUNTIME = "/usr/bin/runc"
@@ -296,12 +296,12 @@ def test_rename_comes_after_the_temp_fsync_and_the_dir_fsync_after_the_rename(
 ) -> None:
     etc = str(root / "etc")
     new = b'{"debug": false}\n'
-    rec = _record(root, monkeypatch, lambda: store.atomic_write(root / "etc" / "daemon.json", new))
+    rec = _record(root, monkeypatch, lambda: atomic_write(root / "etc" / "daemon.json", new))
     kinds = [(op.kind, op.dir or "") for op in rec.ops]
     print("\n".join(map(str, rec.ops)))
     assert [k for k, _ in kinds] == ["create", "write", "fsync", "rename", "fsync_dir"]
     create, write, fsync, rename, fsync_dir = rec.ops
-    assert create.dir == etc and create.name.startswith(".daemon.json" + store.TMP_MARK)
+    assert create.dir == etc and create.name.startswith(".daemon.json" + TMP_MARK)
     assert write.ino == fsync.ino == rename.ino == create.ino and write.data == new
     assert (rename.name, rename.dst) == (create.name, "daemon.json")
     assert fsync_dir.dir == etc

@@ -26,7 +26,8 @@ from pathlib import Path
 
 import pytest
 
-from nvdocker2 import store
+from nvdocker2.store.atomic import PAUSE_HOOK, TMP_MARK
+from nvdocker2.store.backups import Backups, KEEP_BACKUPS
 
 # An operator's file: 2-space indent, CRLF, non-ASCII, an integer beyond a double's precision, a
 # runtime of someone else and an explicit default. Every byte of it must survive.
@@ -79,7 +80,7 @@ def _temps_in_state(state: Path) -> list[str]:
     for sub in ("backups", "journal"):
         d = state / sub
         if d.is_dir():
-            found += [f"{sub}/{n}" for n in os.listdir(d) if store.TMP_MARK in n]
+            found += [f"{sub}/{n}" for n in os.listdir(d) if TMP_MARK in n]
     return sorted(found)
 
 
@@ -158,7 +159,7 @@ def test_sigkill_at_random_instants_leaves_old_or_new_file(config: Path, install
             changed_by_killed += 1
         # Only our own temp files may be left beside daemon.json by a killed run.
         beside, extra = _leftovers(config.parent, state)
-        assert all(store.TMP_MARK in n for n in beside), f"{context}: stray files {beside}"
+        assert all(TMP_MARK in n for n in beside), f"{context}: stray files {beside}"
         assert extra == [], f"{context}: stray files in the state dir: {extra}"
 
     print(f"SIGKILL loop: {killed} killed ({changed_by_killed} of them after the rename), "
@@ -177,10 +178,10 @@ def test_sigkill_at_random_instants_leaves_old_or_new_file(config: Path, install
     assert config.read_bytes() in allowed
     beside, extra = _leftovers(config.parent, state)
     assert beside == [] and extra == []
-    backups = store.Backups(state).all(config)
-    assert 0 < len(backups) <= store.KEEP_BACKUPS
+    backups = Backups(state).all(config)
+    assert 0 < len(backups) <= KEEP_BACKUPS
     for b in backups:
-        assert store.Backups(state).read(b) in (ORIGINAL, installed), b.id
+        assert Backups(state).read(b) in (ORIGINAL, installed), b.id
 
 
 def test_sigkill_leaves_no_temp_files_in_the_state_dir(config: Path, installed: bytes) -> None:
@@ -188,7 +189,7 @@ def test_sigkill_leaves_no_temp_files_in_the_state_dir(config: Path, installed: 
     # Kill at the backup's rename (the first pause point of install), then run cleanly.
     proc = subprocess.Popen(_cli(config, "install"), stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE,
-                            env={**os.environ, store.PAUSE_HOOK: "30"})
+                            env={**os.environ, PAUSE_HOOK: "30"})
     line = _wait_for_pause(proc, lambda path: True)
     assert "/backups/" in line, line
     proc.kill()
@@ -204,18 +205,18 @@ def test_a_backup_left_without_its_metadata_is_removed_by_a_later_run(
     state = Path(os.environ["NVDOCKER2_STATE_DIR"])
     proc = subprocess.Popen(_cli(config, "install"), stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE,
-                            env={**os.environ, store.PAUSE_HOOK: "0.25"})
+                            env={**os.environ, PAUSE_HOOK: "0.25"})
     seen: list[str] = []
     _wait_for_pause(proc, lambda path: bool(seen.append(path)) or len(seen) == 2)
-    assert ".meta.json" + store.TMP_MARK in Path(seen[1]).name, seen
+    assert ".meta.json" + TMP_MARK in Path(seen[1]).name, seen
     proc.kill()
     proc.wait()
     for _ in range(2):
         r = _run(config, _action_for(config.read_bytes(), ORIGINAL))
         assert r.returncode == 0, r.stderr
-    listed = {b.file.name for b in store.Backups(state).all()} | {
-        f"{b.id}.meta.json" for b in store.Backups(state).all()}
-    on_disk = {n for n in os.listdir(state / "backups") if store.TMP_MARK not in n}
+    listed = {b.file.name for b in Backups(state).all()} | {
+        f"{b.id}.meta.json" for b in Backups(state).all()}
+    on_disk = {n for n in os.listdir(state / "backups") if TMP_MARK not in n}
     assert on_disk <= listed, sorted(on_disk - listed)
 
 
@@ -261,7 +262,7 @@ def test_sigkill_before_each_rename_then_a_clean_run_converges(
     new = installed if action == "install" else ORIGINAL
     proc = subprocess.Popen(_cli(config, action), stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE,
-                            env={**os.environ, store.PAUSE_HOOK: "0.25"})
+                            env={**os.environ, PAUSE_HOOK: "0.25"})
     seen: list[str] = []
 
     def nth(path: str) -> bool:
@@ -275,8 +276,8 @@ def test_sigkill_before_each_rename_then_a_clean_run_converges(
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=30)
     staged = Path(seen[-1])
-    is_config = staged.name.startswith(f".{config.name}{store.TMP_MARK}")
-    config_renamed_before = any(Path(p).name.startswith(f".{config.name}{store.TMP_MARK}")
+    is_config = staged.name.startswith(f".{config.name}{TMP_MARK}")
+    config_renamed_before = any(Path(p).name.startswith(f".{config.name}{TMP_MARK}")
                                 for p in seen[:-1])
     after = config.read_bytes()
     assert after == (new if config_renamed_before else old), seen

@@ -31,7 +31,7 @@ from privatedockerd import (  # noqa: E402
     remove_rootfs_tar,
 )
 
-from nvdocker2 import store  # noqa: E402
+from nvdocker2.store.atomic import PAUSE_HOOK, TMP_MARK  # noqa: E402
 
 ORIGINAL = b'{\n  "debug": true,\n  "log-level": "warn",\n  "labels": ["zone=b"]\n}\n'
 RUNTIME = "/usr/bin/runc"
@@ -128,7 +128,7 @@ def test_sigkill_during_reload_and_verify_never_leaves_a_file_dockerd_refuses(
         states.add(data)
         _check_startable(data, context)
         assert d.running(), f"{context}: dockerd is gone\n{d.log_tail()}"
-        beside = [n for n in os.listdir(d.config_file.parent) if store.TMP_MARK in n]
+        beside = [n for n in os.listdir(d.config_file.parent) if TMP_MARK in n]
         assert len(beside) <= 2, f"{context}: {beside}"
     print(f"SIGKILL with reload: {killed} killed of {i}, {len(states)} distinct files seen")
     assert killed == KILLS, f"only {killed} of {i} processes were still running at their instant"
@@ -140,7 +140,7 @@ def test_sigkill_during_reload_and_verify_never_leaves_a_file_dockerd_refuses(
     assert doc["runtimes"]["nvidia"] == {"path": RUNTIME} and doc["default-runtime"] == "nvidia"
     info = d.info()
     assert info["DefaultRuntime"] == "nvidia" and info["Runtimes"]["nvidia"]["path"] == RUNTIME
-    assert [n for n in os.listdir(d.config_file.parent) if store.TMP_MARK in n] == []
+    assert [n for n in os.listdir(d.config_file.parent) if TMP_MARK in n] == []
     d.restart()
     info = d.info()
     assert info["DefaultRuntime"] == "nvidia" and "nvidia" in info["Runtimes"]
@@ -156,7 +156,7 @@ def test_uninstall_killed_after_the_transitional_reload_is_finished_by_the_next_
     assert _run(d, "install").returncode == 0
     proc = subprocess.Popen(_cli(d, "uninstall"), stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE,
-                            env={**os.environ, store.PAUSE_HOOK: "0.5"})
+                            env={**os.environ, PAUSE_HOOK: "0.5"})
     assert proc.stderr is not None
     renames = 0
     deadline = time.monotonic() + 60

@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from nvdocker2 import store
+from nvdocker2.store.backups import Backups
+from nvdocker2.store.journal import Journal
 
 from .conftest import NVDOCKER2, _need, run_cli
 
@@ -119,7 +120,7 @@ def test_journal_symlink_planted_by_another_user_never_makes_root_write_a_file(h
     (state / "journal").mkdir(mode=0o700)
     for d in (state, state / "journal"):
         d.chmod(0o777)  # the careless admin
-    journal = store.Journal(state, cfg).path
+    journal = Journal(state, cfg).path
     nobody("ln", "-s", str(link_to), str(journal))
     r = cli(state, "install", "--config", str(cfg), *NONE)
     assert_refused(r, str(state))
@@ -154,7 +155,7 @@ def test_planted_journal_never_makes_uninstall_write_the_attackers_runtime(host,
     evil = {"config": str(cfg), "runtimes": {"nvidia": {
         "previous": {"present": True, "value": {"path": "/tmp/evil-runtime"}},
         "installed": {"path": RT}}}}
-    journal = store.Journal(state, cfg).path
+    journal = Journal(state, cfg).path
     nobody("sh", "-c", f"printf '%s' '{json.dumps(evil)}' > {journal}")
     r = cli(state, "uninstall", "--config", str(cfg), "--reload", "none", "--no-verify")
     assert_refused(r, str(state))
@@ -184,7 +185,7 @@ def test_crafted_backup_ids_never_make_prune_unlink_outside_the_state_dir(host):
                 "config": str(cfg), "existed": False, "size": 0}
         (state / "backups" / f"crafted{i}.meta.json").write_text(json.dumps(meta))
     before = tree(top)
-    removed = store.Backups(state).prune(cfg, keep=0)
+    removed = Backups(state).prune(cfg, keep=0)
     assert removed == []
     assert victim.read_bytes() == b"keep me\n" and secret.read_bytes() == SECRET
     assert tree(top) == before  # nothing anywhere was unlinked
@@ -207,8 +208,8 @@ def test_a_concurrent_edit_between_read_and_rename_is_kept_and_backed_up(host):
     assert flag.exists()  # the other program did write between our read and our rename
     assert cfg.read_bytes() == INSTALLED.replace(b"false", b"true")  # their change is kept
     assert "was changed by another program meanwhile" in r.stdout
-    saved = [b for b in store.Backups(state).all(cfg)]
-    assert [store.Backups(state).read(b) for b in saved] == [theirs]
+    saved = [b for b in Backups(state).all(cfg)]
+    assert [Backups(state).read(b) for b in saved] == [theirs]
 
 
 def test_a_file_that_keeps_changing_exits_3_with_nothing_written(host):
@@ -223,7 +224,7 @@ def test_a_file_that_keeps_changing_exits_3_with_nothing_written(host):
                         "written") or "its bytes changed" in lines[0], r.stderr
     assert lines[1].startswith("hint: run again when the other program is done")
     assert cfg.read_bytes() == b'{"n": 3}\n'  # the other program's last write, not ours
-    assert store.Backups(state).all(cfg) == []  # no backup of bytes we never replaced
+    assert Backups(state).all(cfg) == []  # no backup of bytes we never replaced
     assert [p.name for p in cfg.parent.iterdir() if ".nvdocker2-tmp-" in p.name] == []
 
 

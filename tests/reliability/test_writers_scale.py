@@ -13,7 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from nvdocker2 import store
+from nvdocker2.store.backups import Backups, KEEP_BACKUPS
+from nvdocker2.store.journal import Journal
 
 WRITERS = 64
 ORIGINAL = (
@@ -58,10 +59,10 @@ def test_64_simultaneous_installs_lose_nothing_and_16_uninstalls_remove_exactly_
     assert config.read_bytes().startswith(head)
     # One backup per write, the newest KEEP_BACKUPS kept, each a complete earlier state.
     state = Path(os.environ["NVDOCKER2_STATE_DIR"])
-    backups = store.Backups(state).all(config)
-    assert len(backups) == store.KEEP_BACKUPS
-    sizes = sorted(len(json.loads(store.Backups(state).read(b))["runtimes"]) for b in backups)
-    assert sizes == list(range(WRITERS + 1 - store.KEEP_BACKUPS, WRITERS + 1))
+    backups = Backups(state).all(config)
+    assert len(backups) == KEEP_BACKUPS
+    sizes = sorted(len(json.loads(Backups(state).read(b))["runtimes"]) for b in backups)
+    assert sizes == list(range(WRITERS + 1 - KEEP_BACKUPS, WRITERS + 1))
 
     gone, kept = names[::4], [n for n in names if n not in names[::4]]
     done = _start_all([_cli(config, "uninstall", "--runtime-name", n, "--timeout", "240")
@@ -71,5 +72,5 @@ def test_64_simultaneous_installs_lose_nothing_and_16_uninstalls_remove_exactly_
     data = json.loads(config.read_bytes())
     assert set(data["runtimes"]) == {"custom", *kept}
     assert sorted(os.listdir(tmp_path)) == ["daemon.json", "state"]
-    journal = json.loads(store.Journal(state, config).read_bytes() or b"{}")
+    journal = json.loads(Journal(state, config).read_bytes() or b"{}")
     assert set(journal["runtimes"]) == set(kept)

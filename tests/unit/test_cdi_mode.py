@@ -418,7 +418,6 @@ def test_a_daemon_json_that_cannot_be_replaced_takes_the_new_spec_back_out(host,
     import errno
 
     from nvdocker2.engines.docker import cdi
-    from nvdocker2 import store
     from nvdocker2.engines.docker.service.api import EngineClient, parse_docker_host
     from nvdocker2.errors import EnvironmentProblem
     from nvdocker2.engines.docker.service import NoDaemon
@@ -433,7 +432,7 @@ def test_a_daemon_json_that_cannot_be_replaced_takes_the_new_spec_back_out(host,
             raise OSError(errno.ENOSPC, "No space left on device")
         return real_replace(src, dst, *a, **kw)
 
-    monkeypatch.setattr(store.os, "replace", replace)
+    monkeypatch.setattr(os, "replace", replace)
     daemon = NoDaemon()
     daemon.client = EngineClient(parse_docker_host(f"unix://{host.engine.socket_path}"))
     with pytest.raises(EnvironmentProblem) as err:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from nvdocker2 import store
+from nvdocker2.store.backups import Backups
 from nvdocker2.engines.docker.daemonjson.edit import Change
 from nvdocker2.engines import transaction as txn
 from nvdocker2.engines.base import EngineBase, FileEdit, Plan, Service, VerifyFailed
@@ -80,8 +80,8 @@ def test_a_file_goes_through_its_in_between_bytes_and_ends_with_the_plan(tmp_pat
     res = _go(eng, svc, tmp_path)
     assert svc.seen == [b"# cleared\n"]  # applied once, on the in-between bytes
     assert cfg.read_bytes() == b"runc=/usr/bin/runc\nnvidia=/rt\n" and res.verified
-    b = store.Backups(tmp_path / "st").get(res.backup)
-    assert store.Backups(tmp_path / "st").read(b) == b"runc=/usr/bin/runc\n"
+    b = Backups(tmp_path / "st").get(res.backup)
+    assert Backups(tmp_path / "st").read(b) == b"runc=/usr/bin/runc\n"
     # both versions were staged beside the file and checked before anything was written
     assert [(t, d, where) for t, d, where, _ in eng.checked] == [
         (cfg, b"# cleared\n", tmp_path), (cfg, b"runc=/usr/bin/runc\nnvidia=/rt\n", tmp_path)]
@@ -108,14 +108,14 @@ def test_two_files_the_second_cannot_be_renamed_both_stay_as_they_were(tmp_path,
     cfg.write_bytes(b"a=/a\n")
     side.write_bytes(b"side a\n")
     eng, svc = LinesEngine(cfg, side), Recorder(cfg)
-    real = store.os.replace
+    real = os.replace
 
     def replace(src, dst, *a, **kw):
         if Path(dst) == cfg:
             raise OSError(errno.ENOSPC, "No space left on device")
         return real(src, dst, *a, **kw)
 
-    monkeypatch.setattr(store.os, "replace", replace)
+    monkeypatch.setattr(os, "replace", replace)
     with pytest.raises(EnvironmentProblem) as e:
         _go(eng, svc, tmp_path)
     assert e.value.exit_code == 3 and e.value.message == f"{cfg}: no space left on device"
@@ -130,7 +130,7 @@ def test_when_putting_back_fails_too_every_backup_is_named_exit_5(tmp_path):
     eng, svc = LinesEngine(cfg, side), Recorder(cfg, fail=1, failing=(2,))
     with pytest.raises(RollbackFailed) as e:
         _go(eng, svc, tmp_path)
-    made = store.Backups(tmp_path / "st").all()
+    made = Backups(tmp_path / "st").all()
     assert e.value.exit_code == 5 and "failed at the restart step too" in e.value.message
     assert {b.config for b in made} == {str(cfg), str(side)}
     assert f"cp {next(b.file for b in made if b.config == str(cfg))} {cfg}" in e.value.hint

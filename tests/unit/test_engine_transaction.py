@@ -259,17 +259,17 @@ def test_a_config_that_cannot_be_renamed_over_is_written_in_place(tmp_path, monk
     names the backup; uninstall puts the bytes back the same way."""
     import errno
 
-    from nvdocker2 import store
+    import os
 
     eng, st = _engine(tmp_path), tmp_path / "st"
-    real_replace = store.os.replace
+    real_replace = os.replace
 
     def replace(src, dst, *a, **kw):
         if Path(dst) == eng.config:
             raise OSError(errno.EBUSY, "Device or resource busy")
         return real_replace(src, dst, *a, **kw)
 
-    monkeypatch.setattr(store.os, "replace", replace)
+    monkeypatch.setattr(os, "replace", replace)
     inode = eng.config.stat().st_ino
     res = txn.run(eng, "install", Request("nvidia", RT), service=Service(), state=st)
     assert any("written in place" in w and res.backup in w for w in res.warnings)

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from nvdocker2.engines import docker as docker_engine
-from nvdocker2 import store
+from nvdocker2.store.backups import Backups
+from nvdocker2.store.journal import Journal
 from nvdocker2.errors import BadInput, DockerdRejected, EnvironmentProblem, RollbackFailed
 from nvdocker2.engines.base import VerifyFailed
 from nvdocker2.engines.docker.service import Expectation
@@ -121,7 +122,7 @@ def test_install_reloads_verifies_and_reports(cfg, state):
     assert d.runtimes["nvidia"] == RT and d.default == "nvidia"
     assert len(d.reloads) == 1
     assert json.loads(cfg.read_bytes())["runtimes"] == {"nvidia": {"path": RT}}
-    assert store.Backups(state).read(store.Backups(state).get(res.backup)) == ORIGINAL
+    assert Backups(state).read(Backups(state).get(res.backup)) == ORIGINAL
 
 
 def test_second_install_is_unchanged_no_backup_no_reload(cfg, state):
@@ -131,7 +132,7 @@ def test_second_install_is_unchanged_no_backup_no_reload(cfg, state):
     after = cfg.read_bytes()
     res = docker_engine.install(cfg, runtime_path=RT, daemon=d, state=state)
     assert not res.changed and res.backup is None and res.reload == "none"
-    assert len(d.reloads) == 1 and len(store.Backups(state).all()) == 1
+    assert len(d.reloads) == 1 and len(Backups(state).all()) == 1
     assert cfg.read_bytes() == after
 
 
@@ -145,7 +146,7 @@ def test_dockerd_refusing_the_change_restores_the_file_and_exits_4(cfg, state):
     assert "restored from backup" in ei.value.message
     assert cfg.read_bytes() == ORIGINAL
     assert "nvidia" not in d.runtimes
-    assert store.Journal(state, cfg).load() == {}
+    assert Journal(state, cfg).load() == {}
     assert len(d.reloads) == 2  # the change, then the previous file
 
 
@@ -154,7 +155,7 @@ def test_failed_rollback_exits_5_naming_the_backup_file(cfg, state):
     d = SimulatedDockerd(cfg, refuse_path=RT, fail_reload_at=2)
     with pytest.raises(RollbackFailed) as ei:
         docker_engine.install(cfg, runtime_path=RT, daemon=d, state=state)
-    backup = store.Backups(state).all()[0]
+    backup = Backups(state).all()[0]
     assert ei.value.exit_code == 5
     assert str(backup.file) in ei.value.message
     assert f"cp {backup.file} {cfg}" in ei.value.hint
@@ -176,7 +177,7 @@ def test_candidate_refused_before_anything_is_written(cfg, state):
     with pytest.raises(BadInput):
         docker_engine.install(cfg, runtime_path=RT, daemon=d, state=state)
     assert cfg.read_bytes() == ORIGINAL
-    assert store.Backups(state).all() == [] and d.reloads == []
+    assert Backups(state).all() == [] and d.reloads == []
     assert sorted(p.name for p in cfg.parent.iterdir()) == ["daemon.json"]
 
 
@@ -190,7 +191,7 @@ def test_uninstall_on_a_live_daemon_uses_the_transitional_file(cfg, state):
     assert trans["runtimes"] == {} and trans["default-runtime"] == "runc"
     assert "nvidia" not in d.runtimes and d.default == "runc"
     assert cfg.read_bytes() == ORIGINAL
-    assert store.Journal(state, cfg).load() == {}
+    assert Journal(state, cfg).load() == {}
 
 
 def test_uninstall_with_no_daemon_writes_the_final_file_directly(cfg, state):
@@ -272,7 +273,7 @@ def test_rollback_restores_newest_backup_and_can_itself_be_undone(cfg, state):
     assert res.changed and cfg.read_bytes() == ORIGINAL
     res2 = docker_engine.rollback(cfg, state=state)
     assert res2.changed and cfg.read_bytes() == installed
-    assert [b.reason.split()[0] for b in store.Backups(state).all(cfg)] == [
+    assert [b.reason.split()[0] for b in Backups(state).all(cfg)] == [
         "rollback",
         "rollback",
         "install",
@@ -303,7 +304,7 @@ def test_only_the_newest_20_backups_are_kept(cfg, state):
     write(cfg, b"{}")
     for i in range(23):
         docker_engine.install(cfg, runtime_name=f"rt{i}", runtime_path=RT, state=state)
-    backups = store.Backups(state).all(cfg)
+    backups = Backups(state).all(cfg)
     assert len(backups) == 20
     assert (
         backups[0].reason == "install runtime rt22" and backups[-1].reason == "install runtime rt3"
@@ -372,4 +373,4 @@ def test_backup_bytes_without_metadata_are_pruned(cfg, state):
     orphan.parent.mkdir(parents=True)
     orphan.write_bytes(b"{}")
     docker_engine.install(cfg, runtime_path=RT, state=state)
-    assert not orphan.exists() and len(store.Backups(state).all()) == 1
+    assert not orphan.exists() and len(Backups(state).all()) == 1

@@ -14,7 +14,10 @@ from typing import Any, Callable, Sequence
 
 from nvdocker2 import locations
 from nvdocker2.engines.docker.daemonjson import document, edit, validate
-from nvdocker2 import store
+from nvdocker2.store.atomic import Ownership, resolve_target
+from nvdocker2.store.backups import Backup, Backups
+from nvdocker2.store.journal import slot, unslot
+from nvdocker2.store.lock import state_dir
 from nvdocker2.changes import ABSENT, Change
 from nvdocker2.engines.base import EngineBase, FileEdit, Plan, Request
 from nvdocker2.engines.docker.service import (
@@ -88,7 +91,7 @@ class DockerEngine(EngineBase):
     def _check_directory(self) -> None:
         """nvdocker2 creates at most the file's own directory (e.g. /etc/docker before Docker
         is installed); a deeper missing path is a wrong --config."""
-        d = store.resolve_target(self.config).parent
+        d = resolve_target(self.config).parent
         if not d.is_dir() and not d.parent.is_dir():
             raise BadInput(
                 f"{self.config}: directory {d.parent} does not exist",
@@ -121,7 +124,7 @@ class DockerEngine(EngineBase):
     def plan(self, doc: document.Document, new: dict, new_bytes: bytes | None,
              changes: Sequence[Change], reason: str, expect: Expectation,
              journal: dict | None = None, *, journal_before_write: bool = True,
-             create_as: store.Ownership | None = None, extras: Sequence[FileEdit] = (),
+             create_as: Ownership | None = None, extras: Sequence[FileEdit] = (),
              journal_file: Any = None) -> Plan:
         """daemon.json going from `doc` to `new_bytes` (the data `new`), the `extras` written
         before it; with the in-between file a reload needs when it drops runtimes."""
@@ -192,7 +195,7 @@ class DockerEngine(EngineBase):
         before = edit.runtimes(doc.data).get(runtime_name, ABSENT)
         rts[runtime_name] = {
             "previous": prev["previous"] if isinstance(prev, dict) and "previous" in prev
-            else store.slot(before),
+            else slot(before),
             "installed": entry,
         }
         rec["runtimes"] = rts
@@ -200,7 +203,7 @@ class DockerEngine(EngineBase):
             prevd = rec.get("default_runtime")
             rec["default_runtime"] = {
                 "previous": prevd["previous"] if isinstance(prevd, dict) and "previous" in prevd
-                else store.slot(doc.data.get(edit.DEFAULT_RUNTIME, ABSENT)),
+                else slot(doc.data.get(edit.DEFAULT_RUNTIME, ABSENT)),
                 "installed": runtime_name,
             }
         return rec
@@ -219,7 +222,7 @@ class DockerEngine(EngineBase):
         changes: list[Change] = []
         current = edit.runtimes(doc.data).get(runtime_name, ABSENT)
         if isinstance(mine, dict):
-            previous = store.unslot(mine.get("previous"))
+            previous = unslot(mine.get("previous"))
             new, ch = edit.put_runtime(new, runtime_name, previous)
             changes.append(ch)
             del rts_rec[runtime_name]
@@ -228,7 +231,7 @@ class DockerEngine(EngineBase):
                 changes.append(ch)
             drec = rec.get("default_runtime")
             if isinstance(drec, dict) and drec.get("installed") == runtime_name:
-                previous = store.unslot(drec.get("previous"))
+                previous = unslot(drec.get("previous"))
                 now = new.get(edit.DEFAULT_RUNTIME)
                 # "runc" with no default before is what the transitional file of an
                 # uninstall that was killed after its reload left: finish that uninstall.
@@ -272,12 +275,12 @@ class DockerEngine(EngineBase):
         return self.plan(doc, new, new_bytes, changes, f"uninstall runtime {runtime_name}",
                          expectation(new, doc.data), record, journal_before_write=False)
 
-    def plan_rollback(self, ctx: Context, backup: store.Backup | None,
-                      others: Sequence[store.Backup] = ()) -> Plan:
+    def plan_rollback(self, ctx: Context, backup: Backup | None,
+                      others: Sequence[Backup] = ()) -> Plan:
         """daemon.json back to the bytes of `backup` (it must read as JSON; None: daemon.json
         stays), and each of `others` (the rest of its transaction: the CDI spec) to its own."""
         doc = self.load(ctx)
-        backups = store.Backups(ctx.state)
+        backups = Backups(ctx.state)
         data = backups.read(backup) if backup is not None else doc.raw
         if backup is None:
             target = doc
@@ -369,8 +372,8 @@ def rollback(config: Path | None, backup_id: str | None = None, *, dry_run: bool
     the other files of that change (the CDI spec of `install --mode cdi`) go back to their
     backups together; the current files are backed up first, so a rollback can itself be
     rolled back."""
-    st = state if state is not None else store.state_dir()
-    backups = store.Backups(st)
+    st = state if state is not None else state_dir()
+    backups = Backups(st)
     every = backups.all()
     if backup_id:
         b = backups.get(backup_id)

@@ -21,7 +21,10 @@ from typing import Any, Sequence
 
 from nvdocker2 import locations
 from nvdocker2.engines.docker.daemonjson import edit, features
-from nvdocker2 import store
+from nvdocker2.store.atomic import AsRead, clean_stale_temps, os_error, stage
+from nvdocker2.store.backups import Backups
+from nvdocker2.store.journal import Journal, slot, unslot
+from nvdocker2.store.lock import clean_state_temps, locked, state_dir
 from nvdocker2.changes import Change
 from nvdocker2.engines.base import FileEdit, Plan
 from nvdocker2.engines.docker import DockerEngine, wrap_shape
@@ -161,13 +164,13 @@ def read_optional(path: Path) -> bytes | None:
     except FileNotFoundError:
         return None
     except OSError as e:
-        raise store.os_error(e, str(path)) from None
+        raise os_error(e, str(path)) from None
 
 
 # --- the journal ----------------------------------------------------------------------------
 
 
-class CdiJournal(store.Journal):
+class CdiJournal(Journal):
     """What CDI mode replaced, beside daemon.json's runtime journal:
 
     {"config": PATH, "features_cdi": {"previous": SLOT, "features_present": bool} | absent,
@@ -345,7 +348,7 @@ def install(
             rec = dict(journal.load() or {"config": str(ctx.config)})
             if ch.changed and "features_cdi" not in rec:
                 rec["features_cdi"] = {
-                    "previous": store.slot(before),
+                    "previous": slot(before),
                     "features_present": features.FEATURES in doc.data,
                 }
             if "spec" not in rec:
@@ -413,7 +416,7 @@ def uninstall(
         frec = rec.get("features_cdi")
         if isinstance(frec, dict):
             new, ch = wrap_shape(
-                ctx.config, lambda: features.put_cdi(doc.data, store.unslot(frec.get("previous")))
+                ctx.config, lambda: features.put_cdi(doc.data, unslot(frec.get("previous")))
             )
             changes.append(ch)
             if not frec.get("features_present", True):
@@ -477,12 +480,12 @@ def refresh(
 ) -> RefreshOutcome:
     """Regenerate the spec from the GPUs present; write it (with a backup) only when it
     changed. Without a spec in place (CDI mode not installed) nothing is written."""
-    st = state if state is not None else store.state_dir()
+    st = state if state is not None else state_dir()
     path = spec_path(spec_dir) if spec_dir else (recorded_spec(st, config) or spec_path(None))
-    with store.locked(st, timeout):
+    with locked(st, timeout):
         for p in (config, path):
-            store.clean_stale_temps(p)
-        store.clean_state_temps(st)
+            clean_stale_temps(p)
+        clean_state_temps(st)
         old = read_optional(path)
         if old is None:
             return RefreshOutcome(str(path), False, False, (), None)
@@ -490,11 +493,11 @@ def refresh(
         spec = build_spec(path, rec.get("runtime_path") or runtime_path)
         if spec.data == old:
             return RefreshOutcome(str(path), False, True, spec.devices, None)
-        backups = store.Backups(st)
+        backups = Backups(st)
         backup = backups.create(path, old, "cdi refresh")
-        staged = store.stage(path, spec.data)
+        staged = stage(path, spec.data)
         with staged:
-            staged.commit(store.AsRead(old))
+            staged.commit(AsRead(old))
         backups.prune(path)
         return RefreshOutcome(str(path), True, True, spec.devices, backup.id)
 

@@ -1,0 +1,382 @@
+"""The one atomic-write helper: every file nvdocker2 writes goes through `stage()`/`atomic_write()`.
+
+The state directory (`$NVDOCKER2_STATE_DIR`, default /var/lib/nvdocker2) holds `lock`,
+`backups/` and `journal/`. Every file, daemon.json and our own state alike, is written through
+`stage()` + `StagedFile.commit()` (or `atomic_write()`, which does both): temp file in the same
+directory, fsync, mode/owner/group of the file it replaces, rename, fsync of the directory. A
+crash at any instant leaves the old or the new file; a temp file a killed run left behind is
+removed by the next run (`clean_stale_temps`).
+
+SPEC §8: the state directory is trusted only when it and everything in it belong to the
+invoking user, writable by no one else (`check_state_dir`); its files are read and written
+without following symlinks, and backup ids read from it are validated. Right before a rename
+the target must still be what was read (`AsRead`), else `ChangedMeanwhile`. A file that cannot
+be renamed over (a bind mount: EBUSY; EXDEV) is written in place, flushed and fsynced.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import os
+import re
+import secrets
+import stat
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from nvdocker2.errors import BadInput, EnvironmentProblem, NvDockerError
+
+TMP_MARK = ".nvdocker2-tmp-"
+PAUSE_HOOK = "NVDOCKER2_TEST_PAUSE_BEFORE_RENAME"
+RUN_HOOK = "NVDOCKER2_TEST_RUN_BEFORE_RENAME"
+IN_PLACE_ERRNOS = (errno.EBUSY, errno.EXDEV)
+_TMP_RE = re.compile(re.escape(TMP_MARK) + r"(\d+)-[0-9a-f]+$")
+
+
+def os_error(e: OSError, what: str) -> NvDockerError:
+    """Turn an OSError into the exit-3 error a user can act on (`what` names the file)."""
+    code = e.errno
+    reason = e.strerror or str(e)
+    if code in (errno.EACCES, errno.EPERM):
+        return EnvironmentProblem(
+            f"{what}: permission denied",
+            "run as root (sudo nvdocker2 ...); if you are root, check for an immutable file "
+            "(lsattr) or a read-only mount",
+        )
+    if code == errno.EROFS:
+        return EnvironmentProblem(
+            f"{what}: read-only file system",
+            "remount it read-write, or pass --config for a writable daemon.json",
+        )
+    if code in (errno.ENOSPC, errno.EDQUOT):
+        return EnvironmentProblem(
+            f"{what}: no space left on device", "free some space and run again"
+        )
+    if code == errno.ENOTDIR:
+        return BadInput(
+            f"{what}: a component of the path is not a directory", "check the path and run again"
+        )
+    if code == errno.EBUSY:
+        return EnvironmentProblem(
+            f"{what}: device or resource busy (a mount point?)",
+            "if the file is bind-mounted, change it where it is mounted from, or unmount it",
+        )
+    return EnvironmentProblem(
+        f"{what}: {reason}", "check the file and the file system it is on, then run again"
+    )
+
+
+def resolve_target(path: Path) -> Path:
+    """The file a write must replace: a symlink's final target (the link itself stays)."""
+    if os.path.islink(path):
+        return Path(os.path.realpath(path))
+    return path
+
+
+def _fsync_dir(d: Path) -> None:
+    fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+@dataclass(frozen=True)
+class Ownership:
+    """Mode, owner and group a file had, to give a recreated file back (SPEC §8)."""
+
+    mode: int
+    uid: int
+    gid: int
+
+    @classmethod
+    def of(cls, st: os.stat_result | None) -> "Ownership | None":
+        if st is None:
+            return None
+        return cls(stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid)
+
+
+@dataclass(frozen=True)
+class AsRead:
+    """A file as the transaction read it: `raw` None when it did not exist, `stat` the fstat
+    of the open file (None: compare the bytes only)."""
+
+    raw: bytes | None
+    stat: os.stat_result | None = None
+
+
+class ChangedMeanwhile(EnvironmentProblem):
+    """Another program changed the file between our read and our rename; nothing was written."""
+
+    def __init__(self, path: Path, why: str) -> None:
+        super().__init__(
+            f"{path} was changed by another program while nvdocker2 was editing it ({why}); "
+            "nothing was written",
+            "run again when the other program is done; programs that edit daemon.json should "
+            "go through nvdocker2 (it holds a lock)",
+        )
+        self.why = why
+
+
+def _identity(st: os.stat_result) -> tuple[int, int, int, int]:
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def check_unchanged(target: Path, as_read: AsRead) -> None:
+    """Raise ChangedMeanwhile unless `target` still has the identity and bytes it was read
+    with (SPEC §8: compare before replace)."""
+    try:
+        with open(target, "rb") as f:
+            st = os.fstat(f.fileno())
+            if as_read.raw is None:
+                raise ChangedMeanwhile(target, "it was created")
+            if as_read.stat is not None and _identity(st) != _identity(as_read.stat):
+                raise ChangedMeanwhile(target, "its size, time or inode changed")
+            if f.read(len(as_read.raw) + 1) != as_read.raw:
+                raise ChangedMeanwhile(target, "its bytes changed")
+    except FileNotFoundError:
+        if as_read.raw is not None:
+            raise ChangedMeanwhile(target, "it was removed") from None
+    except OSError as e:
+        raise os_error(e, str(target)) from None
+
+
+class StagedFile:
+    """A complete, fsynced temp file beside `target`, not yet renamed over it.
+
+    Lets the caller validate the candidate (`dockerd --validate`, the daemon's checks) before it
+    is put in place. Use as a context manager: on any exception the temp file is removed.
+    """
+
+    def __init__(self, target: Path, path: Path) -> None:
+        self.target = target
+        self.path = path
+        self.done = False
+        self.in_place: str | None = None  # why the rename could not be used, when it was not
+
+    def commit(self, as_read: AsRead | None = None) -> None:
+        """Rename over the target and fsync the directory.
+
+        With `as_read`, first check that the target is still what was read (else
+        ChangedMeanwhile, nothing written). When the target cannot be renamed over (EBUSY: a
+        bind mount; EXDEV), its bytes are written in place instead and `in_place` says why.
+        """
+        pause = os.environ.get(PAUSE_HOOK)
+        if pause:
+            # Test hook (fault-injection tests only): stop between the complete temp file and
+            # the rename, so a test can SIGKILL the process at exactly this instant.
+            sys.stderr.write(f"nvdocker2: test hook: pausing before rename of {self.path}\n")
+            sys.stderr.flush()
+            time.sleep(float(pause))
+        run = os.environ.get(RUN_HOOK) if as_read is not None else None
+        if run:
+            # Test hook (fault-injection tests only): another program's write at this instant.
+            import subprocess
+
+            subprocess.run(run, shell=True, check=False)  # noqa: S602 - the test's own command
+        try:
+            if as_read is not None:
+                check_unchanged(self.target, as_read)
+            os.replace(self.path, self.target)
+        except OSError as e:
+            if e.errno not in IN_PLACE_ERRNOS:
+                self.discard()
+                raise os_error(e, str(self.target)) from None
+            self._write_in_place(e)
+            return
+        except BaseException:
+            self.discard()
+            raise
+        self.done = True
+        try:
+            _fsync_dir(self.target.parent)
+        except OSError:
+            pass
+
+    def _write_in_place(self, why: OSError) -> None:
+        """SPEC §8: the bytes of the temp file written over the target's own inode, flushed
+        and fsynced (not atomic: a crash meanwhile can leave a partial file)."""
+        try:
+            with open(self.path, "rb") as f:
+                data = f.read()
+            fd = os.open(self.target, os.O_WRONLY | os.O_CLOEXEC)
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view):]
+                os.ftruncate(fd, len(data))
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        except OSError as e:
+            raise os_error(e, str(self.target)) from None
+        finally:
+            self.discard()
+        self.in_place = why.strerror or errno.errorcode.get(why.errno or 0, "rename refused")
+
+    def discard(self) -> None:
+        if not self.done:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.path)
+            self.done = True
+
+    def __enter__(self) -> "StagedFile":
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        self.discard()
+
+
+def stage(
+    target: str | os.PathLike,
+    data: bytes,
+    new_mode: int = 0o644,
+    *,
+    owner: Ownership | None = None,
+    follow: bool = True,
+) -> StagedFile:
+    """Write `data` to a temp file beside `target` (through a symlink unless `follow` is
+    false), fsync it and give it the mode, owner and group of the file it will replace; for a
+    new file `owner` (a recorded mode, owner and group) or else `new_mode`."""
+    real = resolve_target(Path(target)) if follow else Path(target)
+    d = real.parent
+    tmp = d / f".{real.name}{TMP_MARK}{os.getpid()}-{secrets.token_hex(4)}"
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    except OSError as e:
+        raise os_error(e, str(real)) from None
+    try:
+        try:
+            view = memoryview(data)
+            while view:
+                n = os.write(fd, view)
+                view = view[n:]
+            try:
+                st = os.stat(real) if follow else os.lstat(real)
+                if not follow and stat.S_ISLNK(st.st_mode):
+                    raise FileNotFoundError(real)  # the link itself is replaced
+            except FileNotFoundError:
+                if owner is None:
+                    os.fchmod(fd, new_mode)
+                else:
+                    if (owner.uid, owner.gid) != (os.geteuid(), os.getegid()):
+                        with contextlib.suppress(PermissionError):
+                            os.fchown(fd, owner.uid, owner.gid)
+                    os.fchmod(fd, owner.mode)
+            else:
+                os.fchmod(fd, stat.S_IMODE(st.st_mode))
+                if (st.st_uid, st.st_gid) != (os.geteuid(), os.getegid()):
+                    try:
+                        os.fchown(fd, st.st_uid, st.st_gid)
+                    except PermissionError:
+                        pass
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError as e:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise os_error(e, str(real)) from None
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    return StagedFile(real, tmp)
+
+
+def atomic_write(
+    target: str | os.PathLike,
+    data: bytes,
+    new_mode: int = 0o644,
+    *,
+    owner: Ownership | None = None,
+    follow: bool = True,
+) -> str | None:
+    """Replace `target` with `data` atomically (see the module docstring). Returns None, or
+    why it had to be written in place (see `StagedFile.commit`)."""
+    staged = stage(target, data, new_mode, owner=owner, follow=follow)
+    with staged:
+        staged.commit()
+    return staged.in_place
+
+
+def atomic_remove(target: str | os.PathLike, as_read: AsRead | None = None) -> None:
+    """Remove `target` (the symlink's target when it is one) and fsync the directory; with
+    `as_read`, only when it is still what was read (else ChangedMeanwhile)."""
+    real = resolve_target(Path(target))
+    if as_read is not None:
+        check_unchanged(real, as_read)
+    try:
+        os.unlink(real)
+    except FileNotFoundError:
+        return
+    except OSError as e:
+        raise os_error(e, str(real)) from None
+    with contextlib.suppress(OSError):
+        _fsync_dir(real.parent)
+
+
+def make_dirs(d: Path, mode: int = 0o700) -> None:
+    """`mkdir -p` that makes each new directory durable (fsync of its parent), so a power cut
+    cannot keep a file written later while losing the directory that holds it."""
+    missing: list[Path] = []
+    p = d
+    while not p.is_dir():
+        missing.append(p)
+        if p.parent == p:
+            break
+        p = p.parent
+    for m in reversed(missing):
+        try:
+            m.mkdir(mode=mode)
+        except FileExistsError:
+            if not m.is_dir():
+                raise NotADirectoryError(errno.ENOTDIR, "Not a directory", str(m)) from None
+            continue
+        with contextlib.suppress(OSError):
+            _fsync_dir(m.parent)
+
+
+def _pid_alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def clean_stale_temps(target: str | os.PathLike) -> list[Path]:
+    """Remove temp files of ours beside `target` whose writer is gone; return what was removed.
+
+    Called with the lock held, so no live writer of this state dir owns them; the pid in the
+    name protects a writer that uses another state dir.
+    """
+    removed: list[Path] = []
+    for d, name in {
+        (Path(target).parent, Path(target).name),
+        (resolve_target(Path(target)).parent, resolve_target(Path(target)).name),
+    }:
+        try:
+            entries = os.listdir(d)
+        except OSError:
+            continue
+        prefix = f".{name}{TMP_MARK}"
+        for e in entries:
+            if not e.startswith(prefix):
+                continue
+            m = _TMP_RE.search(e)
+            if not m or _pid_alive(int(m.group(1))):
+                continue
+            with contextlib.suppress(OSError):
+                os.unlink(d / e)
+                removed.append(d / e)
+    return removed

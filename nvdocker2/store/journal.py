@@ -1,0 +1,102 @@
+"""The journal: what install replaced, per config path, so uninstall puts exactly that back."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from nvdocker2.errors import BadInput, EnvironmentProblem
+from nvdocker2.store.atomic import atomic_write, make_dirs, os_error
+from nvdocker2.store.lock import check_state_dir, read_state_file
+
+
+class Journal:
+    """What install replaced, per config path, so uninstall can put exactly that back.
+
+    `STATE/journal/<sha256 of the path>.json`:
+    {"config": PATH,
+     "runtimes_key": {"present": bool},                  # did "runtimes" exist before us
+     "runtimes": {NAME: {"previous": SLOT, "installed": ENTRY}},
+     "default_runtime": {"previous": SLOT, "installed": NAME} | absent}
+    where SLOT is {"present": false} or {"present": true, "value": ...}. Values are written
+    with the document writer, so numbers keep their exact text.
+    """
+
+    def __init__(self, state: Path, config: Path) -> None:
+        key = hashlib.sha256(str(config).encode("utf-8", "surrogateescape")).hexdigest()[:16]
+        self.state = state
+        self.dir = state / "journal"
+        self.path = self.dir / f"{key}.json"
+        self.config = config
+
+    def read_bytes(self) -> bytes | None:
+        check_state_dir(self.state)
+        return read_state_file(self.path, "journal")
+
+    def load(self) -> dict:
+        from nvdocker2.engines.docker.daemonjson import document
+
+        data = self.read_bytes()
+        if data is None:
+            return {}
+        try:
+            rec = document.parse(data, str(self.path)).data
+        except BadInput:
+            raise EnvironmentProblem(
+                f"journal {self.path} is damaged",
+                f"remove it (uninstall then only removes entries pointing at this package's "
+                f"runtime): rm {self.path}",
+            ) from None
+        return rec if rec.get("config") == str(self.config) else {}
+
+    def write(self, record: dict | None) -> None:
+        """Replace the record (None or empty: remove the file)."""
+        from nvdocker2.engines.docker.daemonjson import document
+
+        if not record or (not record.get("runtimes") and not record.get("default_runtime")):
+            self.restore(None)
+            return
+        try:
+            make_dirs(self.dir)
+        except OSError as e:
+            raise os_error(e, f"journal directory {self.dir}") from None
+        atomic_write(
+            self.path,
+            document.dumps(record, document.Style(indent="  ")).encode(),
+            0o600,
+            follow=False,
+        )
+
+    def restore(self, data: bytes | None) -> None:
+        """Put back bytes from `read_bytes()` (None: no journal)."""
+        if data is None:
+            try:
+                os.unlink(self.path)
+            except FileNotFoundError:
+                pass
+            except OSError as e:
+                raise os_error(e, f"journal {self.path}") from None
+            return
+        try:
+            make_dirs(self.dir)
+        except OSError as e:
+            raise os_error(e, f"journal directory {self.dir}") from None
+        atomic_write(self.path, data, 0o600, follow=False)
+
+
+def slot(value: Any) -> dict:
+    """Journal form of a value that may be ABSENT."""
+    from nvdocker2.engines.docker.daemonjson.edit import ABSENT
+
+    return {"present": False} if value is ABSENT else {"present": True, "value": value}
+
+
+def unslot(s: Any) -> Any:
+    from nvdocker2.engines.docker.daemonjson.edit import ABSENT
+
+    if isinstance(s, dict) and s.get("present"):
+        return s.get("value")
+    return ABSENT
