@@ -20,8 +20,8 @@ def _exe_ok(path: object) -> bool:
 
 def containerd_checks(config: Path, address: str, unit: str, runtime: str = "nvidia"
                       ) -> list[tuple[str, str, Callable[[], Outcome]]]:
-    from nvdocker2.engines import commands
     from nvdocker2.engines.containerd import ContainerdEngine, service
+    from nvdocker2.engines.containerd.front import ContainerdFront
 
     state: dict = {}
 
@@ -34,7 +34,7 @@ def containerd_checks(config: Path, address: str, unit: str, runtime: str = "nvi
 
     def cfg() -> Outcome:
         try:
-            st = commands.status(ContainerdEngine(config, check=False), runtime)
+            st = ContainerdFront().describe(ContainerdEngine(config, check=False), runtime)
         except NvDockerError as e:
             return fail(e.message, e.hint or "fix the file")
         state["status"] = st
@@ -136,21 +136,11 @@ def crio_checks(dropin: Path, runtime: str = "nvidia"):
     return [("crio-dropin", "CRI-O drop-in", drop), ("crio-running", "running CRI-O", binary)]
 
 
-def run(engine: str, config: Path | None, address: str | None, unit: str | None,
-        as_json: bool, verbose: bool = False) -> int:
+def run(checks: list, as_json: bool, verbose: bool = False) -> int:
+    """Run an engine's checks and render them as Docker's doctor does; exit 1 on a failure."""
     from nvdocker2.doctor.registry import FAIL
     from nvdocker2.doctor.render import render
 
-    if engine == "containerd":
-        from nvdocker2.engines.containerd import DEFAULT_CONFIG
-        from nvdocker2.engines.containerd.service import DEFAULT_ADDRESS, DEFAULT_UNIT
-
-        checks = containerd_checks(config or DEFAULT_CONFIG, address or DEFAULT_ADDRESS,
-                                   unit or DEFAULT_UNIT)
-    else:
-        from nvdocker2.engines.crio import DEFAULT_DROPIN
-
-        checks = crio_checks(config or DEFAULT_DROPIN)
     results = []
     for cid, title, fn in checks:
         o = fn()

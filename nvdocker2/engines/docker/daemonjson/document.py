@@ -632,6 +632,15 @@ def dumps(data: Any, style: Style = DEFAULT_STYLE) -> str:
     return style.prefix + _Writer(style, "").emit(data, None, 0) + style.suffix
 
 
+def inline(value: Any) -> str:
+    """`value` on one line, as daemon.json would hold it (for messages); repr() for what
+    JSON cannot hold."""
+    try:
+        return dumps(value, Style(indent=None, suffix=""))
+    except (TypeError, ValueError):
+        return repr(value)
+
+
 def parse(data: bytes, source: str = "<bytes>") -> Document:
     """Parse daemon.json bytes. Empty or whitespace-only input is `{}` in the default style.
 

@@ -1,0 +1,166 @@
+"""The typer plumbing of the `nvdocker2` command (SPEC §2) and where its output goes.
+
+Errors are `NvDockerError`s carrying the SPEC exit code; they are turned into one `error:`
+line and one `hint:` line in exactly one place (`_fail`), with a traceback only when
+NVDOCKER2_DEBUG=1. With --json, stdout gets one JSON object whatever happens.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+import traceback
+from typing import Any, Callable, Iterator
+
+from nvdocker2 import __version__
+from nvdocker2.errors import EXIT_INTERNAL, NvDockerError
+from nvdocker2.oneline import one_line
+
+
+def _import_typer() -> Any:
+    """typer, loaded without rich. typer < 0.8 imports rich (and markdown-it, ~0.1 s) as it
+    loads, only to format help, which we print plain on every typer version (see `_Command`);
+    rich stays importable for the spinner, which imports it when it is shown."""
+    if "typer" in sys.modules or "rich" in sys.modules:
+        import typer
+        return typer
+    sys.modules["rich"] = None  # type: ignore[assignment]  # `import rich` raises ImportError
+    try:
+        import typer
+    finally:
+        if sys.modules.get("rich", 0) is None:
+            del sys.modules["rich"]
+    return typer
+
+
+typer = _import_typer()
+# The exception classes typer raises: click's up to typer 0.19, its own copy of click from
+# typer 0.20 on. Named through typer's own export, never by importing click.
+_click_errors = sys.modules[typer.BadParameter.__module__]
+
+
+class _Command(typer.core.TyperCommand):
+    """Plain click help on every typer: typer < 0.8 formats help with rich whenever rich is
+    importable, and rich's tables cut long defaults with "…"."""
+
+    def format_help(self, ctx: Any, formatter: Any) -> None:
+        super(typer.core.TyperCommand, self).format_help(ctx, formatter)
+
+    def get_short_help_str(self, limit: int = 45) -> str:
+        """The command's first paragraph, whole (click cuts it at `limit` with "...")."""
+        return " ".join((self.short_help or (self.help or "").split("\n\n")[0]).split())
+
+
+class _Group(typer.core.TyperGroup):
+    __doc__ = _Command.__doc__
+
+    def format_help(self, ctx: Any, formatter: Any) -> None:
+        super(typer.core.TyperGroup, self).format_help(ctx, formatter)
+
+
+CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+
+
+def _typer(**kw: Any) -> Any:
+    return typer.Typer(cls=_Group, context_settings=CONTEXT, no_args_is_help=True,
+                       rich_markup_mode=None, pretty_exceptions_enable=False, **kw)
+
+
+app = _typer(
+    add_completion=True,
+    help="Configure Docker for NVIDIA GPUs: add, remove and check the nvidia runtime in "
+    "daemon.json safely (merge, backup, atomic write, reload, verify, roll back).",
+)
+
+
+# --- output ------------------------------------------------------------------------------------
+
+
+class _Out:
+    """Where the current command writes; set once per command."""
+
+    json = False
+
+
+def _stderr(line: str) -> None:
+    """One line on stderr; control characters in it are escaped (SPEC §8: one line each)."""
+    sys.stderr.write(one_line(line) + "\n")
+    sys.stderr.flush()
+
+
+def _emit_json(obj: dict) -> None:
+    sys.stdout.write(json.dumps(obj, indent=2, ensure_ascii=False, default=str) + "\n")
+    sys.stdout.flush()
+
+
+def _debug() -> bool:
+    return os.environ.get("NVDOCKER2_DEBUG", "") not in ("", "0")
+
+
+def _fail(e: NvDockerError) -> int:
+    """The one place an NvDockerError becomes output; returns the exit code."""
+    if _debug():
+        traceback.print_exception(type(e), e, e.__traceback__)
+    if _Out.json:
+        _emit_json({"changed": False, "error": e.message, "hint": e.hint, "exit_code": e.exit_code})
+    _stderr(f"error: {e.message}")
+    if e.hint:
+        _stderr(f"hint: {e.hint}")
+    return e.exit_code
+
+
+class CliReporter:
+    """Progress lines and a spinner on stderr when a person is watching (a TTY, no --json)."""
+
+    def __init__(self, json_mode: bool) -> None:
+        self.live = not json_mode and sys.stderr.isatty()
+
+    def progress(self, message: str) -> None:
+        if self.live:
+            _stderr(f"... {message}")
+
+    @contextlib.contextmanager
+    def waiting(self, message: str) -> Iterator[None]:
+        if not self.live:
+            yield
+            return
+        from rich.console import Console
+
+        with Console(stderr=True).status(message):
+            yield
+
+
+def _interrupted() -> int:
+    _stderr("error: interrupted; daemon.json is unchanged or was restored")
+    return EXIT_INTERNAL
+
+
+def _run(json_mode: bool, fn: Callable[[], int | None]) -> None:
+    _Out.json = json_mode
+    try:
+        code = fn()
+    except NvDockerError as e:
+        raise typer.Exit(_fail(e)) from None
+    except KeyboardInterrupt:  # recent typer turns it into a silent exit 130
+        raise typer.Exit(_interrupted()) from None
+    if code:
+        raise typer.Exit(code)
+
+
+# --- commands ----------------------------------------------------------------------------------
+
+
+def _version_callback(value: bool) -> None:
+    if value:
+        typer.echo(f"nvdocker2 {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _main(
+    version: bool = typer.Option(False, "--version", callback=_version_callback, is_eager=True,
+                                 help="Print the version and exit."),
+) -> None:
+    """nvdocker2: the nvidia-docker2 layer, made safe."""

@@ -1,0 +1,10 @@
+"""`nvdocker2 doctor`: the chosen engine's checks (rendered by nvdocker2.doctor.render)."""
+
+from __future__ import annotations
+
+from nvdocker2.cli.app import app
+from nvdocker2.cli.options import register
+
+register(app, "doctor", lambda front, opts: front.doctor(opts),
+         """Check this host's GPU container setup and say how to fix what is wrong (exit 1 if
+    any check failed).""")

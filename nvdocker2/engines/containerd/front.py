@@ -1,0 +1,85 @@
+"""What the commands run for `--engine containerd`: its engine and service for the flags,
+what its files say for `status`, and doctor's checks (the rest is `TransactionFront`)."""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+from typing import Any, Optional
+
+from nvdocker2.engines import transaction as txn
+from nvdocker2.engines.base import NoService
+from nvdocker2.engines.commands import TransactionFront
+from nvdocker2.errors import BadInput, NvDockerError
+
+
+def make() -> "ContainerdFront":
+    return ContainerdFront()
+
+
+class ContainerdFront(TransactionFront):
+    name = "containerd"
+
+    def engine(self, config: Optional[Path]) -> Any:
+        from nvdocker2.engines.containerd import DEFAULT_CONFIG, ContainerdEngine
+
+        return ContainerdEngine(config or DEFAULT_CONFIG)
+
+    def service(self, reload: str, verify: bool, unit: Optional[str],
+                address: Optional[str]) -> tuple[Any, list[str]]:
+        from nvdocker2.engines.containerd import service
+
+        notes: list[str] = []
+        unit = unit or service.DEFAULT_UNIT
+        address = address or service.DEFAULT_ADDRESS
+        if reload == "systemd":
+            svc: Any = service.SystemdContainerd(unit, address, verify)
+        elif reload == "none":
+            svc = NoService()
+        elif reload == "auto":
+            svc, why = service.auto_service(unit, address, verify)
+            notes.append(f"reload mode {svc.strategy}: {why}")
+        else:
+            raise BadInput(f"--reload {reload} does not apply to containerd (it has no reload)",
+                           "use --reload auto, systemd or none")
+        return svc, notes
+
+    def says(self, eng: Any, runtime_name: str) -> dict:
+        from nvdocker2.engines.containerd import document as D
+        from nvdocker2.engines.containerd import edit as E
+
+        root = D.parse(eng.config, txn.read(eng.config))
+        own = eng._own(root, txn.read)
+        eff = D.merged(root, eng._imports(root, txn.read, eng._dropin) + ([own] if own else []),
+                       E.layout(root, eng.major).deep_merge)
+        cri = root.cri()
+        return dict(version=root.version, layout="drop-in " + str(eng._dropin)
+                    if eng._dropin else "in place", runtimes={
+                        n: _binary(r) for n, r in E._runtimes(eff, cri, str(root.path)).items()},
+                    default_runtime=E.default_name(eff, cri))
+
+    def files(self, eng: Any, state: Path) -> list[Path]:
+        # The root config and the drop-in its layout uses now.
+        with contextlib.suppress(NvDockerError):  # a broken root config: its path is enough
+            eng._own(eng._root(txn.read), txn.read)
+        return super().files(eng, state)
+
+    def checks(self, config: Optional[Path], unit: Optional[str],
+               address: Optional[str]) -> list:
+        from nvdocker2.engines.containerd import DEFAULT_CONFIG
+        from nvdocker2.engines.containerd.service import DEFAULT_ADDRESS, DEFAULT_UNIT
+        from nvdocker2.engines.doctor import containerd_checks
+
+        return containerd_checks(config or DEFAULT_CONFIG, address or DEFAULT_ADDRESS,
+                                 unit or DEFAULT_UNIT)
+
+
+def _binary(runtime: Any) -> Any:
+    """What a runtime runs: its BinaryName; runc's shim without one runs `runc` from PATH."""
+    from nvdocker2.engines.containerd import document as D
+    from nvdocker2.engines.containerd import edit as E
+
+    found = E._binary(runtime)
+    if found is None and isinstance(runtime, dict) and runtime.get("runtime_type") == D.RUNC_V2:
+        return "runc"
+    return found

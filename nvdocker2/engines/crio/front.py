@@ -1,0 +1,58 @@
+"""What the commands run for `--engine crio`: its engine and service for the flags, what its
+drop-in says for `status`, and doctor's checks (the rest is `TransactionFront`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Optional
+
+from nvdocker2.engines import transaction as txn
+from nvdocker2.engines.base import NoService
+from nvdocker2.engines.commands import TransactionFront
+from nvdocker2.errors import BadInput
+
+
+def make() -> "CrioFront":
+    return CrioFront()
+
+
+class CrioFront(TransactionFront):
+    name = "crio"
+
+    def engine(self, config: Optional[Path]) -> Any:
+        from nvdocker2.engines.crio import DEFAULT_DROPIN, CrioEngine
+
+        return CrioEngine(config or DEFAULT_DROPIN)
+
+    def service(self, reload: str, verify: bool, unit: Optional[str],
+                address: Optional[str]) -> tuple[Any, list[str]]:
+        from nvdocker2.engines.crio import DEFAULT_SOCKET, make_service
+
+        if reload == "none":
+            return NoService(), []
+        if reload not in ("auto", "systemd", "signal"):
+            raise BadInput(f"--reload {reload} does not apply to CRI-O",
+                           "use --reload auto, signal, systemd or none")
+        svc, why = make_service(reload, unit or "crio", address or DEFAULT_SOCKET, verify)
+        return svc, [f"reload mode {svc.strategy}: {why}"] if why else []
+
+    def says(self, eng: Any, runtime_name: str) -> dict:
+        from nvdocker2.engines.crio import parse
+
+        raw = txn.read(eng.config)
+        out: dict = {"dropin_present": raw is not None}
+        try:
+            rt = parse(eng.config, raw).get("crio", {}).get("runtime", {})
+            out.update(runtimes={n: t.get("runtime_path") for n, t in
+                                 rt.get("runtimes", {}).items()},
+                       default_runtime=rt.get("default_runtime"))
+        except BadInput as e:
+            out.update(error=e.message)
+        return out
+
+    def checks(self, config: Optional[Path], unit: Optional[str],
+               address: Optional[str]) -> list:
+        from nvdocker2.engines.crio import DEFAULT_DROPIN
+        from nvdocker2.engines.doctor import crio_checks
+
+        return crio_checks(config or DEFAULT_DROPIN)

@@ -1,0 +1,176 @@
+"""`status --engine docker`: what daemon.json says about runtimes, what install recorded
+(runtime entries and CDI mode), the backups, and what the running dockerd reports."""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+from nvdocker2 import locations
+from nvdocker2.engines.front import Report
+from nvdocker2.errors import NvDockerError
+
+
+def report(cfg: Path, why: str, docker_host: Optional[str],
+           short: Callable[[Any], str]) -> Report:
+    """The status of `cfg` as JSON and as lines; exit code 2 or 3 when the file cannot be
+    used (SPEC §2)."""
+    from nvdocker2.engines.docker.daemonjson import document, edit, validate
+    from nvdocker2.store.backups import Backups
+    from nvdocker2.store.journal import Journal
+    from nvdocker2.store.lock import check_state_dir, state_dir
+
+    own, own_exists = locations.default_runtime_path()
+    info: dict[str, Any] = {"config": str(cfg), "config_reason": why, "exists": False,
+                            "error": None, "runtimes": {}, "default_runtime": None,
+                            "installed": False, "journal": None, "backups": 0,
+                            "newest_backup": None, "warnings": [], "errors": [],
+                            "runtime_path": own, "dockerd": None}
+    code = 0
+    try:
+        doc = document.load(cfg)
+        info["exists"] = doc.existed
+        info["style"] = doc.style.describe() if doc.existed else None
+        info["warnings"].extend(doc.warnings)
+        edit.check_shape(doc.data)
+        info["runtimes"] = edit.runtimes(doc.data)
+        info["default_runtime"] = doc.data.get("default-runtime")
+        errors, warns = validate.validate(doc.data)
+        info["errors"] = errors
+        info["warnings"].extend(warns)
+    except NvDockerError as e:
+        info["error"] = e.message
+        code = e.exit_code
+    st = state_dir()
+    check_state_dir(st)  # SPEC §8: nothing is read from an untrusted state dir
+    rec = {}
+    with contextlib.suppress(NvDockerError):
+        rec = Journal(st, cfg).load()
+    info["journal"] = rec or None
+    # What the file says now, not history: a recorded entry counts only while the file
+    # still holds it as install wrote it (rollback or a hand edit may have taken it out).
+    recorded = (rec.get("runtimes") or {}) if rec else {}
+    info["installed_runtimes"] = sorted(
+        name for name, r in recorded.items()
+        if isinstance(r, dict) and "installed" in r
+        and info["runtimes"].get(name) == r["installed"]
+    )
+    info["installed"] = bool(info["installed_runtimes"])
+    with contextlib.suppress(NvDockerError):
+        found = Backups(st).all(cfg)
+        info["backups"] = len(found)
+        info["newest_backup"] = found[0].id if found else None
+    info.update(_mode_status(st, cfg, info["installed"]))
+    info["dockerd"] = _query_dockerd(docker_host, info["runtimes"], info["default_runtime"])
+    lines = [f"config: {cfg} ({why})"]
+    if info["error"]:
+        lines.append(f"file: cannot be used: {info['error']}")
+    elif not info["exists"]:
+        lines.append("file: does not exist (dockerd uses its defaults)")
+    else:
+        lines.append(f"file: {info.get('style')}")
+        if info["runtimes"]:
+            for name, entry in info["runtimes"].items():
+                p = entry.get("path") if isinstance(entry, dict) else None
+                tag = "  (this package's runtime)" if isinstance(p, str) and locations.same_file(p, own) else ""
+                lines.append(f"runtime: {name} -> {short(entry)}{tag}")
+        else:
+            lines.append("runtimes: none defined")
+        lines.append(f"default-runtime: {info['default_runtime'] or 'runc (not set)'}")
+        for err in info["errors"]:
+            lines.append(f"invalid: {err}")
+    gone = sorted(set(recorded) - set(info["installed_runtimes"]))
+    if info["installed"]:
+        names = ", ".join(info["installed_runtimes"])
+        lines.append(f"installed by nvdocker2: {names} (journal {Journal(st, cfg).path})")
+    elif gone:
+        lines.append(f"installed by nvdocker2: nothing in the file (the journal records "
+                     f"{', '.join(gone)}, which the file no longer holds as installed: "
+                     f"rolled back or edited since)")
+    else:
+        lines.append("installed by nvdocker2: nothing recorded")
+    lines.append(f"mode: {info['mode']}")
+    if info["cdi"]:
+        cdi = info["cdi"]
+        lines.append(f"CDI spec: {cdi['spec']}" + ("" if cdi["present"] else " (missing)")
+                     + (f": {', '.join(cdi['devices'])}" if cdi["devices"] else ""))
+    newest = info["newest_backup"]
+    lines.append(f"backups: {info['backups']}" + (f" (newest {newest})" if newest else ""))
+    lines.append(f"runtime beside nvdocker2: {own}" + ("" if own_exists else " (missing)"))
+    lines.append(_describe_dockerd(info["dockerd"], cfg))
+    return Report(info, lines, list(info["warnings"]), code)
+
+
+def _mode_status(state: Path, cfg: Path, runtime_installed: bool) -> dict:
+    """How GPUs reach containers here, as install recorded it: "runtime" (the nvidia runtime
+    entry), "cdi" (install --mode cdi), both, or "none"; plus the CDI spec when there is one."""
+    from nvdocker2.engines.docker import cdi as cdi_mode
+
+    rec: dict = {}
+    with contextlib.suppress(NvDockerError):
+        rec = cdi_mode.CdiJournal(state, cfg).load()
+    modes = (["runtime"] if runtime_installed else []) + (["cdi"] if rec else [])
+    cdi = None
+    if rec:
+        spec = Path((rec.get("spec") or {}).get("path") or cdi_mode.spec_path(None))
+        data = None
+        with contextlib.suppress(NvDockerError):
+            data = cdi_mode.read_optional(spec)
+        cdi = {"spec": str(spec), "present": data is not None,
+               "devices": list(cdi_mode.devices_of(data)),
+               "journal": str(cdi_mode.CdiJournal(state, cfg).path)}
+    return {"mode": "+".join(modes) or "none", "modes": modes, "cdi": cdi}
+
+
+def _query_dockerd(docker_host: Optional[str], runtimes: dict, default: Any) -> dict:
+    """What the running dockerd reports (GET /info) and whether it matches the file."""
+    from nvdocker2.engines.docker.service.api import (
+        EngineClient,
+        EngineError,
+        EngineUnavailable,
+        parse_docker_host,
+    )
+
+    host = parse_docker_host(docker_host)
+    try:
+        data = EngineClient(host, timeout=5.0).info()
+    except (EngineUnavailable, EngineError) as e:
+        return {"host": host.url, "reachable": False, "error": str(e)}
+    running = {
+        name: entry.get("path")
+        for name, entry in (data.get("Runtimes") or {}).items()
+        if isinstance(entry, dict)
+    }
+    differs = sorted(
+        name
+        for name, entry in runtimes.items()
+        if isinstance(entry, dict) and "path" in entry and running.get(name) != entry["path"]
+    )
+    default_running = data.get("DefaultRuntime")
+    if default_running != (default if isinstance(default, str) and default else "runc"):
+        differs.append("default-runtime")
+    return {
+        "host": host.url,
+        "reachable": True,
+        "version": data.get("ServerVersion"),
+        "runtimes": running,
+        "default_runtime": default_running,
+        "agrees_with_file": not differs,
+        "differs": differs,
+    }
+
+
+def _describe_dockerd(d: dict, cfg: Path) -> str:
+    if not d["reachable"]:
+        return f"dockerd: not reachable at {d['host']} ({d['error']})"
+    head = (
+        f"dockerd: {d['version']} at {d['host']}: runtimes {', '.join(sorted(d['runtimes']))}; "
+        f"default {d['default_runtime']}"
+    )
+    if d["agrees_with_file"]:
+        return head + "; agrees with the file"
+    return (
+        head + f"; differs from the file for {', '.join(d['differs'])} "
+        f"(apply the file: {locations.reload_hint(cfg)})"
+    )
