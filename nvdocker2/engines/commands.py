@@ -51,8 +51,8 @@ class TransactionFront:
 
     def run(self, action: str, o: Mapping[str, Any], reporter: Any) -> Outcome:
         eng = self.engine(_config(o))
-        svc, notes = self.service(o["reload"].value, not o["no_verify"], o["unit"],
-                                  o["containerd_address"])
+        svc, notes = self.service(o["reload"].value, not o["no_verify"], o.get("unit"),
+                                  o.get("containerd_address"))
         common = dict(reporter=reporter, timeout=o["timeout"], dry_run=o["dry_run"])
         if action == "rollback":
             res = txn.rollback(eng, o["backup_id"], service=svc, **common)
@@ -120,5 +120,5 @@ class TransactionFront:
 
         config = o["config"]
         cfg = Path(os.path.abspath(str(config))) if config is not None else None
-        return run(self.checks(cfg, o["unit"], o["containerd_address"]), o["json"],
+        return run(self.checks(cfg, o.get("unit"), o.get("containerd_address")), o["json"],
                    o["verbose"])
