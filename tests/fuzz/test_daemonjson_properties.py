@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from nvdocker2.engines import docker as docker_engine
 from nvdocker2.engines.docker.daemonjson import document, edit
+from nvdocker2.engines.docker.daemonjson.parser import DocumentError
 
 RT = "/usr/bin/nvidia-container-runtime"
 
@@ -89,7 +90,7 @@ def test_install_is_idempotent(obj, indent, ascii_only, ending):
 def test_arbitrary_bytes_parse_or_fail_with_a_located_error(raw):
     try:
         doc = document.parse(raw)
-    except document.DocumentError as e:
+    except DocumentError as e:
         assert e.exit_code == 2 and e.message
         return
     assert isinstance(doc.data, dict)

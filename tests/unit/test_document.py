@@ -9,7 +9,8 @@ import os
 import pytest
 
 from nvdocker2.engines.docker.daemonjson import document
-from nvdocker2.engines.docker.daemonjson.document import DocumentError, JsonFloat, Style, dumps, parse
+from nvdocker2.engines.docker.daemonjson.document import Style, dumps, parse
+from nvdocker2.engines.docker.daemonjson.parser import DocumentError, JsonFloat
 from nvdocker2.errors import EXIT_BAD_INPUT
 
 SAMPLES = [
