@@ -116,7 +116,7 @@ def _listening_dockerd(d, user=None):
 @needs_root
 def test_identify_takes_the_socket_peer_and_refuses_a_hint_or_owner_that_disagrees(tmp_path):
     from nvdocker2.engines.docker.service.api import parse_docker_host
-    from nvdocker2.engines.docker.service.daemon import identify
+    from nvdocker2.engines.docker.service.process import identify
     from nvdocker2.errors import EnvironmentProblem
 
     procs = []

@@ -7,7 +7,9 @@ engine transaction's `Service`.
 
 from __future__ import annotations
 
+import json
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -194,3 +196,78 @@ class DaemonService(Service):
         where = str(self.dockerd_log) if self.dockerd_log else (
             getattr(self.daemon, "log_description", None) or "journalctl -u docker")
         return f"see dockerd's log ({where})"
+
+
+def describe_expectation(expect: Expectation) -> str:
+    parts = [f"runtime {name} = {path}" for name, path in sorted(expect.present.items())]
+    parts += [f"no runtime {name}" for name in expect.absent]
+    parts.append(f"default runtime {expect.default_runtime}")
+    if expect.cdi_spec_dir is not None:
+        parts.append(f"CDI spec directory {expect.cdi_spec_dir}")
+        if expect.cdi_devices:
+            parts.append(f"CDI devices {', '.join(expect.cdi_devices)}")
+    if expect.cdi_devices_gone:
+        parts.append(f"no CDI devices {', '.join(expect.cdi_devices_gone)}")
+    return ", ".join(parts)
+
+
+def _discovered(info: Mapping) -> set:
+    listed = info.get("DiscoveredDevices")
+    return {d.get("ID") for d in listed or [] if isinstance(d, dict)}
+
+
+def cdi_mismatches(info: Mapping, expect: Expectation) -> list[str]:
+    """What /info says about CDI that differs from `expect` (SPEC §9)."""
+    gone = _discovered(info) & set(expect.cdi_devices_gone)
+    if gone:
+        return ["DiscoveredDevices still lists " + ", ".join(sorted(gone))]
+    if expect.cdi_spec_dir is None:
+        return []
+    dirs = info.get("CDISpecDirs") or []
+    if not isinstance(dirs, list) or not dirs:
+        return ["CDI is off (CDISpecDirs is empty)"]
+    want = os.path.normpath(expect.cdi_spec_dir)
+    if not any(isinstance(d, str) and os.path.normpath(d) == want for d in dirs):
+        return [f"CDISpecDirs is {dirs}, without {expect.cdi_spec_dir}"]
+    ids = _discovered(info)
+    missing = [name for name in expect.cdi_devices if name not in ids]
+    if missing:
+        return ["DiscoveredDevices lacks " + ", ".join(missing)]
+    return []
+
+
+def mismatches(info: Mapping, expect: Expectation) -> list[str]:
+    """What /info says that differs from `expect`, one phrase per difference."""
+    runtimes = info.get("Runtimes") or {}
+    if not isinstance(runtimes, dict):
+        runtimes = {}
+    problems = []
+    for name, path in sorted(expect.present.items()):
+        entry = runtimes.get(name)
+        if not isinstance(entry, dict):
+            problems.append(f"no runtime {name}")
+        elif entry.get("path") != path:
+            problems.append(f"runtime {name} has path {entry.get('path')}, not {path}")
+    for name in expect.absent:
+        if name in runtimes:
+            problems.append(f"runtime {name} still listed")
+    default = info.get("DefaultRuntime") or "runc"
+    if default != expect.default_runtime:
+        problems.append(f"default runtime is {default}, not {expect.default_runtime}")
+    problems.extend(cdi_mismatches(info, expect))
+    return problems
+
+
+def expected_state(info: Mapping, expect: Expectation) -> str:
+    """The part of /info that `expect` is about: its runtimes' entries and the default.
+
+    Only a change there proves dockerd took the file: dockerd 20.10 also drops the
+    io.containerd.* entries from /info on every reload, whatever the file says.
+    """
+    runtimes = info.get("Runtimes") or {}
+    if not isinstance(runtimes, dict):
+        runtimes = {}
+    names = sorted(set(expect.present) | set(expect.absent))
+    return json.dumps(
+        [{n: runtimes.get(n) for n in names}, info.get("DefaultRuntime") or "runc"], sort_keys=True
+    )

@@ -7,7 +7,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
@@ -20,7 +19,6 @@ from typing import Union
 
 from nvdocker2 import locations
 from nvdocker2.engines.docker.service.api import (
-    DockerHost,
     EngineClient,
     EngineError,
     EngineUnavailable,
@@ -40,6 +38,8 @@ from nvdocker2.engines.docker.service.logs import (
 from nvdocker2.engines.docker.service.managers import SignalManager, SystemdManager, SysvManager
 from nvdocker2.engines.docker.service.process import (
     DockerdProcess,
+    Served,
+    identify,
     flag_conflicts,
     is_dockerd,
     read_pidfile,
@@ -47,7 +47,13 @@ from nvdocker2.engines.docker.service.process import (
 )
 from nvdocker2.engines.docker.service.progress import Reporter, SilentReporter
 from nvdocker2.errors import BadInput, EnvironmentProblem
-from nvdocker2.engines.docker.service import Expectation, VerifyFailed
+from nvdocker2.engines.docker.service import (
+    Expectation,
+    VerifyFailed,
+    describe_expectation,
+    expected_state,
+    mismatches,
+)
 
 MODES = ("auto", "systemd", "sysv", "signal", "none")
 DEFAULT_PIDFILE = Path("/var/run/docker.pid")
@@ -100,81 +106,6 @@ def detect_setup(
     return Setup("rootful", "docker", False, DEFAULT_PIDFILE, None)
 
 
-def describe_expectation(expect: Expectation) -> str:
-    parts = [f"runtime {name} = {path}" for name, path in sorted(expect.present.items())]
-    parts += [f"no runtime {name}" for name in expect.absent]
-    parts.append(f"default runtime {expect.default_runtime}")
-    if expect.cdi_spec_dir is not None:
-        parts.append(f"CDI spec directory {expect.cdi_spec_dir}")
-        if expect.cdi_devices:
-            parts.append(f"CDI devices {', '.join(expect.cdi_devices)}")
-    if expect.cdi_devices_gone:
-        parts.append(f"no CDI devices {', '.join(expect.cdi_devices_gone)}")
-    return ", ".join(parts)
-
-
-def _discovered(info: Mapping) -> set:
-    listed = info.get("DiscoveredDevices")
-    return {d.get("ID") for d in listed or [] if isinstance(d, dict)}
-
-
-def cdi_mismatches(info: Mapping, expect: Expectation) -> list[str]:
-    """What /info says about CDI that differs from `expect` (SPEC §9)."""
-    gone = _discovered(info) & set(expect.cdi_devices_gone)
-    if gone:
-        return ["DiscoveredDevices still lists " + ", ".join(sorted(gone))]
-    if expect.cdi_spec_dir is None:
-        return []
-    dirs = info.get("CDISpecDirs") or []
-    if not isinstance(dirs, list) or not dirs:
-        return ["CDI is off (CDISpecDirs is empty)"]
-    want = os.path.normpath(expect.cdi_spec_dir)
-    if not any(isinstance(d, str) and os.path.normpath(d) == want for d in dirs):
-        return [f"CDISpecDirs is {dirs}, without {expect.cdi_spec_dir}"]
-    ids = _discovered(info)
-    missing = [name for name in expect.cdi_devices if name not in ids]
-    if missing:
-        return ["DiscoveredDevices lacks " + ", ".join(missing)]
-    return []
-
-
-def mismatches(info: Mapping, expect: Expectation) -> list[str]:
-    """What /info says that differs from `expect`, one phrase per difference."""
-    runtimes = info.get("Runtimes") or {}
-    if not isinstance(runtimes, dict):
-        runtimes = {}
-    problems = []
-    for name, path in sorted(expect.present.items()):
-        entry = runtimes.get(name)
-        if not isinstance(entry, dict):
-            problems.append(f"no runtime {name}")
-        elif entry.get("path") != path:
-            problems.append(f"runtime {name} has path {entry.get('path')}, not {path}")
-    for name in expect.absent:
-        if name in runtimes:
-            problems.append(f"runtime {name} still listed")
-    default = info.get("DefaultRuntime") or "runc"
-    if default != expect.default_runtime:
-        problems.append(f"default runtime is {default}, not {expect.default_runtime}")
-    problems.extend(cdi_mismatches(info, expect))
-    return problems
-
-
-def expected_state(info: Mapping, expect: Expectation) -> str:
-    """The part of /info that `expect` is about: its runtimes' entries and the default.
-
-    Only a change there proves dockerd took the file: dockerd 20.10 also drops the
-    io.containerd.* entries from /info on every reload, whatever the file says.
-    """
-    runtimes = info.get("Runtimes") or {}
-    if not isinstance(runtimes, dict):
-        runtimes = {}
-    names = sorted(set(expect.present) | set(expect.absent))
-    return json.dumps(
-        [{n: runtimes.get(n) for n in names}, info.get("DefaultRuntime") or "runc"], sort_keys=True
-    )
-
-
 def _stderr_log(pid: int | None, proc: Path) -> LogSource:
     """dockerd's stderr when it is a regular file (a hand-started or init-script dockerd)."""
     if pid is None:
@@ -209,59 +140,6 @@ def _dockerd_major(server_version: str | None) -> int | None:
             return None
     found = re.search(r"(\d+)\.\d+", text or "")
     return int(found.group(1)) if found else None
-
-
-@dataclass(frozen=True)
-class Served:
-    """The dockerd behind the Engine API, as far as it could be identified (SPEC §8)."""
-
-    process: DockerdProcess | None
-    how: str  # how it was found, or why not
-    by_socket: bool = False  # found as the socket's peer (or systemd's MainPID behind it)
-
-
-def identify(
-    host: DockerHost,
-    hint: int | None,
-    hint_name: str,
-    proc: Path = Path("/proc"),
-    euid: int | None = None,
-) -> Served:
-    """The dockerd serving `host`: the peer of its unix socket (`SO_PEERCRED`); `hint` (the
-    pidfile's pid or systemd's MainPID) must agree with it, and is taken alone only when the
-    socket cannot tell (tcp, systemd socket activation, a root proxy in front of dockerd).
-
-    Raises EnvironmentProblem when the socket is served by a process we must not trust, or
-    when the hint names another dockerd than the one serving the socket.
-    """
-    sock = host.socket_path
-    peer = socket_peer(sock) if sock is not None else None
-    if peer is not None and peer.pid != INIT_PID:
-        why = untrusted_owner(peer.pid, proc, euid, peer.uid)
-        if why is not None:
-            raise EnvironmentProblem(
-                f"{sock} is served by a process nvdocker2 does not trust ({why}); "
-                "nothing was changed",
-                "point --docker-host at the socket of root's dockerd (unix:///var/run/"
-                "docker.sock), or run nvdocker2 as the user whose rootless dockerd serves it",
-            )
-        process = read_process(peer.pid, proc, euid)
-        if process is not None:
-            if hint is not None and hint != peer.pid:
-                raise EnvironmentProblem(
-                    f"{hint_name} names pid {hint}, but the dockerd serving {sock} is pid "
-                    f"{peer.pid}; nothing was changed",
-                    "point --docker-host and --pidfile (or the unit) at the same dockerd",
-                )
-            return Served(process, f"pid {peer.pid} serves {sock}", True)
-    if hint is None:
-        where = sock or host.url
-        return Served(None, f"no dockerd process identified behind {where}")
-    process = read_process(hint, proc, euid)
-    if process is None:
-        return Served(None, f"{hint_name} names pid {hint}, which is not a trusted dockerd")
-    socket_activated = peer is not None and peer.pid == INIT_PID
-    return Served(process, f"pid {hint} from {hint_name}", socket_activated)
 
 
 def check_candidate_against(

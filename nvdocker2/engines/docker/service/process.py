@@ -12,7 +12,9 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from nvdocker2.engines.docker.service.identity import untrusted_owner
+from nvdocker2.engines.docker.service.api import DockerHost
+from nvdocker2.engines.docker.service.identity import INIT_PID, socket_peer, untrusted_owner
+from nvdocker2.errors import EnvironmentProblem
 
 # dockerd 20.10 .. 29 shorthand flags (pflag), by their long name.
 SHORTHANDS = {
@@ -247,3 +249,56 @@ def flag_conflicts(candidate: dict, process: DockerdProcess) -> list[tuple[str, 
         for key in file_keys(candidate)
         if key in by_key and key not in MERGED_KEYS
     )
+
+
+@dataclass(frozen=True)
+class Served:
+    """The dockerd behind the Engine API, as far as it could be identified (SPEC §8)."""
+
+    process: DockerdProcess | None
+    how: str  # how it was found, or why not
+    by_socket: bool = False  # found as the socket's peer (or systemd's MainPID behind it)
+
+
+def identify(
+    host: DockerHost,
+    hint: int | None,
+    hint_name: str,
+    proc: Path = Path("/proc"),
+    euid: int | None = None,
+) -> Served:
+    """The dockerd serving `host`: the peer of its unix socket (`SO_PEERCRED`); `hint` (the
+    pidfile's pid or systemd's MainPID) must agree with it, and is taken alone only when the
+    socket cannot tell (tcp, systemd socket activation, a root proxy in front of dockerd).
+
+    Raises EnvironmentProblem when the socket is served by a process we must not trust, or
+    when the hint names another dockerd than the one serving the socket.
+    """
+    sock = host.socket_path
+    peer = socket_peer(sock) if sock is not None else None
+    if peer is not None and peer.pid != INIT_PID:
+        why = untrusted_owner(peer.pid, proc, euid, peer.uid)
+        if why is not None:
+            raise EnvironmentProblem(
+                f"{sock} is served by a process nvdocker2 does not trust ({why}); "
+                "nothing was changed",
+                "point --docker-host at the socket of root's dockerd (unix:///var/run/"
+                "docker.sock), or run nvdocker2 as the user whose rootless dockerd serves it",
+            )
+        process = read_process(peer.pid, proc, euid)
+        if process is not None:
+            if hint is not None and hint != peer.pid:
+                raise EnvironmentProblem(
+                    f"{hint_name} names pid {hint}, but the dockerd serving {sock} is pid "
+                    f"{peer.pid}; nothing was changed",
+                    "point --docker-host and --pidfile (or the unit) at the same dockerd",
+                )
+            return Served(process, f"pid {peer.pid} serves {sock}", True)
+    if hint is None:
+        where = sock or host.url
+        return Served(None, f"no dockerd process identified behind {where}")
+    process = read_process(hint, proc, euid)
+    if process is None:
+        return Served(None, f"{hint_name} names pid {hint}, which is not a trusted dockerd")
+    socket_activated = peer is not None and peer.pid == INIT_PID
+    return Served(process, f"pid {hint} from {hint_name}", socket_activated)
