@@ -9,7 +9,8 @@ from pathlib import Path
 
 import nvdocker2
 from nvdocker2.doctor.checks_driver import PERSISTENCE_HINT
-from nvdocker2.doctor.context import BROKEN, CLI_EXE, HOOK_EXE, RUNTIME_EXE, Context
+from nvdocker2.doctor.context import CLI_EXE, HOOK_EXE, RUNTIME_EXE, Context
+from nvdocker2.doctor.toolkit_files import BROKEN
 from nvdocker2.doctor.modes import cdi_only
 from nvdocker2.doctor.registry import Outcome, check, fail, ok, skip, warn
 
