@@ -1,8 +1,8 @@
-"""The packaged daemon.json schema (nvdocker2/daemonjson/schema.json) against each real dockerd
-of the matrix: every key the schema marks with the release that added it ("x-since") or dropped
-it ("x-removed-in") must be accepted by a dockerd of a release in that range and refused by
-the others; a wrongly typed value the schema refuses, dockerd refuses too; a well typed one the
-schema lets through without an error.
+"""The packaged daemon.json schema (nvdocker2/engines/docker/daemonjson/schema.json) against each
+real dockerd of the matrix: every key the schema marks with the release that added it
+("x-since") or dropped it ("x-removed-in") must be accepted by a dockerd of a release in that
+range and refused by the others; a wrongly typed value the schema refuses, dockerd refuses too;
+a well typed one the schema lets through without an error.
 
 dockerd's verdict: `dockerd --validate --config-file F` on Docker >= 23; on 20.10, which has no
 --validate, a real start of a second dockerd of the tree on F (refused: it exits saying it cannot

@@ -1,9 +1,9 @@
 """The Docker engine: daemon.json edits planned for the engine transaction (SPEC §2, §8, §9).
 
 The document format (parse with the style kept, pure edits, schema, `dockerd --validate`) is
-nvdocker2.engines.docker.daemonjson; dockerd as the service is `service.DaemonService`. `install`,
-`uninstall` and `rollback` here are the daemon.json transactions the CLI runs (CDI mode,
-nvdocker2.cdimode, plans through the same engine).
+`daemonjson/`; dockerd as the service is `service.DaemonService`. `install`, `uninstall` and
+`rollback` here are the daemon.json transactions `front.py` runs for the CLI (CDI mode,
+`cdi.py`, plans through the same engine).
 """
 
 from __future__ import annotations
