@@ -365,18 +365,25 @@ def clean_stale_temps(target: str | os.PathLike) -> list[Path]:
         (Path(target).parent, Path(target).name),
         (resolve_target(Path(target)).parent, resolve_target(Path(target)).name),
     }:
-        try:
-            entries = os.listdir(d)
-        except OSError:
+        removed += remove_dead_temps(d, f".{name}{TMP_MARK}")
+    return removed
+
+
+def remove_dead_temps(d: Path, prefix: str = "") -> list[Path]:
+    """Remove the temp files of ours in `d` (names starting with `prefix`) whose writer (the
+    pid in the name) is gone; return what was removed."""
+    try:
+        entries = os.listdir(d)
+    except OSError:
+        return []
+    removed: list[Path] = []
+    for e in entries:
+        if not e.startswith(prefix):
             continue
-        prefix = f".{name}{TMP_MARK}"
-        for e in entries:
-            if not e.startswith(prefix):
-                continue
-            m = _TMP_RE.search(e)
-            if not m or _pid_alive(int(m.group(1))):
-                continue
-            with contextlib.suppress(OSError):
-                os.unlink(d / e)
-                removed.append(d / e)
+        m = _TMP_RE.search(e)
+        if not m or _pid_alive(int(m.group(1))):
+            continue
+        with contextlib.suppress(OSError):
+            os.unlink(d / e)
+            removed.append(d / e)
     return removed

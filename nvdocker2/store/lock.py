@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Iterator
 
 from nvdocker2.errors import EnvironmentProblem
-from nvdocker2.store.atomic import _TMP_RE, _pid_alive, make_dirs, os_error
+from nvdocker2.store.atomic import make_dirs, os_error, remove_dead_temps
 
 DEFAULT_STATE_DIR = "/var/lib/nvdocker2"
 
@@ -32,17 +32,7 @@ def clean_state_temps(state: Path) -> list[Path]:
     journal/). Everything there is ours; the pid in the name protects a live writer."""
     removed: list[Path] = []
     for d in (state / "backups", state / "journal"):
-        try:
-            entries = os.listdir(d)
-        except OSError:
-            continue
-        for e in entries:
-            m = _TMP_RE.search(e)
-            if not m or _pid_alive(int(m.group(1))):
-                continue
-            with contextlib.suppress(OSError):
-                os.unlink(d / e)
-                removed.append(d / e)
+        removed += remove_dead_temps(d)
     return removed
 
 
