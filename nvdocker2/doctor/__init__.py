@@ -14,7 +14,7 @@ from nvdocker2.doctor.context import Context, EngineUnreachable
 from nvdocker2.doctor.registry import FAIL, CheckResult, run_checks
 from nvdocker2.doctor.render import render
 
-__all__ = ["CheckResult", "Context", "diagnose", "engine_info", "run_doctor"]
+__all__ = ["CheckResult", "Context", "diagnose", "engine_info", "run_doctor", "run_engine_checks"]
 
 
 def engine_info(host: str, timeout: float) -> dict:
@@ -65,4 +65,14 @@ def run_doctor(
     failed, 1 otherwise. `verbose`: every check on its own line, with what it found."""
     results = diagnose(config, docker_host, smoke, ctx)
     render(results, stream or sys.stdout, as_json, verbose)
+    return 1 if any(r.status == FAIL for r in results) else 0
+
+
+def run_engine_checks(checks: list, as_json: bool, verbose: bool = False) -> int:
+    """Run an engine's checks and render them as Docker's doctor does; exit 1 on a failure."""
+    results = []
+    for cid, title, fn in checks:
+        o = fn()
+        results.append(CheckResult(cid, title, o.status, o.detail, o.hint))
+    render(results, sys.stdout, as_json, verbose)
     return 1 if any(r.status == FAIL for r in results) else 0

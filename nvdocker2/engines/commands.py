@@ -116,9 +116,9 @@ class TransactionFront:
                           str(Backups(state).dir), list(groups.values()))
 
     def doctor(self, o: Mapping[str, Any]) -> int:
-        from nvdocker2.engines.doctor import run
+        from nvdocker2.doctor import run_engine_checks
 
         config = o["config"]
         cfg = Path(os.path.abspath(str(config))) if config is not None else None
-        return run(self.checks(cfg, o.get("unit"), o.get("containerd_address")), o["json"],
+        return run_engine_checks(self.checks(cfg, o.get("unit"), o.get("containerd_address")), o["json"],
                    o["verbose"])

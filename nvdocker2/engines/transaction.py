@@ -28,7 +28,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, ContextManager, Sequence
 
-from nvdocker2.store.atomic import AsRead, ChangedMeanwhile, Ownership, atomic_remove, atomic_write, clean_stale_temps, make_dirs, os_error, resolve_target, stage
+from nvdocker2.store.atomic import (
+    AsRead,
+    ChangedMeanwhile,
+    Ownership,
+    atomic_remove,
+    atomic_write,
+    clean_stale_temps,
+    make_dirs,
+    os_error,
+    resolve_target,
+    stage,
+)
 from nvdocker2.store.backups import Backup, Backups
 from nvdocker2.store.journal import Journal
 from nvdocker2.store.lock import clean_state_temps, locked, state_dir

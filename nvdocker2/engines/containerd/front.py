@@ -68,7 +68,7 @@ class ContainerdFront(TransactionFront):
                address: Optional[str]) -> list:
         from nvdocker2.engines.containerd import DEFAULT_CONFIG
         from nvdocker2.engines.containerd.service import DEFAULT_ADDRESS, DEFAULT_UNIT
-        from nvdocker2.engines.doctor import containerd_checks
+        from nvdocker2.engines.containerd.doctor import containerd_checks
 
         return containerd_checks(config or DEFAULT_CONFIG, address or DEFAULT_ADDRESS,
                                  unit or DEFAULT_UNIT)

@@ -53,6 +53,6 @@ class CrioFront(TransactionFront):
     def checks(self, config: Optional[Path], unit: Optional[str],
                address: Optional[str]) -> list:
         from nvdocker2.engines.crio import DEFAULT_DROPIN
-        from nvdocker2.engines.doctor import crio_checks
+        from nvdocker2.engines.crio.doctor import crio_checks
 
         return crio_checks(config or DEFAULT_DROPIN)

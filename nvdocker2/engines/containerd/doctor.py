@@ -1,16 +1,13 @@
-"""doctor's checks for containerd and CRI-O (SPEC §5, §11): the same `CheckResult`s and
-renderers as Docker's, plus this host's driver checks."""
+"""doctor's checks for containerd (SPEC §5, §11): the binary, config.toml, the nvidia runtime
+in it, the effective configuration (config dump) and what the running containerd reports."""
 
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Callable
 
-from nvdocker2.engines.docker.service.identity import safe_which
-from nvdocker2.doctor.registry import CheckResult, Outcome, fail, ok, skip, warn
+from nvdocker2.doctor.registry import Outcome, fail, ok, skip, warn
 from nvdocker2.errors import NvDockerError
 
 
@@ -92,58 +89,3 @@ def containerd_checks(config: Path, address: str, unit: str, runtime: str = "nvi
             ("containerd-runtime", "nvidia runtime in config", rt),
             ("containerd-effective", "effective config (config dump)", dump),
             ("containerd-running", "running containerd reports it", running)]
-
-
-def crio_checks(dropin: Path, runtime: str = "nvidia"):
-    from nvdocker2.engines.containerd.document import tomllib
-    from nvdocker2.engines.crio import MARK
-
-    def drop() -> Outcome:
-        try:
-            text = dropin.read_text()
-        except FileNotFoundError:
-            return fail(f"{dropin} does not exist", "run: nvdocker2 install --engine crio")
-        except (OSError, UnicodeDecodeError) as e:
-            return fail(f"{dropin}: {e}", "check the file")
-        if not text.startswith(MARK):
-            return warn(f"{dropin} was not written by nvdocker2", "compare it with what "
-                        "nvdocker2 install --engine crio --dry-run would write")
-        try:
-            rts = tomllib.loads(text)["crio"]["runtime"]["runtimes"]
-        except (tomllib.TOMLDecodeError, KeyError, TypeError) as e:
-            return fail(f"{dropin}: {e}", "reinstall: nvdocker2 install --engine crio")
-        path = (rts.get(runtime) or {}).get("runtime_path")
-        if not _exe_ok(path):
-            return fail(f"{dropin}: runtime_path {path!r} is not an executable file",
-                        "reinstall the package")
-        return ok(f"{dropin}: {runtime} → {path}")
-
-    def binary() -> Outcome:
-        exe = safe_which("crio")
-        if not exe:
-            return warn("no crio on PATH that is safe to run (owned by root, in directories no "
-                        "other user can write)", "install CRI-O, or ignore on a host without it")
-        try:
-            p = subprocess.run([exe, "status", "config"], capture_output=True, text=True,
-                               timeout=15)
-        except (OSError, subprocess.SubprocessError) as e:
-            return warn(f"crio status failed: {e}", "systemctl status crio")
-        if p.returncode != 0 or f"runtimes.{runtime}]" not in p.stdout:
-            return fail(f"the running CRI-O does not report runtime {runtime}",
-                        "systemctl restart crio")
-        return ok(f"the running CRI-O reports runtime {runtime}")
-
-    return [("crio-dropin", "CRI-O drop-in", drop), ("crio-running", "running CRI-O", binary)]
-
-
-def run(checks: list, as_json: bool, verbose: bool = False) -> int:
-    """Run an engine's checks and render them as Docker's doctor does; exit 1 on a failure."""
-    from nvdocker2.doctor.registry import FAIL
-    from nvdocker2.doctor.render import render
-
-    results = []
-    for cid, title, fn in checks:
-        o = fn()
-        results.append(CheckResult(cid, title, o.status, o.detail, o.hint))
-    render(results, sys.stdout, as_json, verbose)
-    return 1 if any(r.status == FAIL for r in results) else 0
