@@ -90,14 +90,12 @@ def check(
 
 def all_checks(smoke: bool = False) -> list[Check]:
     """Every registered check in report order (the smoke checks only when asked for)."""
-    from nvdocker2.doctor import (  # noqa: F401  (importing registers the checks)
+    from nvdocker2.engines.docker.doctor import (  # noqa: F401  (importing registers them)
         checks_config,
         checks_dockerd,
-        checks_driver,
-        checks_smoke,
-        checks_toolkit,
     )
-    from nvdocker2.doctor import checks_cdi  # noqa: F401  (after them: CDI mode comes last)
+    from nvdocker2.doctor import checks_driver, checks_smoke, checks_toolkit  # noqa: F401
+    from nvdocker2.engines.docker.doctor import checks_cdi  # noqa: F401  (CDI mode comes last)
 
     return [c for c in REGISTRY if smoke or not c.smoke]
 

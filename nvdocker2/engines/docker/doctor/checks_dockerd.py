@@ -8,7 +8,7 @@ import shlex
 from pathlib import PurePosixPath
 
 from nvdocker2.engines.docker.service.process import MERGED_KEYS, file_keys, flags_to_keys
-from nvdocker2.doctor.checks_config import BUILTIN_RUNTIMES
+from nvdocker2.engines.docker.doctor.checks_config import BUILTIN_RUNTIMES
 from nvdocker2.doctor.context import (
     HOOK_EXE,
     ROOTFUL_CONFIG,
