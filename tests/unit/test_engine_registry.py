@@ -186,3 +186,22 @@ def test_an_engine_no_longer_registered_is_a_usage_error():
     assert err.splitlines()[0].startswith("error: Invalid value for '--engine'")
     code, out, _ = cli("install", "--help")
     assert "--lines-state" not in out
+
+
+def test_the_cli_names_no_engine_and_imports_none():
+    """The command line reaches engines only through the registry and `engines.front`."""
+    import ast
+    from pathlib import Path
+
+    import nvdocker2.cli
+
+    allowed = {"nvdocker2.engines", "nvdocker2.engines.registry", "nvdocker2.engines.front"}
+    for path in sorted(Path(nvdocker2.cli.__file__).parent.glob("*.py")):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module.startswith("nvdocker2.engines"):
+                assert node.module in allowed, f"{path.name} imports {node.module}"
+            if isinstance(node, ast.Compare) and any(
+                    isinstance(c, ast.Constant) and c.value in registry.BUILTIN
+                    for c in node.comparators):
+                raise AssertionError(f"{path.name}:{node.lineno} compares with an engine name")
