@@ -16,7 +16,7 @@ import traceback
 from typing import Any, List, Optional
 
 from nvdocker2 import redact
-from nvdocker2.cli import cdi, doctor, install, state  # noqa: F401  (importing adds the commands)
+from nvdocker2.cli import cdi, doctor, install, state
 from nvdocker2.cli.app import (
     _click_errors,
     _debug,
@@ -27,6 +27,9 @@ from nvdocker2.cli.app import (
     typer,
 )
 from nvdocker2.errors import EXIT_BAD_INPUT, EXIT_INTERNAL, NvDockerError
+
+for _group in (install, state, doctor, cdi):  # the order of `nvdocker2 --help`
+    _group.add(app)
 
 
 def _on_signal(signum: int, frame: Any) -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from nvdocker2 import locations
-from nvdocker2.cli.app import _Command, _emit_json, _Out, _run, _typer, app, typer
+from nvdocker2.cli.app import _Command, _emit_json, _Out, _run, _typer, typer
 from nvdocker2.cli.options import COMMON, config_option, to_typer
 from nvdocker2.engines import registry
 
@@ -17,7 +17,10 @@ def _common(param: str) -> Any:
 
 
 cdi_app = _typer(add_completion=False, help="Container Device Interface specs for this host's GPUs.")
-app.add_typer(cdi_app, name="cdi")
+
+
+def add(app: Any) -> None:
+    app.add_typer(cdi_app, name="cdi")
 
 
 @cdi_app.command("generate", cls=_Command)

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from nvdocker2.cli.app import app
+from typing import Any
+
 from nvdocker2.cli.options import register
 
-register(app, "doctor", lambda front, opts: front.doctor(opts),
-         """Check this host's GPU container setup and say how to fix what is wrong (exit 1 if
-    any check failed).""")
+
+def add(app: Any) -> None:
+    register(app, "doctor", lambda front, opts: front.doctor(opts),
+             """Check this host's GPU container setup and say how to fix what is wrong (exit 1 if
+        any check failed).""")

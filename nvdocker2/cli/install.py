@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, Callable, Mapping
 
 from nvdocker2.cli import render
-from nvdocker2.cli.app import CliReporter, app, typer
+from nvdocker2.cli.app import CliReporter, typer
 from nvdocker2.cli.options import register
 
 
@@ -20,10 +20,12 @@ def _backup_id() -> Any:
                           help="Backup to restore [default: the newest].")
 
 
-register(app, "install", _changing("install"), """Add the nvidia runtime to daemon.json (merge,
-    back up, write atomically, reload, verify).""")
-register(app, "uninstall", _changing("uninstall"), """Undo install: put back what it replaced
-    (from the journal), never leave a dangling default.""")
-register(app, "rollback", _changing("rollback"), """Undo the newest change (or BACKUP_ID's):
-    its files go back to their backups together; the current files are backed up first.""",
-         argument=("backup_id", _backup_id))
+def add(app: Any) -> None:
+    """install, uninstall and rollback, in this order in `--help`."""
+    register(app, "install", _changing("install"), """Add the nvidia runtime to daemon.json (merge,
+        back up, write atomically, reload, verify).""")
+    register(app, "uninstall", _changing("uninstall"), """Undo install: put back what it replaced
+        (from the journal), never leave a dangling default.""")
+    register(app, "rollback", _changing("rollback"), """Undo the newest change (or BACKUP_ID's):
+        its files go back to their backups together; the current files are backed up first.""",
+             argument=("backup_id", _backup_id))
