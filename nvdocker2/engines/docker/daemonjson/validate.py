@@ -42,7 +42,7 @@ IGNORED_SINGULAR = {
 
 @functools.lru_cache(maxsize=1)
 def schema() -> dict:
-    """The packaged schema (nvdocker2/daemonjson/schema.json)."""
+    """The packaged schema (engines/docker/daemonjson/schema.json)."""
     text = resources.files("nvdocker2.engines.docker.daemonjson").joinpath("schema.json").read_text("utf-8")
     return json.loads(text)
 
