@@ -133,9 +133,10 @@ def builtin_runtime(dump: dict) -> dict:
 
 
 def check_files(exe: str, root: Path, files: dict[Path, bytes | None],
-                dropin_dir: Path | None) -> dict:
-    """Dump the effective config as it would be with `files` in place, without writing them
-    where containerd looks: a private copy of the root and of the drop-in directory."""
+                dropin_dirs: set[Path]) -> dict:
+    """Dump the effective config as it would be with `files` in place (None: removed), without
+    writing them where containerd looks: a private copy of the root and of each directory of
+    `dropin_dirs` that it imports from."""
     with tempfile.TemporaryDirectory(prefix="nvdocker2-check-") as tmp:
         t = Path(tmp)
         root_bytes = files.get(root)
@@ -150,19 +151,23 @@ def check_files(exe: str, root: Path, files: dict[Path, bytes | None],
         doc = tomlkit.parse(text)
         if "imports" in doc:
             new_imports = []
+            copies: dict[Path, Path] = {}
             for pat in [str(x) for x in doc["imports"]]:
                 full = pat if os.path.isabs(pat) else str(root.parent / pat)
                 d, base = os.path.split(full)
-                if dropin_dir is not None and Path(d) == dropin_dir:
-                    priv = t / "dropins"
-                    priv.mkdir(exist_ok=True)
-                    if dropin_dir.is_dir():
-                        for f in sorted(dropin_dir.iterdir()):
-                            if f.is_file() and f not in files:
-                                shutil.copyfile(f, priv / f.name)
-                    for p, data in files.items():
-                        if p.parent == dropin_dir and data is not None:
-                            (priv / p.name).write_bytes(data)
+                src = Path(d)
+                if src in dropin_dirs:
+                    priv = copies.get(src)
+                    if priv is None:
+                        priv = copies[src] = t / f"dropins{len(copies)}"
+                        priv.mkdir()
+                        if src.is_dir():
+                            for f in sorted(src.iterdir()):
+                                if f.is_file() and f not in files:
+                                    shutil.copyfile(f, priv / f.name)
+                        for p, data in files.items():
+                            if p.parent == src and data is not None:
+                                (priv / p.name).write_bytes(data)
                     full = str(priv / base)
                 new_imports.append(full)
             doc["imports"] = new_imports
