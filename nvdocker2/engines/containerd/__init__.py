@@ -64,11 +64,19 @@ class ContainerdEngine(EngineBase):
         self._dropin = path
         return document.parse(path, raw)
 
+    def _legacy_dropin(self) -> Path | None:
+        """An older nvdocker2's 1.x drop-in, there now (what `_own` found)."""
+        return self._dropin if self._dropin is not None and self._dropin == self._legacy else None
+
     def _current_dump(self, raw: bytes | None) -> dict:
         """`config dump` of the files as they are (the root holding `raw`), run once for both
-        the plan and the candidate check."""
+        the plan and the candidate check; without an older nvdocker2's 1.x drop-in, which the
+        plan removes: config.toml's own CRI section is what the change starts from."""
         if self._dumped is None or self._dumped[0] != raw:
-            self._dumped = (raw, service.dump_current(self.exe, self.config))
+            legacy = self._legacy_dropin()
+            self._dumped = (raw, service.dump_current(self.exe, self.config) if legacy is None
+                            else service.check_files(self.exe, self.config, {legacy: None},
+                                                     {legacy.parent}))
         return self._dumped[1]
 
     def plan_install(self, read: Reader, req: Request, journal: dict) -> Plan:
@@ -113,6 +121,8 @@ class ContainerdEngine(EngineBase):
             raw = read(p)
             own = None if raw is None else document.parse(p, raw)
             self._dropin = p
+            if not edit.layout(root, self.major).deep_merge:
+                self._legacy = p  # an older nvdocker2's 1.x drop-in, where it put it then
         plan = edit.plan_uninstall(root, own, req, journal)
         made = rec.get("dropin_dir")
         if made and not edit._other_users(rec, journal, req.runtime_name):
@@ -137,6 +147,14 @@ class ContainerdEngine(EngineBase):
         req, removing = plan.check
         before = self._current_dump(next((f.old for f in plan.files if f.path == self.config),
                                          read(self.config)))
+        legacy = self._legacy_dropin()
+        if legacy is not None:
+            hidden = service.changed_keys(service.dump_current(self.exe, self.config), before,
+                                          req.runtime_name)
+            if hidden:
+                ctx.warn(f"{legacy}, an older nvdocker2's copy of the CRI section, goes: "
+                         f"containerd runs {self.config}'s own CRI section again, where "
+                         + ", ".join(hidden) + " differ")
         problems = service.compare_dumps(before, after, req.runtime_name, req.runtime_path,
                                          req.set_default, removing)
         if problems:

@@ -90,6 +90,14 @@ def compare_dumps(before: dict, after: dict, name: str, path: str, set_default: 
                             "containerd's effective configuration (another import overrides it?)")
         if set_default and _get(after, cri + ("default_runtime_name",)) != name:
             problems.append(f'default_runtime_name would not be "{name}"')
+    problems += [f"{k} would change" for k in changed_keys(before, after, name,
+                                                           set_default or removing)]
+    return problems
+
+
+def changed_keys(before: dict, after: dict, name: str, default_too: bool = True) -> list[str]:
+    """The keys (the first five) whose values differ between two dumps, leaving out the
+    runtime `name` and (`default_too`) default_runtime_name."""
     b, a = json.loads(json.dumps(before)), json.loads(json.dumps(after))
     for d in (a, b):
         d.pop("imports", None)
@@ -97,10 +105,9 @@ def compare_dumps(before: dict, after: dict, name: str, path: str, set_default: 
         if isinstance(rts, dict):
             rts.pop(name, None)
         ctd = _get(d, dump_cri(d))
-        if (set_default or removing) and isinstance(ctd, dict):
+        if default_too and isinstance(ctd, dict):
             ctd.pop("default_runtime_name", None)
-    problems += [f"{k} would change" for k in _diff_keys(b, a)][:5]
-    return problems
+    return _diff_keys(b, a)[:5]
 
 
 def _zero(v: Any) -> bool:
