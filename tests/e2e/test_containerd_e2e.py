@@ -285,6 +285,8 @@ def _with_dropin_dir_and_password(c: PrivateContainerd) -> bytes:
 
 def _sandbox_image(c: PrivateContainerd) -> str:
     dump = service.config_dump(c.exe, c.config)
+    if dump.get("version") == 3:  # containerd 2.x shows a version 2 file migrated
+        return dump["plugins"]["io.containerd.cri.v1.images"]["pinned_images"]["sandbox"]
     return dump["plugins"]["io.containerd.grpc.v1.cri"]["sandbox_image"]
 
 
@@ -311,20 +313,24 @@ def password_config(containerd):
 
 def test_a_registry_password_stays_in_config_toml_and_later_edits_take_effect(
         password_config, tmp_path):
-    """containerd 1.x with config.toml importing a drop-in directory: install copies no
-    password out of the 0600 config.toml, and an edit of config.toml's CRI section after the
-    install is what containerd runs (a drop-in with a copy of the section would hide it)."""
+    """config.toml importing a drop-in directory: install copies no password out of the 0600
+    config.toml, and an edit of config.toml's CRI section after the install is what containerd
+    runs (on 1.x a drop-in with a copy of the section would hide it). 1.x: nothing goes into
+    the directory; 2.x: the drop-in holds the runtime alone and is 0600 like config.toml."""
     c, before = password_config
-    if service.major_version(c.exe) >= 2:
-        pytest.skip("containerd 2.x merges drop-ins key by key: the drop-in holds the runtime")
     state = tmp_path / "state"
     p = _run(c, state, "install")
     assert p.returncode == 0, p.stderr
     assert json.loads(p.stdout)["verified"] is True
     assert _files_holding(c, SECRET) == [c.config]
-    assert list((c.dir / "conf.d").iterdir()) == []
+    dropins = list((c.dir / "conf.d").iterdir())
+    if service.major_version(c.exe) >= 2:
+        assert [d.name for d in dropins] == ["99-nvidia.toml"]
+        assert dropins[0].stat().st_mode & 0o777 == 0o600
+    else:
+        assert dropins == []
     assert c.config.stat().st_mode & 0o777 == 0o600
-    assert c.config.read_bytes().startswith(before)
+    assert c.config.read_bytes().startswith(before) or dropins
     assert _sandbox_image(c) == "registry.k8s.io/pause:3.6"
     c.config.write_bytes(c.config.read_bytes().replace(b"pause:3.6", b"pause:3.10", 1))
     assert _sandbox_image(c) == "registry.k8s.io/pause:3.10"
