@@ -47,7 +47,7 @@ def secret_cfg(tmp_path, monkeypatch):
 def test_containerd_1_with_an_imported_directory_copies_no_password_out_of_config_toml(
         secret_cfg, tmp_path):
     before = secret_cfg.read_bytes()
-    code, out, err = cli("install", "--engine", "containerd", "--config", str(secret_cfg),
+    code, _, err = cli("install", "--engine", "containerd", "--config", str(secret_cfg),
                          "--runtime-path", RT, "--reload", "none")
     assert code == 0, err
     # The attack: read the password from a file another user can read. Only config.toml (0600)
@@ -57,7 +57,7 @@ def test_containerd_1_with_an_imported_directory_copies_no_password_out_of_confi
     assert stat.S_IMODE(secret_cfg.stat().st_mode) == 0o600
     after = secret_cfg.read_bytes()
     assert after.startswith(before) and f"BinaryName = \"{RT}\"".encode() in after
-    code, out, err = cli("uninstall", "--engine", "containerd", "--config", str(secret_cfg),
+    code, _, err = cli("uninstall", "--engine", "containerd", "--config", str(secret_cfg),
                          "--reload", "none")
     assert code == 0, err
     assert secret_cfg.read_bytes() == before
@@ -69,7 +69,7 @@ def test_a_new_dropin_gets_the_mode_of_the_config_it_is_part_of(tmp_path, monkey
     cfg.write_bytes(b'version = 3\n[plugins."io.containerd.cri.v1.images"]\n'
                     b'  snapshotter = "overlayfs"\n')
     cfg.chmod(0o600)
-    code, out, err = cli("install", "--engine", "containerd", "--config", str(cfg),
+    code, _, err = cli("install", "--engine", "containerd", "--config", str(cfg),
                          "--runtime-path", RT, "--reload", "none")
     assert code == 0, err
     drop = tmp_path / "conf.d" / "99-nvidia.toml"

@@ -27,14 +27,14 @@ def test_crio_rollback_of_config_a_leaves_config_b_alone(tmp_path, monkeypatch):
     b_backup = _install(b, "/opt/b/runtime")  # B's change is the newest
     b_bytes = b.read_bytes()
 
-    code, out, err = cli("rollback", b_backup, "--engine", "crio", "--config", str(a),
+    code, _, err = cli("rollback", b_backup, "--engine", "crio", "--config", str(a),
                          "--reload", "none")
     assert code == 2
     assert err.startswith("error: ") and len(err.splitlines()) == 2
     assert f"is of {b}" in err and err.splitlines()[1].startswith("hint: ")
     assert a.exists() and b.read_bytes() == b_bytes
 
-    code, out, err = cli("rollback", "--engine", "crio", "--config", str(a), "--reload", "none")
+    code, _, err = cli("rollback", "--engine", "crio", "--config", str(a), "--reload", "none")
     assert code == 0, err
     assert not a.exists()  # A's install undone: A had no drop-in before it
     assert b.read_bytes() == b_bytes
@@ -47,11 +47,11 @@ def test_containerd_rollback_ignores_another_configs_newer_backups(tmp_path, mon
     a.write_bytes(base)
     b.write_bytes(base)
     for cfg in (a, b):
-        code, out, err = cli("install", "--engine", "containerd", "--config", str(cfg),
+        code, _, err = cli("install", "--engine", "containerd", "--config", str(cfg),
                              "--runtime-path", RT, "--reload", "none")
         assert code == 0, err
     b_bytes = b.read_bytes()
-    code, out, err = cli("rollback", "--engine", "containerd", "--config", str(a),
+    code, _, err = cli("rollback", "--engine", "containerd", "--config", str(a),
                          "--reload", "none")
     assert code == 0, err
     assert a.read_bytes() == base and b.read_bytes() == b_bytes
