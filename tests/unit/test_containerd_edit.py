@@ -310,6 +310,26 @@ def test_an_older_nvdocker2s_containerd_1_dropin_is_removed_by_install_and_unins
     assert _files(old)[legacy_path].new is None and _files(old)[ROOT].new == raw
 
 
+def test_containerd_1_refuses_where_another_import_holds_the_cri_section():
+    """containerd 1.x runs the last imported CRI section: a runtime in config.toml would not
+    run there, and copying that section (its secrets, frozen) is what a drop-in did."""
+    raw = b'version = 2\nimports = ["/etc/containerd/conf.d/*.toml"]\n'
+    other = D.parse(Path("/etc/containerd/conf.d/10-cri.toml"),
+                    b'version = 2\n[plugins."io.containerd.grpc.v1.cri"]\n  sandbox_image = "p"\n')
+    with pytest.raises(BadInput) as e:
+        E.plan_install(D.parse(ROOT, raw), [other], None, 1, Request("nvidia", RT), {})
+    assert "10-cri.toml replaces" in e.value.message
+    assert e.value.hint.startswith("add the runtime to /etc/containerd/conf.d/10-cri.toml")
+    # Where that file already runs our runtime, there is nothing to do.
+    done = D.parse(other.path, other.raw + (
+        b'[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia]\n'
+        b'  runtime_type = "io.containerd.runc.v2"\n'
+        b'[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia.options]\n'
+        b'  BinaryName = "' + RT.encode() + b'"\n'))
+    plan = E.plan_install(D.parse(ROOT, raw), [done], None, 1, Request("nvidia", RT), {})
+    assert not plan.changed and plan.journal is None
+
+
 def test_a_config_that_names_runc_itself_gets_nothing_more():
     root = D.parse(ROOT, KUBEADM_V2)
     assert not E.implicit_default(root, [], 1)

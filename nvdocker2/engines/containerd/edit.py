@@ -73,6 +73,11 @@ def shadowing(root: D.Config, imported: list[D.Config], deep: bool) -> list[Path
     every later edit of it, is ignored by containerd."""
     if deep or not isinstance(_get_in(root.data, ("plugins", D.CRI_PLUGIN[root.version])), dict):
         return []
+    return cri_imports(imported)
+
+
+def cri_imports(imported: list[D.Config]) -> list[Path]:
+    """The imports that have a CRI section (on containerd ≤ 1.7 the last one is what runs)."""
     return [imp.path for imp in imported
             if isinstance(_get_in(imp.data, ("plugins", D.CRI_PLUGIN[imp.version])), dict)]
 
@@ -326,6 +331,20 @@ def plan_install(root: D.Config, imported: list[D.Config], dropin: D.Config | No
         changes.append(Change(f"{D.dotted(cri)}.default_runtime_name",
                               "unchanged" if before_default == name else "replaced",
                               before_default, name))
+    expect = {"present": {name: path}, "absent": [], "default": name if req.set_default else None}
+    expect_old = {"present": {}, "absent": [name] if before_rt is ABSENT else [],
+                  "default": before_default if req.set_default else None}
+    hiding = [] if lay.deep_merge else cri_imports(imported)
+    if hiding:
+        # containerd 1.x runs another file's CRI section, not config.toml's: a runtime written
+        # into config.toml would not run, and a copy of that section would freeze it.
+        if all(not c.changed for c in changes):
+            return Plan((FileEdit(root.path, root.raw, root.raw),), tuple(changes),
+                        f"install runtime {name} (containerd)", None, expect, expect_old)
+        raise BadInput(f"{hiding[-1]} replaces {root.path}'s whole CRI section (containerd 1.x "
+                       "takes a plugin section from the last file that has one): a runtime in "
+                       f"{root.path} would not run", f"add the runtime to {hiding[-1]} by hand, "
+                       f"or move its CRI settings into {root.path} and run again")
     entry = dict(_journal_entry(journal, name))
     files: list[FileEdit] = []
     notes: list[str] = []
@@ -371,9 +390,6 @@ def plan_install(root: D.Config, imported: list[D.Config], dropin: D.Config | No
         notes.append("containerd's built-in runc runtime is written out too: containerd 1.x "
                      "drops it once the configuration names a runtime of its own")
     rec = _with_entry(journal, root.path, name, entry) if changed else None
-    expect = {"present": {name: path}, "absent": [], "default": name if req.set_default else None}
-    expect_old = {"present": {}, "absent": [name] if before_rt is ABSENT else [],
-                  "default": before_default if req.set_default else None}
     return Plan(tuple(files), tuple(changes), f"install runtime {name} (containerd)", rec,
                 expect, expect_old, notes=tuple(notes))
 
