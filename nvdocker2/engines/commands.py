@@ -55,7 +55,10 @@ class TransactionFront:
                                   o.get("containerd_address"))
         common = dict(reporter=reporter, timeout=o["timeout"], dry_run=o["dry_run"])
         if action == "rollback":
-            res = txn.rollback(eng, o["backup_id"], service=svc, **common)
+            from nvdocker2.store.lock import state_dir
+
+            res = txn.rollback(eng, o["backup_id"], service=svc,
+                               files=self.files(eng, state_dir()), **common)
         else:
             own, _ = locations.default_runtime_path()
             path = o.get("runtime_path") or own

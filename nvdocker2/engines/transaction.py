@@ -520,20 +520,28 @@ def run(engine: Any, action: str, req: Request, *, service: Service | None = Non
 
 def rollback(engine: Any, backup_id: str | None, *, service: Service | None = None,
              reporter: Reporter | None = None, timeout: float = 30.0, dry_run: bool = False,
-             state: Path | None = None) -> Result:
-    """Restore the newest transaction's backups of the engine's files (or the one with
-    `backup_id` and the others of its transaction); the current files are backed up first."""
+             state: Path | None = None, files: list[Path] | None = None) -> Result:
+    """Restore the newest transaction's backups of the files of the engine's config (or the
+    one with `backup_id`, which must be one of them, and the others of its transaction); the
+    current files are backed up first. Another config's backups are never touched. `files`:
+    the engine's files as its front knows them (default: its config and `engine.files()`)."""
     st = state if state is not None else state_dir()
     backups = Backups(st)
     every = backups.all()
+    if files is None:
+        files = [Path(engine.config), *(Path(p) for p in engine.files())]
+    names = [str(p) for p in files]
+    listing = f"list them with: nvdocker2 backups --engine {engine.name} --config {engine.config}"
     if backup_id:
         first = backups.get(backup_id)
+        if first.config not in names:
+            raise BadInput(f"backup {backup_id} is of {first.config}, not of a file of "
+                           f"{engine.config} ({', '.join(names)})", listing)
     else:
-        mine = [b for b in every if f"({engine.name}) [" in b.reason or
-                (b.reason.endswith(f"({engine.name})") and b.config == str(engine.config))]
+        mine = [b for b in every if b.config in names]
         if not mine:
-            raise BadInput(f"no backups of {engine.name}'s files in {backups.dir}",
-                           "nothing to roll back to; list backups with: nvdocker2 backups")
+            raise BadInput(f"no backups of {', '.join(names)} in {backups.dir}",
+                           f"nothing to roll back to; {listing}")
         first = mine[0]
     group = list({b.config: b for b in backups.group(first, every)}.values())
 

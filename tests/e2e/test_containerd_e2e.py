@@ -172,7 +172,9 @@ def test_refused_candidate_leaves_file_and_containerd_alone(containerd, tmp_path
     try:
         p = _run(c, state, "install")
         assert p.returncode == 2, p.stderr
-        assert "effective configuration would be wrong" in p.stderr
+        # 1.x runs the import's whole CRI section, which install names; 2.x merges it over ours.
+        assert ("effective configuration would be wrong" if service.major_version(c.exe) >= 2
+                else f"{bad_dir}/zz-other.toml replaces") in p.stderr
         assert p.stderr.startswith("error: ") and "hint: " in p.stderr
         assert c.config.read_bytes() == cfg
         assert not (bad_dir / "99-nvidia.toml").exists()
@@ -264,3 +266,153 @@ def test_a_config_without_runtimes_keeps_containerds_builtin_runc(containerd, tm
     finally:
         c.config.write_bytes(original)
         c.systemctl("restart", "containerd")
+
+
+SECRET = "hunter2-registry-password"
+CRI = 'plugins."io.containerd.grpc.v1.cri"'
+
+
+def _with_dropin_dir_and_password(c: PrivateContainerd) -> bytes:
+    """The private config, importing a drop-in directory and holding a registry password:
+    config.toml is 0600, as such a file should be."""
+    text = c.config.read_text().replace(
+        "version = 2\n", f'version = 2\nimports = ["{c.dir}/conf.d/*.toml"]\n', 1)
+    text += (f'  [{CRI}.registry.configs."registry.example".auth]\n'
+             f'    username = "ci"\n    password = "{SECRET}"\n')
+    (c.dir / "conf.d").mkdir(exist_ok=True)
+    c.config.write_text(text)
+    c.config.chmod(0o600)
+    return c.config.read_bytes()
+
+
+def _sandbox_image(c: PrivateContainerd) -> str:
+    dump = service.config_dump(c.exe, c.config)
+    if dump.get("version") == 3:  # containerd 2.x shows a version 2 file migrated
+        return dump["plugins"]["io.containerd.cri.v1.images"]["pinned_images"]["sandbox"]
+    return dump["plugins"]["io.containerd.grpc.v1.cri"]["sandbox_image"]
+
+
+def _files_holding(c: PrivateContainerd, needle: str) -> list[Path]:
+    """The files of the private containerd's directory (not its root, state, log or journal
+    stand-in) and of the state directory that hold `needle`."""
+    skip = {c.dir / "root", c.dir / "state", c.dir / "opt"}
+    return sorted(p for p in c.dir.rglob("*") if p.is_file() and not skip & set(p.parents)
+                  and p != c.log and needle.encode() in p.read_bytes())
+
+
+@pytest.fixture
+def password_config(containerd):
+    c = containerd
+    original = c.config.read_bytes()
+    try:
+        yield c, _with_dropin_dir_and_password(c)
+    finally:
+        for f in (c.dir / "conf.d").glob("*"):
+            f.unlink()
+        c.config.write_bytes(original)
+        c.systemctl("restart", "containerd")
+
+
+def test_a_registry_password_stays_in_config_toml_and_later_edits_take_effect(
+        password_config, tmp_path):
+    """config.toml importing a drop-in directory: install copies no password out of the 0600
+    config.toml, and an edit of config.toml's CRI section after the install is what containerd
+    runs (on 1.x a drop-in with a copy of the section would hide it). 1.x: nothing goes into
+    the directory; 2.x: the drop-in holds the runtime alone and is 0600 like config.toml."""
+    c, before = password_config
+    state = tmp_path / "state"
+    p = _run(c, state, "install")
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout)["verified"] is True
+    assert _files_holding(c, SECRET) == [c.config]
+    dropins = list((c.dir / "conf.d").iterdir())
+    if service.major_version(c.exe) >= 2:
+        assert [d.name for d in dropins] == ["99-nvidia.toml"]
+        assert dropins[0].stat().st_mode & 0o777 == 0o600
+    else:
+        assert dropins == []
+    assert c.config.stat().st_mode & 0o777 == 0o600
+    assert c.config.read_bytes().startswith(before) or dropins
+    assert _sandbox_image(c) == "registry.k8s.io/pause:3.6"
+    c.config.write_bytes(c.config.read_bytes().replace(b"pause:3.6", b"pause:3.10", 1))
+    assert _sandbox_image(c) == "registry.k8s.io/pause:3.10"
+    c.config.write_bytes(c.config.read_bytes().replace(b"pause:3.10", b"pause:3.6", 1))
+    p = _run(c, state, "uninstall")
+    assert p.returncode == 0, p.stderr
+    assert c.config.read_bytes() == before
+
+
+@pytest.mark.parametrize("action", ["install", "uninstall"])
+def test_an_older_nvdocker2s_dropin_is_reported_and_removed(password_config, tmp_path, action):
+    """What an older nvdocker2 left on containerd 1.x: a drop-in with a copy of the whole CRI
+    section. containerd runs the copy, not config.toml's section; doctor says so. install puts
+    the runtime into config.toml and removes the drop-in; uninstall removes the drop-in as
+    journaled. Either way containerd runs config.toml's section again, and is told so."""
+    c, before = password_config
+    if service.major_version(c.exe) >= 2:
+        pytest.skip("containerd 2.x merges drop-ins key by key")
+    state = tmp_path / "state"
+    from nvdocker2 import store
+    from nvdocker2.engines.containerd import edit
+
+    drop = c.dir / "conf.d" / "99-nvidia.toml"
+    rt = "/usr/bin/nvidia-container-runtime"
+    drop.write_text(edit.MARK + f'version = 2\n[{CRI}]\nsandbox_image = "registry.k8s.io/'
+                    f'pause:3.6"\n[{CRI}.containerd.runtimes.nvidia]\nruntime_type = '
+                    f'"io.containerd.runc.v2"\n[{CRI}.containerd.runtimes.nvidia.options]\n'
+                    f'BinaryName = "{rt}"\n')
+    store.Journal(state, c.config).write({"config": str(c.config), "runtimes": {"nvidia": {
+        "dropin": str(drop), "dropin_existed": False, "file_existed": True,
+        "previous": {"present": False}, "installed": rt, "set_default": False}}})
+    c.config.write_bytes(before.replace(b"pause:3.6", b"pause:3.10", 1))
+    assert _sandbox_image(c) == "registry.k8s.io/pause:3.6"  # config.toml's edit is hidden
+    doc = subprocess.run(NVDOCKER2 + ["doctor", "--engine", "containerd", "--config",
+                                      str(c.config), "--containerd-address", c.address,
+                                      "--json"], capture_output=True, text=True, env=c.env())
+    shadow = next(r for r in json.loads(doc.stdout) if r["id"] == "containerd-shadow")
+    assert doc.returncode == 1 and shadow["status"] == "fail" and str(drop) in shadow["detail"]
+    edited = c.config.read_bytes()
+
+    t0 = time.time()
+    p = _run(c, state, action, *(["--runtime-path", rt] if action == "install" else []))
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout)
+    assert out["verified"] is True
+    assert {"key": str(drop), "action": "removed"} in [
+        {k: v for k, v in ch.items() if k in ("key", "action")} for ch in out["changes"]]
+    assert any(str(drop) in w and "sandbox_image" in w for w in out["warnings"]), out
+    assert not drop.exists()
+    assert _sandbox_image(c) == "registry.k8s.io/pause:3.10"
+    if action == "install":
+        assert c.config.read_bytes().startswith(edited)
+        assert _cri_runtimes(c, t0).get("nvidia") == rt
+        p = _run(c, state, "uninstall")
+        assert p.returncode == 0, p.stderr
+    else:
+        assert "nvidia" not in _cri_runtimes(c, t0)
+    assert c.config.read_bytes() == edited
+
+
+def test_rollback_and_its_dry_run_restore_the_files_containerd_checked(containerd, tmp_path):
+    """`rollback --engine containerd` on a host with containerd: the candidate is checked by
+    containerd (it crashed there), the dry run prints the diff and writes nothing, the
+    rollback gives back the bytes and the restarted containerd runs them."""
+    c = containerd
+    state = tmp_path / "state"
+    before = c.config.read_bytes()
+    p = _run(c, state, "install")
+    assert p.returncode == 0, p.stderr
+    installed = c.config.read_bytes()
+    p = _run(c, state, "rollback", "--dry-run")
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout)
+    assert out["dry_run"] and "nvidia" in out["diff"] and c.config.read_bytes() == installed
+    t0 = time.time()
+    p = _run(c, state, "rollback")
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout)["verified"] is True
+    assert c.config.read_bytes() == before
+    assert not (c.dir / "conf.d" / "99-nvidia.toml").exists()
+    assert "nvidia" not in _cri_runtimes(c, t0)
+    with contextlib.suppress(OSError):
+        (c.dir / "conf.d").rmdir()

@@ -121,7 +121,10 @@ CASES = [
     ("v3-containerd-2", V3, 2, Path("/etc/containerd/conf.d/99-nvidia.toml")),
     ("v3-imports-file", V3_IMPORTS, 2, Path("/etc/containerd/conf.d/99-nvidia.toml")),
     ("v2-on-containerd-2", KUBEADM_V2, 2, Path("/etc/containerd/conf.d/99-nvidia.toml")),
-    ("v2-imports-dir", V2_IMPORTS_DIR, 1, Path("/etc/containerd/conf.d/99-nvidia.toml")),
+    # containerd 1.x would take an imported CRI section instead of config.toml's: in place.
+    ("v2-imports-dir", V2_IMPORTS_DIR, 1, None),
+    ("v2-imports-dir-on-containerd-2", V2_IMPORTS_DIR, 2,
+     Path("/etc/containerd/conf.d/99-nvidia.toml")),
 ]
 
 
@@ -167,18 +170,6 @@ def test_install_then_uninstall_gives_the_original_bytes(name, raw, major, dropi
     if dropin is not None:
         assert bf[dropin].new is None
     assert back.journal == {"config": str(ROOT), "runtimes": {}}
-
-
-def test_v2_imports_dir_dropin_carries_the_merged_cri_section_on_containerd_1():
-    """containerd ≤ 1.7 replaces the whole CRI section with an import's: the drop-in must keep
-    sandbox_image and the runc options, or containerd would forget them."""
-    req = Request("nvidia", RT)
-    plan = _plan(V2_IMPORTS_DIR, req, major=1)
-    drop = tomllib.loads(_files(plan)[Path("/etc/containerd/conf.d/99-nvidia.toml")].new.decode())
-    cri = drop["plugins"]["io.containerd.grpc.v1.cri"]
-    assert cri["sandbox_image"] == "registry.k8s.io/pause:3.9"
-    assert cri["containerd"]["runtimes"]["runc"]["options"] == {"SystemdCgroup": True}
-    assert _files(plan)[ROOT].new == V2_IMPORTS_DIR  # the import is already there
 
 
 def test_containerd_2_dropin_holds_only_the_runtime_and_the_import_is_added_once():
@@ -277,16 +268,66 @@ def test_builtin_runc_is_spelled_out_where_a_runtimes_table_would_drop_it(implic
     assert not again.changed and not again.notes
 
 
-def test_builtin_runc_goes_into_a_containerd_1_dropin_too():
+def test_containerd_1_with_an_imported_directory_gets_the_runtime_in_config_toml():
+    """containerd 1.x takes an imported CRI section whole: a drop-in would have to copy
+    config.toml's (its registry passwords too) and would hide every later edit of it. The
+    runtime, and the built-in runc beside it, go into config.toml; the bytes before stay."""
     raw = (b'version = 2\nimports = ["/etc/containerd/conf.d/*.toml"]\n'
-           b'[plugins."io.containerd.grpc.v1.cri"]\n  sandbox_image = "registry.k8s.io/pause:3.9"\n')
+           b'[plugins."io.containerd.grpc.v1.cri"]\n  sandbox_image = "registry.k8s.io/pause:3.9"\n'
+           b'[plugins."io.containerd.grpc.v1.cri".registry.configs."x".auth]\n'
+           b'  password = "s3cret"\n')
     root = D.parse(ROOT, raw)
     assert E.implicit_default(root, [], 1)
     plan = E.plan_install(root, [], None, 1, Request("nvidia", RT), {}, {"runtime_type": RUNC})
-    drop = tomllib.loads(_files(plan)[Path("/etc/containerd/conf.d/99-nvidia.toml")].new.decode())
-    cri = drop["plugins"]["io.containerd.grpc.v1.cri"]
-    assert cri["sandbox_image"] == "registry.k8s.io/pause:3.9"
-    assert cri["containerd"]["runtimes"]["runc"] == {"runtime_type": RUNC}
+    assert list(_files(plan)) == [ROOT]
+    new = _files(plan)[ROOT].new
+    assert new.startswith(raw)
+    rts = tomllib.loads(new.decode())["plugins"]["io.containerd.grpc.v1.cri"]["containerd"][
+        "runtimes"]
+    assert rts == {"runc": {"runtime_type": RUNC},
+                   "nvidia": {"runtime_type": RUNC, "options": {"BinaryName": RT}}}
+
+
+def test_an_older_nvdocker2s_containerd_1_dropin_is_removed_by_install_and_uninstall():
+    raw = b'version = 2\nimports = ["/etc/containerd/conf.d/*.toml"]\n'
+    legacy_path = Path("/etc/containerd/conf.d/99-nvidia.toml")
+    legacy = D.parse(legacy_path, (E.MARK + 'version = 2\n[plugins."io.containerd.grpc.v1.cri"]\n'
+                                   '  sandbox_image = "old"\n').encode())
+    journal = {"config": str(ROOT), "runtimes": {"nvidia": {
+        "dropin": str(legacy_path), "dropin_existed": False, "file_existed": True,
+        "previous": {"present": False}, "installed": RT, "set_default": False}}}
+    plan = E.plan_install(D.parse(ROOT, raw), [], legacy, 1, Request("nvidia", RT), journal,
+                          {"runtime_type": RUNC})
+    f = _files(plan)
+    assert f[legacy_path].new is None and f[ROOT].new.startswith(raw)
+    assert [(c.key, c.action) for c in plan.changes][-1] == (str(legacy_path), "removed")
+    assert "dropin" not in plan.journal["runtimes"]["nvidia"]
+    back = E.plan_uninstall(D.parse(ROOT, f[ROOT].new), None, Request("nvidia", RT),
+                            plan.journal)
+    assert _files(back)[ROOT].new == raw
+    # Uninstall of what the older nvdocker2 installed removes its drop-in as journaled.
+    old = E.plan_uninstall(D.parse(ROOT, raw), legacy, Request("nvidia", RT), journal)
+    assert _files(old)[legacy_path].new is None and _files(old)[ROOT].new == raw
+
+
+def test_containerd_1_refuses_where_another_import_holds_the_cri_section():
+    """containerd 1.x runs the last imported CRI section: a runtime in config.toml would not
+    run there, and copying that section (its secrets, frozen) is what a drop-in did."""
+    raw = b'version = 2\nimports = ["/etc/containerd/conf.d/*.toml"]\n'
+    other = D.parse(Path("/etc/containerd/conf.d/10-cri.toml"),
+                    b'version = 2\n[plugins."io.containerd.grpc.v1.cri"]\n  sandbox_image = "p"\n')
+    with pytest.raises(BadInput) as e:
+        E.plan_install(D.parse(ROOT, raw), [other], None, 1, Request("nvidia", RT), {})
+    assert "10-cri.toml replaces" in e.value.message
+    assert e.value.hint.startswith("add the runtime to /etc/containerd/conf.d/10-cri.toml")
+    # Where that file already runs our runtime, there is nothing to do.
+    done = D.parse(other.path, other.raw + (
+        b'[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia]\n'
+        b'  runtime_type = "io.containerd.runc.v2"\n'
+        b'[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia.options]\n'
+        b'  BinaryName = "' + RT.encode() + b'"\n'))
+    plan = E.plan_install(D.parse(ROOT, raw), [done], None, 1, Request("nvidia", RT), {})
+    assert not plan.changed and plan.journal is None
 
 
 def test_a_config_that_names_runc_itself_gets_nothing_more():

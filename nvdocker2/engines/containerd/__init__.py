@@ -9,8 +9,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from nvdocker2.engines.base import EngineBase, Plan, Reader, Request
+from nvdocker2 import store
+from nvdocker2.engines.base import EngineBase, FileEdit, Plan, Reader, Request
 from nvdocker2.engines.containerd import document, edit, service
+from nvdocker2.engines.transaction import read
 from nvdocker2.errors import BadInput
 
 DEFAULT_CONFIG = Path("/etc/containerd/config.toml")
@@ -26,14 +28,15 @@ class ContainerdEngine(EngineBase):
         self.exe = exe if exe is not None else service.binary()
         self.major = service.major_version(self.exe)
         self.check = check
-        self._dropin: Path | None = None
+        self._dropin: Path | None = None  # our drop-in (on 1.x: an older nvdocker2's), if any
+        self._legacy: Path | None = None  # where an older nvdocker2 put its drop-in on 1.x
         self._dumped: tuple[bytes | None, dict] | None = None  # (root's bytes, their dump)
 
     def _root(self, read: Reader) -> document.Config:
         return document.parse(self.config, read(self.config))
 
     def files(self) -> Sequence[Path]:
-        return [self.config] + ([self._dropin] if self._dropin else [])
+        return list(dict.fromkeys([self.config] + [p for p in (self._dropin, self._legacy) if p]))
 
     def _imports(self, root: document.Config, read: Reader, own: Path | None) -> list:
         out = []
@@ -49,18 +52,31 @@ class ContainerdEngine(EngineBase):
         return out
 
     def _own(self, root: document.Config, read: Reader) -> document.Config | None:
+        """Our drop-in as it is now: on 2.x the one the layout writes, on 1.x one that an
+        older nvdocker2 wrote (it starts with edit.MARK; another file of that name is an
+        import like any other)."""
         lay = edit.layout(root, self.major)
-        self._dropin = lay.dropin
-        if lay.dropin is None:
+        self._dropin, self._legacy = lay.dropin, lay.legacy
+        path = lay.dropin or lay.legacy
+        raw = None if path is None else read(path)
+        if raw is None or (lay.dropin is None and not raw.startswith(edit.MARK.encode())):
             return None
-        raw = read(lay.dropin)
-        return None if raw is None else document.parse(lay.dropin, raw)
+        self._dropin = path
+        return document.parse(path, raw)
+
+    def _legacy_dropin(self) -> Path | None:
+        """An older nvdocker2's 1.x drop-in, there now (what `_own` found)."""
+        return self._dropin if self._dropin is not None and self._dropin == self._legacy else None
 
     def _current_dump(self, raw: bytes | None) -> dict:
         """`config dump` of the files as they are (the root holding `raw`), run once for both
-        the plan and the candidate check."""
+        the plan and the candidate check; without an older nvdocker2's 1.x drop-in, which the
+        plan removes: config.toml's own CRI section is what the change starts from."""
         if self._dumped is None or self._dumped[0] != raw:
-            self._dumped = (raw, service.dump_current(self.exe, self.config))
+            legacy = self._legacy_dropin()
+            self._dumped = (raw, service.dump_current(self.exe, self.config) if legacy is None
+                            else service.check_files(self.exe, self.config, {legacy: None},
+                                                     {legacy.parent}))
         return self._dumped[1]
 
     def plan_install(self, read: Reader, req: Request, journal: dict) -> Plan:
@@ -72,6 +88,9 @@ class ContainerdEngine(EngineBase):
             implicit = service.builtin_runtime(self._current_dump(root.raw)) if (
                 self.exe and self.check) else {"runtime_type": document.RUNC_V2}
         plan = edit.plan_install(root, imported, own, self.major, req, journal, implicit)
+        made = ((journal.get("runtimes") or {}).get(req.runtime_name) or {}).get("dropin_dir")
+        if own is not None and own.path == self._legacy and made:
+            plan = dataclasses.replace(plan, remove_dirs=(Path(made),))
         rec = plan.journal
         if rec and self._dropin is not None and not self._dropin.parent.exists():
             # The drop-in directory is this install's: the uninstall that removes the last
@@ -79,7 +98,19 @@ class ContainerdEngine(EngineBase):
             rts = dict(rec["runtimes"])
             rts[req.runtime_name] = dict(rts[req.runtime_name], dropin_dir=str(self._dropin.parent))
             rec = dict(rec, runtimes=rts)
-        return dataclasses.replace(plan, journal=rec, check=(req, False))
+        return dataclasses.replace(plan, journal=rec, check=(req, False),
+                                   files=self._owned(plan.files))
+
+    def _owned(self, files: Sequence[FileEdit]) -> tuple[FileEdit, ...]:
+        """A file the plan creates beside config.toml gets its mode, owner and group: it is
+        part of the same configuration (a drop-in beside a 0600 config.toml is 0600)."""
+        try:
+            like = store.Ownership.of(os.stat(self.config))
+        except OSError:
+            return tuple(files)
+        return tuple(dataclasses.replace(f, owner=like)
+                     if f.old is None and f.new is not None and f.path != self.config else f
+                     for f in files)
 
     def plan_uninstall(self, read: Reader, req: Request, journal: dict) -> Plan:
         root = self._root(read)
@@ -90,6 +121,8 @@ class ContainerdEngine(EngineBase):
             raw = read(p)
             own = None if raw is None else document.parse(p, raw)
             self._dropin = p
+            if not edit.layout(root, self.major).deep_merge:
+                self._legacy = p  # an older nvdocker2's 1.x drop-in, where it put it then
         plan = edit.plan_uninstall(root, own, req, journal)
         made = rec.get("dropin_dir")
         if made and not edit._other_users(rec, journal, req.runtime_name):
@@ -103,12 +136,25 @@ class ContainerdEngine(EngineBase):
         if not self.exe:
             ctx.warn("containerd is not installed here: the candidate was checked as TOML only")
             return
-        req, removing = plan.check
         ctx.reporter.progress(f"checking the candidate with {self.name}")
-        before = self._current_dump(next(f.old for f in plan.files if f.path == self.config))
         files = {f.path: f.new for f in plan.files}
-        after = service.check_files(self.exe, self.config, files,
-                                    self._dropin.parent if self._dropin else None)
+        dirs = {f.path.parent for f in plan.files if f.path != self.config}
+        if self._dropin is not None:
+            dirs.add(self._dropin.parent)
+        after = service.check_files(self.exe, self.config, files, dirs)
+        if plan.check is None:
+            return  # a rollback: containerd loads the files it gives back, nothing more
+        req, removing = plan.check
+        before = self._current_dump(next((f.old for f in plan.files if f.path == self.config),
+                                         read(self.config)))
+        legacy = self._legacy_dropin()
+        if legacy is not None:
+            hidden = service.changed_keys(service.dump_current(self.exe, self.config), before,
+                                          req.runtime_name)
+            if hidden:
+                ctx.warn(f"{legacy}, an older nvdocker2's copy of the CRI section, goes: "
+                         f"containerd runs {self.config}'s own CRI section again, where "
+                         + ", ".join(hidden) + " differ")
         problems = service.compare_dumps(before, after, req.runtime_name, req.runtime_path,
                                          req.set_default, removing)
         if problems:

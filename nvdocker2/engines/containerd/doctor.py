@@ -31,11 +31,39 @@ def containerd_checks(config: Path, address: str, unit: str, runtime: str = "nvi
 
     def cfg() -> Outcome:
         try:
-            st = ContainerdFront().describe(ContainerdEngine(config, check=False), runtime)
+            eng = ContainerdEngine(config, check=False)
+            st = ContainerdFront().describe(eng, runtime)
         except NvDockerError as e:
             return fail(e.message, e.hint or "fix the file")
-        state["status"] = st
+        state["status"], state["engine"] = st, eng
         return ok(f"{config}: config version {st['version']}, changes go {st['layout']}")
+
+    def shadow() -> Outcome:
+        from nvdocker2.engines.containerd import edit
+        from nvdocker2.engines.transaction import read
+
+        eng = state.get("engine")
+        if eng is None:
+            return skip("skipped: the config did not parse")
+        try:
+            root = eng._root(read)
+            found = edit.shadowing(root, eng._imports(root, read, None),
+                                   edit.layout(root, eng.major).deep_merge)
+        except NvDockerError as e:
+            return fail(e.message, e.hint or "fix the file")
+        if not found:
+            return ok(f"no import replaces {config}'s CRI section")
+        names = ", ".join(map(str, found))
+        detail = (f"{names} replace{'s' if len(found) == 1 else ''} {config}'s whole CRI "
+                  f"section (containerd {eng.major or 1}.x takes a plugin section from the last "
+                  f"file that has one): every CRI setting in {config}, and every later edit of "
+                  "it, is ignored")
+        if eng._legacy in found:
+            return fail(detail, f"{eng._legacy} was written by an older nvdocker2: run "
+                        "nvdocker2 install --engine containerd, which puts the runtime into "
+                        f"{config} and removes that file")
+        return warn(detail, f"keep the CRI settings in one file: move them from {names} into "
+                    f"{config}, or all of them out of it")
 
     def rt() -> Outcome:
         st = state.get("status")
@@ -86,6 +114,7 @@ def containerd_checks(config: Path, address: str, unit: str, runtime: str = "nvi
 
     return [("containerd-binary", "containerd installed", binary),
             ("containerd-config", "config.toml parses", cfg),
+            ("containerd-shadow", "no import hides config.toml's CRI section", shadow),
             ("containerd-runtime", "nvidia runtime in config", rt),
             ("containerd-effective", "effective config (config dump)", dump),
             ("containerd-running", "running containerd reports it", running)]

@@ -1,13 +1,16 @@
 """Pure edits of containerd's configuration: install and uninstall as file plans (SPEC §11).
 
 Two layouts:
-- in place (config version 1 or 2, no imported drop-in directory, containerd < 2): the runtime
+- in place (containerd 1.x, config version 1 or 2, whatever the root imports): the runtime
   table is appended to config.toml as text, so every byte before it stays; a runtime or default
-  that already exists is changed in place with tomlkit.
-- drop-in (the root imports a directory, or containerd ≥ 2 / version 3): nvdocker2's own file
-  `99-nvidia.toml` in that directory. containerd ≤ 1.7 replaces a whole plugin section with an
-  import's, so there the drop-in carries the CRI section as merged so far plus the runtime;
-  2.x merges key by key, so the runtime alone. The import is added to the root only if missing.
+  that already exists is changed in place with tomlkit. containerd ≤ 1.7 replaces a whole plugin
+  section with an import's, so a drop-in there would have to carry a copy of the whole CRI
+  section (registry credentials included) and would hide every later edit of config.toml's.
+- drop-in (containerd ≥ 2 / version 3, which merge imported tables key by key): nvdocker2's own
+  file `99-nvidia.toml` in the imported directory (or conf.d beside the root), holding the
+  runtime alone. The import is added to the root only if missing.
+A drop-in an older nvdocker2 wrote on 1.x (`legacy`) is removed by the next install, which puts
+the runtime into config.toml instead, and by uninstall.
 Every text edit is checked by parsing the result: it must hold exactly the old values plus ours.
 """
 
@@ -38,6 +41,7 @@ class Layout:
     dropin: Path | None
     import_pattern: str | None  # the import to add to the root, None when present
     deep_merge: bool  # containerd ≥ 2 merges imported plugin tables key by key
+    legacy: Path | None = None  # where an older nvdocker2 put its drop-in on 1.x
 
 
 def import_dirs(root: D.Config) -> list[tuple[str, Path]]:
@@ -55,12 +59,27 @@ def import_dirs(root: D.Config) -> list[tuple[str, Path]]:
 def layout(root: D.Config, major: int | None) -> Layout:
     deep = (major or 0) >= 2 or root.version == 3
     dirs = import_dirs(root)
+    if not deep:
+        return Layout(None, None, deep, dirs[0][1] / OWN_DROPIN if dirs else None)
     if dirs:
         return Layout(dirs[0][1] / OWN_DROPIN, None, deep)
-    if deep:
-        d = root.path.parent / "conf.d"
-        return Layout(d / OWN_DROPIN, str(d / "*.toml"), deep)
-    return Layout(None, None, deep)
+    d = root.path.parent / "conf.d"
+    return Layout(d / OWN_DROPIN, str(d / "*.toml"), deep)
+
+
+def shadowing(root: D.Config, imported: list[D.Config], deep: bool) -> list[Path]:
+    """The imports whose CRI section replaces config.toml's (containerd ≤ 1.7 takes a whole
+    plugin section from the last file that has it): every CRI setting config.toml holds, and
+    every later edit of it, is ignored by containerd."""
+    if deep or not isinstance(_get_in(root.data, ("plugins", D.CRI_PLUGIN[root.version])), dict):
+        return []
+    return cri_imports(imported)
+
+
+def cri_imports(imported: list[D.Config]) -> list[Path]:
+    """The imports that have a CRI section (on containerd ≤ 1.7 the last one is what runs)."""
+    return [imp.path for imp in imported
+            if isinstance(_get_in(imp.data, ("plugins", D.CRI_PLUGIN[imp.version])), dict)]
 
 
 def _runtimes(data: dict, cri: tuple[str, ...], where: str) -> dict:
@@ -292,9 +311,9 @@ def plan_install(root: D.Config, imported: list[D.Config], dropin: D.Config | No
                  major: int | None, req: Request, journal: dict,
                  implicit: dict | None = None) -> Plan:
     """The files install ends with. `imported`: the root's imports in order, without ours;
-    `dropin`: our drop-in file as it is now (None: none); `implicit`: containerd's built-in
-    `runc` table to write beside ours, where writing ours alone would drop it (see
-    `implicit_default`)."""
+    `dropin`: our drop-in file as it is now (None: none; on 1.x the drop-in an older nvdocker2
+    wrote, which goes); `implicit`: containerd's built-in `runc` table to write beside ours,
+    where writing ours alone would drop it (see `implicit_default`)."""
     lay = layout(root, major)
     cri = root.cri()
     where = str(root.path)
@@ -312,20 +331,38 @@ def plan_install(root: D.Config, imported: list[D.Config], dropin: D.Config | No
         changes.append(Change(f"{D.dotted(cri)}.default_runtime_name",
                               "unchanged" if before_default == name else "replaced",
                               before_default, name))
+    expect = {"present": {name: path}, "absent": [], "default": name if req.set_default else None}
+    expect_old = {"present": {}, "absent": [name] if before_rt is ABSENT else [],
+                  "default": before_default if req.set_default else None}
+    hiding = [] if lay.deep_merge else cri_imports(imported)
+    if hiding:
+        # containerd 1.x runs another file's CRI section, not config.toml's: a runtime written
+        # into config.toml would not run, and a copy of that section would freeze it.
+        if all(not c.changed for c in changes):
+            return Plan((FileEdit(root.path, root.raw, root.raw),), tuple(changes),
+                        f"install runtime {name} (containerd)", None, expect, expect_old)
+        raise BadInput(f"{hiding[-1]} replaces {root.path}'s whole CRI section (containerd 1.x "
+                       "takes a plugin section from the last file that has one): a runtime in "
+                       f"{root.path} would not run", f"add the runtime to {hiding[-1]} by hand, "
+                       f"or move its CRI settings into {root.path} and run again")
     entry = dict(_journal_entry(journal, name))
     files: list[FileEdit] = []
+    notes: list[str] = []
     if lay.dropin is None:
         new_text, entry = _install_in_place(root, table, req, entry, implicit)
         files.append(FileEdit(root.path, root.raw, new_text))
+        if dropin is not None:
+            # An older nvdocker2's drop-in: it held a copy of the whole CRI section, which
+            # containerd 1.x took instead of config.toml's.
+            files.append(FileEdit(dropin.path, dropin.raw, None))
+            changes.append(Change(str(dropin.path), "removed", "drop-in", ABSENT))
+            notes.append(f"removed {dropin.path}, written by an older nvdocker2: containerd 1.x "
+                         f"took its copy of the CRI section instead of {root.path}'s; the "
+                         f"runtime is now in {root.path}")
+            for k in ("dropin", "dropin_existed", "dropin_dir"):
+                entry.pop(k, None)
     else:
-        if lay.deep_merge:
-            section: dict = {"containerd": {"runtimes": {name: table}}}
-        else:
-            section = D._deep_copy(_get_in(eff, ("plugins", D.CRI_PLUGIN[root.version])))
-            section = section if isinstance(section, dict) else {}
-            _set_in(section, ("containerd", "runtimes", name), table)
-            if implicit is not None:
-                _set_in(section, ("containerd", "runtimes", "runc"), implicit)
+        section: dict = {"containerd": {"runtimes": {name: table}}}
         if req.set_default:
             _set_in(section, ("containerd", "default_runtime_name"), name)
         new_dropin = _dropin_text(root.version, D.CRI_PLUGIN[root.version], section).encode()
@@ -348,17 +385,13 @@ def plan_install(root: D.Config, imported: list[D.Config], dropin: D.Config | No
     entry["installed"] = path
     entry["set_default"] = bool(req.set_default or entry.get("set_default"))
     changed = any(f.changed for f in files)
-    notes: tuple[str, ...] = ()
     if implicit is not None and changed:
         changes.insert(0, Change(f"{D.dotted(cri)}.runtimes.runc", "added", ABSENT, implicit))
-        notes = ("containerd's built-in runc runtime is written out too: containerd 1.x drops "
-                 "it once the configuration names a runtime of its own",)
+        notes.append("containerd's built-in runc runtime is written out too: containerd 1.x "
+                     "drops it once the configuration names a runtime of its own")
     rec = _with_entry(journal, root.path, name, entry) if changed else None
-    expect = {"present": {name: path}, "absent": [], "default": name if req.set_default else None}
-    expect_old = {"present": {}, "absent": [name] if before_rt is ABSENT else [],
-                  "default": before_default if req.set_default else None}
     return Plan(tuple(files), tuple(changes), f"install runtime {name} (containerd)", rec,
-                expect, expect_old, notes=notes)
+                expect, expect_old, notes=tuple(notes))
 
 
 def _install_in_place(root: D.Config, table: dict, req: Request, entry: dict,
@@ -414,7 +447,6 @@ def plan_uninstall(root: D.Config, dropin: D.Config | None, req: Request,
     runtime or drop-in only when it is this package's."""
     cri = root.cri()
     name = req.runtime_name
-    str(root.path)
     entry = _journal_entry(journal, name)
     files: list[FileEdit] = []
     changes: list[Change] = []
@@ -493,6 +525,13 @@ def plan_uninstall(root: D.Config, dropin: D.Config | None, req: Request,
     new_root: bytes | None = root.raw
     if text != root.text:
         new_root = _checked(root.path, text, expected)
+        # Every runtime the edit takes off is listed: the built-in runc install spelled out
+        # goes with ours.
+        left = _runtimes(expected, cri, str(root.path))
+        for other, table in _runtimes(root.data, cri, str(root.path)).items():
+            if other != name and other not in left:
+                changes.append(Change(f"{D.dotted(cri)}.runtimes.{other}", "removed", table,
+                                      ABSENT))
     if entry.get("file_existed") is False and root.existed and text.strip() in (
             "", f"version = {root.version}"):
         new_root = None

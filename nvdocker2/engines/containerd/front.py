@@ -50,11 +50,12 @@ class ContainerdFront(TransactionFront):
 
         root = D.parse(eng.config, txn.read(eng.config))
         own = eng._own(root, txn.read)
+        lay = E.layout(root, eng.major)
         eff = D.merged(root, eng._imports(root, txn.read, eng._dropin) + ([own] if own else []),
-                       E.layout(root, eng.major).deep_merge)
+                       lay.deep_merge)
         cri = root.cri()
-        return dict(version=root.version, layout="drop-in " + str(eng._dropin)
-                    if eng._dropin else "in place", runtimes={
+        return dict(version=root.version, layout="drop-in " + str(lay.dropin)
+                    if lay.dropin else "in place", runtimes={
                         n: _binary(r) for n, r in E._runtimes(eff, cri, str(root.path)).items()},
                     default_runtime=E.default_name(eff, cri))
 

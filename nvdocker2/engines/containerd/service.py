@@ -90,6 +90,14 @@ def compare_dumps(before: dict, after: dict, name: str, path: str, set_default: 
                             "containerd's effective configuration (another import overrides it?)")
         if set_default and _get(after, cri + ("default_runtime_name",)) != name:
             problems.append(f'default_runtime_name would not be "{name}"')
+    problems += [f"{k} would change" for k in changed_keys(before, after, name,
+                                                           set_default or removing)]
+    return problems
+
+
+def changed_keys(before: dict, after: dict, name: str, default_too: bool = True) -> list[str]:
+    """The keys (the first five) whose values differ between two dumps, leaving out the
+    runtime `name` and (`default_too`) default_runtime_name."""
     b, a = json.loads(json.dumps(before)), json.loads(json.dumps(after))
     for d in (a, b):
         d.pop("imports", None)
@@ -97,10 +105,9 @@ def compare_dumps(before: dict, after: dict, name: str, path: str, set_default: 
         if isinstance(rts, dict):
             rts.pop(name, None)
         ctd = _get(d, dump_cri(d))
-        if (set_default or removing) and isinstance(ctd, dict):
+        if default_too and isinstance(ctd, dict):
             ctd.pop("default_runtime_name", None)
-    problems += [f"{k} would change" for k in _diff_keys(b, a)][:5]
-    return problems
+    return _diff_keys(b, a)[:5]
 
 
 def _zero(v: Any) -> bool:
@@ -133,9 +140,10 @@ def builtin_runtime(dump: dict) -> dict:
 
 
 def check_files(exe: str, root: Path, files: dict[Path, bytes | None],
-                dropin_dir: Path | None) -> dict:
-    """Dump the effective config as it would be with `files` in place, without writing them
-    where containerd looks: a private copy of the root and of the drop-in directory."""
+                dropin_dirs: set[Path]) -> dict:
+    """Dump the effective config as it would be with `files` in place (None: removed), without
+    writing them where containerd looks: a private copy of the root and of each directory of
+    `dropin_dirs` that it imports from."""
     with tempfile.TemporaryDirectory(prefix="nvdocker2-check-") as tmp:
         t = Path(tmp)
         root_bytes = files.get(root)
@@ -150,19 +158,23 @@ def check_files(exe: str, root: Path, files: dict[Path, bytes | None],
         doc = tomlkit.parse(text)
         if "imports" in doc:
             new_imports = []
+            copies: dict[Path, Path] = {}
             for pat in [str(x) for x in doc["imports"]]:
                 full = pat if os.path.isabs(pat) else str(root.parent / pat)
                 d, base = os.path.split(full)
-                if dropin_dir is not None and Path(d) == dropin_dir:
-                    priv = t / "dropins"
-                    priv.mkdir(exist_ok=True)
-                    if dropin_dir.is_dir():
-                        for f in sorted(dropin_dir.iterdir()):
-                            if f.is_file() and f not in files:
-                                shutil.copyfile(f, priv / f.name)
-                    for p, data in files.items():
-                        if p.parent == dropin_dir and data is not None:
-                            (priv / p.name).write_bytes(data)
+                src = Path(d)
+                if src in dropin_dirs:
+                    priv = copies.get(src)
+                    if priv is None:
+                        priv = copies[src] = t / f"dropins{len(copies)}"
+                        priv.mkdir()
+                        if src.is_dir():
+                            for f in sorted(src.iterdir()):
+                                if f.is_file() and f not in files:
+                                    shutil.copyfile(f, priv / f.name)
+                        for p, data in files.items():
+                            if p.parent == src and data is not None:
+                                (priv / p.name).write_bytes(data)
                     full = str(priv / base)
                 new_imports.append(full)
             doc["imports"] = new_imports
