@@ -352,7 +352,7 @@ def test_an_older_nvdocker2s_dropin_is_reported_and_removed(password_config, tmp
     if service.major_version(c.exe) >= 2:
         pytest.skip("containerd 2.x merges drop-ins key by key")
     state = tmp_path / "state"
-    from nvdocker2 import store
+    from nvdocker2.store.journal import Journal
     from nvdocker2.engines.containerd import edit
 
     drop = c.dir / "conf.d" / "99-nvidia.toml"
@@ -361,7 +361,7 @@ def test_an_older_nvdocker2s_dropin_is_reported_and_removed(password_config, tmp
                     f'pause:3.6"\n[{CRI}.containerd.runtimes.nvidia]\nruntime_type = '
                     f'"io.containerd.runc.v2"\n[{CRI}.containerd.runtimes.nvidia.options]\n'
                     f'BinaryName = "{rt}"\n')
-    store.Journal(state, c.config).write({"config": str(c.config), "runtimes": {"nvidia": {
+    Journal(state, c.config).write({"config": str(c.config), "runtimes": {"nvidia": {
         "dropin": str(drop), "dropin_existed": False, "file_existed": True,
         "previous": {"present": False}, "installed": rt, "set_default": False}}})
     c.config.write_bytes(before.replace(b"pause:3.6", b"pause:3.10", 1))

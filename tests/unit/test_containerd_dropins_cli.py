@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from cli_run import cli, engine_env
 
-from nvdocker2 import store
+from nvdocker2.store.journal import Journal
 from nvdocker2.engines.containerd import edit
 
 RT = "/usr/bin/nvidia-container-runtime"
@@ -86,7 +86,7 @@ def _legacy(tmp_path: Path, cfg: Path) -> Path:
                     f'"{SECRET}"\n[{CRI}.containerd.runtimes.nvidia]\nruntime_type = '
                     f'"io.containerd.runc.v2"\n[{CRI}.containerd.runtimes.nvidia.options]\n'
                     f'BinaryName = "{RT}"\n')
-    store.Journal(tmp_path / "state", cfg).write({"config": str(cfg), "runtimes": {"nvidia": {
+    Journal(tmp_path / "state", cfg).write({"config": str(cfg), "runtimes": {"nvidia": {
         "dropin": str(drop), "dropin_existed": False, "file_existed": True,
         "previous": {"present": False}, "installed": RT, "set_default": False}}})
     return drop

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from nvdocker2 import store
+from nvdocker2.store.atomic import Ownership
 from nvdocker2.engines.base import EngineBase, FileEdit, Plan, Reader, Request
 from nvdocker2.engines.containerd import document, edit, service
 from nvdocker2.engines.transaction import read
@@ -105,7 +105,7 @@ class ContainerdEngine(EngineBase):
         """A file the plan creates beside config.toml gets its mode, owner and group: it is
         part of the same configuration (a drop-in beside a 0600 config.toml is 0600)."""
         try:
-            like = store.Ownership.of(os.stat(self.config))
+            like = Ownership.of(os.stat(self.config))
         except OSError:
             return tuple(files)
         return tuple(dataclasses.replace(f, owner=like)
