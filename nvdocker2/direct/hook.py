@@ -81,13 +81,13 @@ def parse_args(argv: list[str]) -> tuple[str, list[tuple[str, str]], list[str]]:
 
 def read_state(stdin: IO[str]) -> tuple[str, dict]:
     """(the container's rootfs, its config.json) from the OCI state on stdin."""
-    import json
+    from nvdocker2.runtime.jsonio import loads  # json without importing re
 
     try:
-        state = json.load(stdin)
+        state = loads(stdin.read())
         bundle = state.get("bundle") or state.get("bundlePath")
-        with open(os.path.join(bundle, "config.json"), encoding="utf-8") as f:
-            spec = json.load(f)
+        with open(os.path.join(bundle, "config.json"), "rb") as f:
+            spec = loads(f.read())
         return rootfs_of(spec, bundle), spec
     except (OSError, ValueError, TypeError, AttributeError, RecursionError) as err:
         raise DirectError(f"direct-hook: cannot read the container state or config.json: {err}"

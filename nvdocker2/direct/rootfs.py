@@ -15,7 +15,6 @@ from __future__ import annotations
 import errno
 import os
 import stat
-from collections import deque
 
 from nvdocker2.direct.errors import DirectError
 
@@ -44,12 +43,12 @@ def resolve_in_root(root: str, path: str, *, follow_final: bool, refuse_escape: 
     host would have left the root there); otherwise it is clamped at the root, as the kernel
     does with RESOLVE_IN_ROOT.
     """
-    parts = deque(_components(path))
+    parts = _components(path)[::-1]  # a stack: the next component last
     resolved: list[str] = []
     links = 0
     last_link: tuple[str, str] | None = None
     while parts:
-        name = parts.popleft()
+        name = parts.pop()
         if name == "..":
             if resolved:
                 resolved.pop()
@@ -83,7 +82,7 @@ def resolve_in_root(root: str, path: str, *, follow_final: bool, refuse_escape: 
             last_link = (shown, target)
             if target.startswith("/"):
                 resolved = []
-            parts.extendleft(reversed(_components(target)))
+            parts.extend(reversed(_components(target)))
             continue
         if parts and not stat.S_ISDIR(st.st_mode):
             raise UnsafePath(
