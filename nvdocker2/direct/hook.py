@@ -94,11 +94,6 @@ def read_state(stdin: IO[str]) -> tuple[str, dict]:
                           ) from None
 
 
-def read_rootfs(stdin: IO[str]) -> str:
-    """The container's rootfs from the OCI state on stdin (bundle → config.json → root.path)."""
-    return read_state(stdin)[0]
-
-
 def _same_mount_as_root(rootfs: str) -> Callable[[str, str, int], None]:
     """A check for `open_dir_checked`: the directory is on the root file system's own mount."""
     from nvdocker2.direct.confine import mount_id
