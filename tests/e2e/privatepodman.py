@@ -3,10 +3,11 @@
 Everything Podman writes lives under one temp dir: its storage (graphroot, runroot), its
 containers.conf (cgroupfs, runc, a file events log, the ulimits this VM needs), its tmp and
 volume dirs. Podman 4.3 reads CDI specs only from /etc/cdi and /var/run/cdi and, as root, keeps
-a blob cache in /var/lib/containers; so Podman runs inside a mount namespace of our own (a
-holder process made by `unshare -m`, entered with `nsenter -m`) in which /etc and /var/lib are
-overlays whose writes land in the temp dir. The machine's /etc, /var/lib and Podman storage
-are never written. Stopping: `podman rm -af`, then SIGKILL to each process still in our
+a blob cache in /var/lib/containers, and runc keeps its state in /run/runc; so Podman runs
+inside a mount namespace of our own (a holder process made by `unshare -m`, entered with
+`nsenter -m`) in which /etc and /var/lib are overlays whose writes land in the temp dir and
+/run is an empty tmpfs. The machine's /etc, /var/lib, /run and Podman storage are never
+written. Stopping: `podman rm -af`, then SIGKILL to each process still in our
 namespace (found by comparing /proc/PID/ns/mnt with the holder's), the holder last.
 """
 
@@ -36,6 +37,7 @@ runtime = "runc"
 events_logger = "file"
 events_logfile_path = "{root}/events.log"
 tmp_dir = "{root}/tmp"
+image_copy_tmp_dir = "{root}/tmp"
 static_dir = "{root}/storage/libpod"
 volume_path = "{root}/storage/volumes"
 """
@@ -85,6 +87,7 @@ class PrivatePodman:
             f"workdir={ovl}/etc/work /etc\n"
             f"mount -t overlay nvd2-var-lib -o lowerdir=/var/lib,upperdir={ovl}/var-lib/up,"
             f"workdir={ovl}/var-lib/work /var/lib\n"
+            "mount -t tmpfs -o mode=0755 nvd2-run /run\n"
             "mkdir -p /etc/cdi\n"
             "echo ready\n"
             "exec sleep 86400\n"
