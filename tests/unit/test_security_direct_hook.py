@@ -116,9 +116,10 @@ def test_a_deeply_nested_state_is_one_error_line(capsys):
 
 @pytest.fixture
 def mounted_rootfs(tmp_path):
-    """A bundle as runc leaves it for the hook: below the rootfs a read-write volume, a tmpfs,
-    procfs, and the driver's libcuda bind-mounted read-only into the library folder (listed in
-    config.json as the spec would list it)."""
+    """A bundle as runc leaves it for the hook: below the rootfs a read-write volume (at a path
+    with a space, which mountinfo escapes), a tmpfs, procfs, and the driver's libcuda
+    bind-mounted read-only into the library folder (listed in config.json as the spec would
+    list it)."""
     from fixtures.fake_driver import DRIVER_VERSION, LIB64_DIR, build_fake_driver
 
     driver = build_fake_driver(tmp_path / "driver")
@@ -129,13 +130,13 @@ def mounted_rootfs(tmp_path):
     (rootfs / cuda.lstrip("/")).touch()
     volume = tmp_path / "volume"
     volume.mkdir()
-    for d in ("data", "proc", "dev"):
+    for d in ("data dir", "proc", "dev"):
         (rootfs / d).mkdir(exist_ok=True)
     spec["mounts"].append({"destination": cuda, "type": "bind", "source": str(driver.path(cuda)),
                            "options": ["nosuid", "nodev", "bind", "ro"]})
     (bundle / "config.json").write_text(json.dumps(spec))
     mounts = [
-        ["mount", "--bind", str(volume), str(rootfs / "data")],
+        ["mount", "--bind", str(volume), str(rootfs / "data dir")],
         ["mount", "-t", "tmpfs", "tmpfs", str(rootfs / "dev")],
         ["mount", "-t", "proc", "proc", str(rootfs / "proc")],
         ["mount", "--bind", "-o", "ro", str(driver.path(cuda)), str(rootfs / cuda.lstrip("/"))],
@@ -174,12 +175,12 @@ def test_ldconfig_sees_only_the_image_and_the_drivers_read_only_files(mounted_ro
     assert Path(f"{out}.argv").read_text() == f"-i -X -r {rootfs} {folder}\n"
     # the container's own mounts are all still there
     assert _points_below(rootfs, Path("/proc/self/mountinfo").read_text()) == sorted(
-        [f"{rootfs}{cuda}", f"{rootfs}/data", f"{rootfs}/dev", f"{rootfs}/proc"])
+        [f"{rootfs}{cuda}", f"{rootfs}/data dir", f"{rootfs}/dev", f"{rootfs}/proc"])
 
 
 def _points_below(rootfs, mountinfo):
-    return sorted(line.split(" ")[4] for line in mountinfo.splitlines()
-                  if line.split(" ")[4].startswith(f"{rootfs}/"))
+    points = (line.split(" ")[4].replace("\\040", " ") for line in mountinfo.splitlines())
+    return sorted(p for p in points if p.startswith(f"{rootfs}/"))
 
 
 @needs_root
@@ -211,3 +212,20 @@ def test_an_image_aux_cache_dir_is_read_only_for_ldconfig(mounted_rootfs, tmp_pa
     assert os.listdir(aux) == ["aux-cache"]
     assert (aux / "aux-cache").read_bytes() == b"glibc-ld.so.auxcache-2.0 planted by the image"
     assert (rootfs / "etc/ld.so.cache").is_file()
+
+
+@needs_root
+def test_an_etc_that_is_another_mount_is_refused_and_not_written(tmp_path, capsys):
+    """ldconfig writes /etc/ld.so.cache~ and /etc/ld.so.cache: not into a volume at /etc."""
+    bundle, rootfs, _spec = make_bundle(tmp_path)
+    volume = tmp_path / "etc-volume"
+    volume.mkdir()
+    subprocess.run(["mount", "--bind", str(volume), str(rootfs / "etc")], check=True)
+    try:
+        assert main(["update-ldcache", "--ldconfig", "/sbin/ldconfig"], _state(bundle)) == 1
+    finally:
+        subprocess.run(["umount", "-l", str(rootfs / "etc")], check=False)
+    assert capsys.readouterr().err.splitlines()[0] == (
+        "error: /etc in the container is on another mount than the container image (a volume?);"
+        " refusing to make links or run ldconfig there")
+    assert os.listdir(volume) == []
