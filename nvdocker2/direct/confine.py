@@ -19,6 +19,7 @@ stdlib only (ctypes, imported when a hook runs as root).
 
 from __future__ import annotations
 
+import errno
 import os
 
 from nvdocker2.direct.errors import DirectError
@@ -151,7 +152,7 @@ def private_view(rootfs: str, keep: set[tuple[int, int]]) -> None:
             try:
                 libc.umount2(point, MNT_DETACH)
             except OSError as err:
-                if err.errno != 22:  # EINVAL: already gone with a mount above it
+                if err.errno != errno.EINVAL:  # already gone with a mount above it
                     raise
     else:
         raise OSError(0, f"mounts keep reappearing under {root}")
@@ -196,12 +197,12 @@ def drop_privileges() -> None:
         try:
             libc.prctl(PR_CAPBSET_DROP, cap, f"dropping capability {cap}")
         except OSError as err:
-            if err.errno == 22:  # EINVAL: past the kernel's last capability
+            if err.errno == errno.EINVAL:  # past the kernel's last capability
                 break
             raise
     try:
         libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, "clearing ambient capabilities")
     except OSError as err:
-        if err.errno != 22:  # kernels before 4.3 have no ambient set
+        if err.errno != errno.EINVAL:  # kernels before 4.3 have no ambient set
             raise
     libc.capset_only(CAP_SYS_CHROOT)
