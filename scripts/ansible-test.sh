@@ -23,16 +23,25 @@ if [ -z "${NVDOCKER2_ANSIBLE_BIN:-}" ]; then
         echo "ansible-test: ansible-core $ANSIBLE_CORE_VERSION into .venv-ansible"
         rm -rf .venv-ansible
         /usr/bin/python3 -m venv .venv-ansible
-        .venv-ansible/bin/python -m pip install -q --disable-pip-version-check \
-            "ansible-core==$ANSIBLE_CORE_VERSION"
+        # pip's output only when it fails: a test run shows results, not downloads.
+        if ! .venv-ansible/bin/python -m pip install -q --disable-pip-version-check \
+                "ansible-core==$ANSIBLE_CORE_VERSION" > .venv-ansible/pip.log 2>&1; then
+            cat .venv-ansible/pip.log >&2
+            echo "ansible-test: pip could not install ansible-core $ANSIBLE_CORE_VERSION" >&2
+            exit 1
+        fi
     fi
     NVDOCKER2_ANSIBLE_BIN="$PWD/.venv-ansible/bin"
 fi
 export NVDOCKER2_ANSIBLE_BIN
 bin="$NVDOCKER2_ANSIBLE_BIN"
 
-# ansible-test keeps its caches under $HOME/.ansible: give it its own home.
+# ansible-test keeps its caches under $HOME/.ansible: give it its own home. Its pip runs (the
+# requirements of each sanity test) read that home's pip.conf: quiet, so the output shows the
+# tests and not each download (errors and warnings still show).
 export HOME="$CACHE/ansible-test-home"
+mkdir -p "$HOME/.config/pip"
+printf '[global]\nquiet = 1\ndisable-pip-version-check = true\n' > "$HOME/.config/pip/pip.conf"
 pip_version=$("$bin/python3" - <<'PY' 2>/dev/null || true
 from ansible_test._internal.python_requirements import get_venv_packages
 class P: version = "3"

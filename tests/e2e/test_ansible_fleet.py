@@ -14,11 +14,14 @@ $NVDOCKER2_ANSIBLE_BIN (a directory holding ansible-playbook, e.g. /usr/bin for 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -31,7 +34,7 @@ COLLECTIONS = REPO / "ansible"
 COLLECTION = COLLECTIONS / "ansible_collections" / "nvdocker2" / "gpu"
 HERE = Path(__file__).resolve().parent / "ansible"
 NVDOCKER2 = Path(sys.executable).parent / "nvdocker2"
-MODULE_TASK = "nvdocker2.gpu.gpu_host : Configure the runtime in daemon.json"
+MODULE_TASK = "nvdocker2.gpu.gpu_host : Configure the runtime"
 GOOD = ("alpha", "bravo", "delta")
 HOSTS = ("alpha", "bravo", "charlie", "delta", "echo")
 ORIGINAL = {
@@ -44,13 +47,17 @@ ORIGINAL = {
 FLAGS = {"charlie": ["--default-runtime=runc"]}
 
 
+def _unmet(message: str) -> None:
+    """A missing prerequisite: a failure under CI=true, else a skip."""
+    if os.environ.get("CI") == "true":
+        pytest.fail(message, pytrace=False)
+    pytest.skip(message)
+
+
 def _ansible_bin() -> Path:
     where = Path(os.environ.get("NVDOCKER2_ANSIBLE_BIN") or REPO / ".venv-ansible" / "bin")
     if not (where / "ansible-playbook").exists():
-        message = f"ansible-playbook not found in {where} (run: scripts/ansible-test.sh sanity)"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message, pytrace=False)
-        pytest.skip(message)
+        _unmet(f"ansible-playbook not found in {where} (run: scripts/ansible-test.sh sanity)")
     return where
 
 
@@ -76,18 +83,18 @@ class Fleet:
     def write_inventory(self, order=HOSTS) -> Path:
         hosts = {}
         for name in order:
-            d = self.daemons[name]
+            d = self.daemons.get(name)  # None: a host of another engine, all in host_vars
             hosts[name] = {
                 "ansible_connection": "local",
                 "ansible_python_interpreter": self.interpreter(),
-                "gpu_host_config": str(d.config_file),
-                "gpu_host_docker_host": d.host,
-                "gpu_host_pidfile": str(d.pidfile),
                 "gpu_host_state_dir": str(self.state_dir(name)),
-                "gpu_host_reload": "signal",
-                "gpu_host_set_default": True,
                 "gpu_host_timeout": 20,
                 "gpu_host_executable": str(NVDOCKER2),
+                **({"gpu_host_config": str(d.config_file),
+                    "gpu_host_docker_host": d.host,
+                    "gpu_host_pidfile": str(d.pidfile),
+                    "gpu_host_reload": "signal",
+                    "gpu_host_set_default": True} if d else {}),
                 **self.host_vars.get(name, {}),
             }
         path = self.root / "inventory.yml"
@@ -162,6 +169,18 @@ def fleet(e2e_prerequisites, tmp_path_factory):
         for d in f.daemons.values():
             d.cleanup()
         print(f"\nfleet: {f.runs} ansible-playbook runs")
+
+
+def baked_bin(dest: Path, stand_ins: Path, env: dict) -> Path:
+    """A bin directory of wrappers, one per program in `stand_ins`, that run it with `env` set:
+    the way a test's stand-in gets its variables through the module's allow-list."""
+    dest.mkdir(parents=True)
+    exports = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in env.items())
+    for program in stand_ins.iterdir():
+        wrapper = dest / program.name
+        wrapper.write_text(f"#!/bin/sh\n{exports}exec {shlex.quote(str(program))} \"$@\"\n")
+        wrapper.chmod(0o755)
+    return dest
 
 
 def _files(fleet: Fleet) -> dict[str, bytes]:
@@ -310,12 +329,15 @@ def test_a_refusal_seen_only_after_the_reload_fails_the_host_rolled_back(fleet, 
     flag, tcp = tcp_host()
     daemon = make_dockerd(extra_args=["--default-runtime=runc", flag], config=ORIGINAL["alpha"])
     fleet.daemons["foxtrot"] = daemon
+    # The module passes PATH on but not the stand-in's NVD2_* variables: wrappers carry them.
+    env = systemd_env(make_stand_ins(tmp_path), daemon, NVD2_FAKE_HIDE_PID="1")
+    path = env.pop("PATH").split(":", 1)
     fleet.host_vars["foxtrot"] = {
         "gpu_host_docker_host": tcp,
         "gpu_host_reload": "systemd",
         "gpu_host_pidfile": None,
-        "fleet_environment": systemd_env(make_stand_ins(tmp_path), daemon,
-                                         NVD2_FAKE_HIDE_PID="1"),
+        "fleet_environment": {"PATH": f"{baked_bin(tmp_path / 'baked', Path(path[0]), env)}:"
+                                      f"{path[1]}"},
     }
     try:
         run = fleet.play(HERE / "fleet.yml", order=("foxtrot",))
@@ -366,10 +388,19 @@ def test_the_collection_builds(fleet, tmp_path):
 def test_the_role_refuses_a_package_that_is_neither_deb_nor_rpm(fleet):
     before = fleet.daemons["alpha"].config_file.read_bytes()
     run = fleet.play(HERE / "fleet.yml", "-l", "alpha", "-e", "gpu_host_package=/tmp/nvdocker2.tgz")
-    r = run.result("alpha", "nvdocker2.gpu.gpu_host : Check the package variable")
+    r = run.result("alpha", "nvdocker2.gpu.gpu_host : Check the package variables")
     assert r["status"] == "failed"
     assert r["msg"] == "gpu_host_package must name a .deb or .rpm file, not /tmp/nvdocker2.tgz"
     assert fleet.daemons["alpha"].config_file.read_bytes() == before
+    assert MODULE_TASK not in run.tasks_of("alpha")
+
+
+def test_the_role_refuses_the_removed_package_destination(fleet):
+    run = fleet.play(HERE / "fleet.yml", "-l", "alpha", "-e", "gpu_host_package_dest=/tmp")
+    r = run.result("alpha", "nvdocker2.gpu.gpu_host : Check the package variables")
+    assert r["status"] == "failed"
+    assert r["msg"].startswith("gpu_host_package_dest is gone: the package is copied to a new "
+                               "directory only root can enter")
     assert MODULE_TASK not in run.tasks_of("alpha")
 
 
@@ -383,3 +414,365 @@ def test_nvdocker2_warnings_become_ansible_warnings(fleet):
     assert r["warnings"] == [warning]
     assert f"[WARNING]: {warning}" in run.proc.stdout + run.proc.stderr
     assert f'+\t\t\t"path": "{missing}"' in r["unified_diff"] and "diff" not in r  # tabs kept
+
+
+# --- the package: a local user cannot swap it (issue: the role's fixed name under /tmp) ---------
+
+ATTACKER = r'''
+import os, sys, time
+fixed, planted, log, stop = sys.argv[1:5]
+name = os.path.basename(fixed)
+def note(line):
+    with open(log, "a") as f:
+        f.write(line + "\n")
+os.mkdir(fixed, 0o755)  # the old fixed name, taken first as a directory of our own
+note("took %s" % fixed)
+swapped = False
+deadline = time.monotonic() + 300
+while not os.path.exists(stop) and time.monotonic() < deadline:
+    inner = os.path.join(fixed, name)
+    try:
+        ready = not swapped and os.stat(inner).st_mode & 0o777 == 0o644
+    except OSError:
+        ready = False
+    if ready:  # root's copy landed in our directory and the copy task is done with it
+        time.sleep(0.05)
+        os.rename(fixed, fixed + ".moved")
+        with open(fixed, "xb") as f:
+            f.write(open(planted, "rb").read())
+        swapped = True
+        note("swapped %s" % fixed)
+    for entry in os.listdir(os.path.dirname(fixed)):  # any name we can see, we try
+        path = os.path.join(os.path.dirname(fixed), entry)
+        if entry.startswith("nvdocker2-package.") and os.path.isdir(path):
+            try:
+                with open(os.path.join(path, name), "wb") as f:
+                    f.write(open(planted, "rb").read())
+                note("planted in %s" % path)
+            except OSError as e:
+                note("refused in %s: %s" % (path, e.strerror))
+    time.sleep(0.001)
+'''
+
+# The install step of ansible.builtin.apt runs `dpkg ... -i FILE` from PATH: this stand-in takes
+# its place and records the file it was given and that file's sha256 (the bytes it would have
+# installed). Every other dpkg call (`--field`) goes to the real dpkg.
+DPKG_STAND_IN = """#!/bin/sh
+case " $* " in *" -i "*) ;; *) exec /usr/bin/dpkg "$@" ;; esac
+for last; do :; done
+printf '%s %s\\n' "$last" "$(sha256sum < "$last" | cut -d' ' -f1)" >> {record}
+"""
+
+
+def _deb(where: Path, version: str, note: str) -> Path:
+    """A real .deb (no maintainer scripts) named like a release of nvdocker2."""
+    root = where / f"pkg-{version}"
+    (root / "DEBIAN").mkdir(parents=True)
+    (root / "DEBIAN" / "control").write_text(
+        f"Package: nvdocker2-role-test\nVersion: {version}\nArchitecture: all\n"
+        "Maintainer: nvdocker2 tests <dev@nvdocker2.invalid>\nDescription: role test package\n")
+    (root / "usr/share/doc/nvdocker2-role-test").mkdir(parents=True)
+    (root / "usr/share/doc/nvdocker2-role-test/note").write_text(note)
+    out = where / f"build-{version}.deb"
+    subprocess.run(["dpkg-deb", "--root-owner-group", "-Zgzip", "--build", str(root), str(out)],
+                   check=True, capture_output=True)
+    return out
+
+
+class PackageRun:
+    """The role with a .deb on alpha: the install step goes to the dpkg stand-in, and the module
+    to a throwaway daemon.json (no reload, no verify), so the fleet's files stay as they are."""
+
+    def __init__(self, fleet: Fleet, tmp_path: Path) -> None:
+        self.fleet = fleet
+        self.tmp = tmp_path
+        self.record = tmp_path / "dpkg-installs"
+        bindir = tmp_path / "dpkg-bin"
+        bindir.mkdir()
+        (bindir / "dpkg").write_text(DPKG_STAND_IN.format(record=shlex.quote(str(self.record))))
+        (bindir / "dpkg").chmod(0o755)
+        # A name no other run uses: the old role's fixed name is /tmp/<this name>.
+        self.name = f"nvdocker2_0.2.0-{os.getpid()}-{time.monotonic_ns()}_all.deb"
+        self.genuine = tmp_path / "dist" / self.name
+        self.genuine.parent.mkdir()
+        shutil.copyfile(_deb(tmp_path, "0.2.0", "genuine"), self.genuine)
+        self.sha = hashlib.sha256(self.genuine.read_bytes()).hexdigest()
+        (tmp_path / "daemon.json").write_bytes(b"{}\n")
+        fleet.host_vars["alpha"] = {
+            "fleet_environment": {"PATH": f"{bindir}:{os.environ['PATH']}"},
+            "gpu_host_config": str(tmp_path / "daemon.json"),
+            "gpu_host_state_dir": str(tmp_path / "state"),
+            "gpu_host_reload": "none", "gpu_host_verify": False,
+            "gpu_host_docker_host": f"unix://{tmp_path}/no-dockerd.sock", "gpu_host_pidfile": None,
+        }
+
+    def play(self, *args: str) -> Run:
+        try:
+            return self.fleet.play(HERE / "fleet.yml", "-l", "alpha",
+                                   "-e", f"gpu_host_package={self.genuine}", *args)
+        finally:
+            del self.fleet.host_vars["alpha"]
+
+    def installs(self) -> list[tuple[str, str]]:
+        text = self.record.read_text() if self.record.exists() else ""
+        return [tuple(line.split(" ")) for line in text.splitlines()]
+
+
+def test_a_local_user_cannot_swap_the_package_the_role_installs(fleet, tmp_path):
+    """nobody takes the role's old fixed name (/tmp/<package>) first, as a directory of their
+    own, and swaps root's copy for their own .deb as soon as it lands there; they also try to
+    write into every package directory of the role they can see. The .deb that reaches the
+    install step is the genuine one, and the role's directory is gone afterwards."""
+    pkg = PackageRun(fleet, tmp_path)
+    den = Path(tempfile.mkdtemp(prefix="nvd2-attacker-", dir="/tmp"))
+    try:
+        os.chmod(den, 0o755)
+        shutil.copyfile(_deb(tmp_path, "6.6.6", "planted by nobody"), den / "planted.deb")
+        (den / "attacker.py").write_text(ATTACKER)
+        log, stop = den / "log" / "attacker.log", den / "log" / "stop"
+        (den / "log").mkdir()
+        os.chown(den / "log", 65534, 65534)
+        planted_sha = hashlib.sha256((den / "planted.deb").read_bytes()).hexdigest()
+        fixed = Path("/tmp") / pkg.name
+        attacker = subprocess.Popen(
+            ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable,
+             "-I", str(den / "attacker.py"), str(fixed), str(den / "planted.deb"), str(log),
+             str(stop)], cwd="/")
+        try:
+            deadline = time.monotonic() + 30
+            while not fixed.is_dir() and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert fixed.is_dir() and fixed.stat().st_uid == 65534
+            run = pkg.play()
+        finally:
+            stop.touch()
+            attacker.wait(timeout=30)
+        installs = pkg.installs()
+        assert installs and [sha for _, sha in installs] == [pkg.sha], (
+            f"installed {installs}; genuine {pkg.sha}, planted {planted_sha}\n"
+            f"{log.read_text() if log.exists() else ''}\n{run.output()}")
+        installed = Path(installs[0][0])
+        # The module's temp directory is the playbook's (local connection): TMPDIR or /tmp.
+        assert installed.parent.parent == Path(tempfile.gettempdir())
+        assert installed.parent.name.startswith("nvdocker2-package.")
+        assert not installed.parent.exists()  # removed after the run
+        assert list(fixed.iterdir()) == []  # root wrote nothing into nobody's directory
+        assert "planted in" not in (log.read_text() if log.exists() else "")
+        deb = run.result("alpha", "nvdocker2.gpu.gpu_host : Install the nvdocker2 .deb")
+        assert deb["status"] == "ok" and deb["changed"] is True, deb
+        r = run.result("alpha")
+        assert r["status"] == "ok", (r.get("msg"), r.get("stderr"))
+    finally:
+        for leftover in (Path("/tmp") / pkg.name, Path(f"/tmp/{pkg.name}.moved")):
+            if leftover.is_dir():
+                shutil.rmtree(leftover)
+            elif leftover.exists():
+                leftover.unlink()
+        shutil.rmtree(den)
+
+
+def test_a_package_whose_checksum_differs_is_not_installed(fleet, tmp_path):
+    pkg = PackageRun(fleet, tmp_path)
+    run = pkg.play("-e", "gpu_host_package_sha256=" + "0" * 64)
+    r = run.result("alpha", "nvdocker2.gpu.gpu_host : Check that the copy is the package and "
+                            "only its owner can reach it")
+    assert r["status"] == "failed"
+    assert f"(sha256 {pkg.sha}, expected {'0' * 64}; directory mode 0700)" in r["msg"]
+    assert r["msg"].endswith("nothing was installed")
+    assert pkg.installs() == []
+    removed = run.result("alpha", "nvdocker2.gpu.gpu_host : Remove the private package directory")
+    assert removed["status"] == "ok" and removed["changed"] is True
+    assert not Path(removed["path"]).exists()
+    assert MODULE_TASK not in run.tasks_of("alpha")
+
+
+# --- the role's argument spec ---------------------------------------------------------------
+
+def test_the_role_refuses_variables_of_the_wrong_kind_before_any_task(fleet):
+    before = _files(fleet)
+    run = fleet.play(HERE / "fleet.yml", "-l", "alpha", "-e", "gpu_host_state=gone",
+                     "-e", "gpu_host_timeout=soon", "-e", "gpu_host_engine=podman")
+    assert run.proc.returncode != 0
+    (task,) = run.tasks_of("alpha")  # the first task of the role, and the only one that ran
+    assert task.startswith("nvdocker2.gpu.gpu_host : Validating arguments against arg spec 'main'")
+    r = run.result("alpha", task)
+    assert r["status"] == "failed"
+    errors = "\n".join(r["argument_errors"])
+    assert "value of gpu_host_state must be one of: present, absent, got: gone" in errors
+    assert "value of gpu_host_engine must be one of: docker, containerd, crio, got: podman" \
+        in errors
+    assert "gpu_host_timeout" in errors and "float" in errors
+    assert _files(fleet) == before
+
+
+def test_ansible_doc_shows_the_roles_variables(fleet):
+    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=str(COLLECTIONS), ANSIBLE_NOCOLOR="1")
+    proc = subprocess.run([str(fleet.bin / "ansible-doc"), "-t", "role", "--json",
+                           "nvdocker2.gpu.gpu_host"],
+                          capture_output=True, text=True, env=env, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr
+    spec = json.loads(proc.stdout)["nvdocker2.gpu.gpu_host"]["entry_points"]["main"]["options"]
+    defaults = (COLLECTION / "roles/gpu_host/defaults/main.yml").read_text()
+    documented = {line.split(":")[0] for line in defaults.splitlines()
+                  if line.startswith("gpu_host_")}
+    assert set(spec) == documented
+    assert spec["gpu_host_engine"]["choices"] == ["docker", "containerd", "crio"]
+
+
+# --- the module's environment ------------------------------------------------------------------
+
+ALLOWED = {"PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "LC_ALL", "LC_CTYPE",
+           "LC_MESSAGES", "TZ", "XDG_RUNTIME_DIR", "XDG_CONFIG_HOME", "XDG_STATE_HOME",
+           "PYTHONIOENCODING", "NVDOCKER2_STATE_DIR"}
+
+
+def test_only_the_documented_environment_reaches_nvdocker2(fleet, tmp_path):
+    """The task's environment sets variables that would steer nvdocker2 (the dockerd it runs,
+    a command run as root, Python's import path, the daemon, debug output): none reaches it."""
+    marker = tmp_path / "ran"
+    evil = tmp_path / "evil-dockerd"
+    evil.write_text(f"#!/bin/sh\necho dockerd \"$@\" >> {marker}\nexit 0\n")
+    evil.chmod(0o755)
+    seen = tmp_path / "seen-env"
+    spy = tmp_path / "nvdocker2-spy"
+    spy.write_text(  # Python adds no variable of its own, as a shell would (PWD)
+        "#!/usr/bin/python3 -I\nimport json, os, sys\n"
+        f"json.dump(dict(os.environ), open({str(seen)!r}, 'w'))\n"
+        f"os.execv({str(NVDOCKER2)!r}, [{str(NVDOCKER2)!r}] + sys.argv[1:])\n")
+    spy.chmod(0o755)
+    steer = {
+        "NVDOCKER2_DOCKERD": str(evil),
+        "NVDOCKER2_TEST_RUN_BEFORE_RENAME": f"echo rename >> {marker}",
+        "NVDOCKER2_DEBUG": "1",
+        "PYTHONPATH": str(tmp_path),
+        "DOCKER_CONTEXT": "elsewhere",
+        "NVIDIA_CONTAINER_RUNTIME_CONFIG": str(tmp_path / "config.toml"),
+        "NVD2_ANYTHING": "x",
+    }
+    fleet.host_vars["alpha"] = {"fleet_environment": steer,
+                                "gpu_host_executable": str(spy)}
+    before = fleet.daemons["alpha"].config_file.read_bytes()
+    try:
+        run = fleet.play(HERE / "fleet.yml", "--check", "-l", "alpha")
+    finally:
+        del fleet.host_vars["alpha"]
+    r = run.result("alpha")
+    assert r["status"] == "ok" and r["dry_run"] is True, r.get("msg")
+    env = json.loads(seen.read_text())
+    assert set(env) <= ALLOWED, set(env) - ALLOWED
+    assert env["NVDOCKER2_STATE_DIR"] == str(fleet.state_dir("alpha"))
+    assert "PATH" in env
+    assert not marker.exists()
+    assert fleet.daemons["alpha"].config_file.read_bytes() == before
+
+
+def test_the_documented_allow_list_is_the_modules(fleet):
+    probe = ("import sys; sys.path.insert(0, sys.argv[1]); import docker_runtime as m, re; "
+             "print(' '.join(m.ALLOWED_ENV)); "
+             "d = m.DOCUMENTATION.split('allow-list')[1].split('The module sets')[0]; "
+             "print(' '.join(re.findall(r'E\\(([A-Z_]+)\\)', d)))")
+    out = subprocess.run([fleet.interpreter(), "-c", probe,
+                          str(COLLECTION / "plugins/modules")],
+                         capture_output=True, text=True, check=True).stdout.splitlines()
+    code, documented = out[0].split(), out[1].split()
+    assert code == documented
+    assert set(code) | {"PYTHONIOENCODING", "NVDOCKER2_STATE_DIR"} == ALLOWED
+
+
+# --- state: absent with mode: cdi ---------------------------------------------------------------
+
+def test_absent_with_mode_cdi_undoes_cdi_mode(fleet, tmp_path):
+    """CDI mode needs Docker 25 or later and the fleet's dockerd is 20.10, so alpha's host gets a
+    `dockerd` stand-in on PATH that reports Docker 26.1 (and accepts --validate), a daemon.json of
+    its own (no reload, no verify: the running 20.10 has no CDI to verify) and the fake driver
+    tree. Install in CDI mode writes the spec and turns features.cdi on; state: absent with
+    mode: cdi must take both back."""
+    sys.path.insert(0, str(REPO / "tests"))
+    from fixtures.fake_driver import build_fake_driver
+
+    build_fake_driver(tmp_path / "driver")
+    (tmp_path / "config.toml").write_text(
+        f'[nvidia-container-runtime]\ndriver-root = "{tmp_path / "driver"}"\n')
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "dockerd").write_text(
+        '#!/bin/sh\n[ "$1" = --version ] && echo "Docker version 26.1.5+dfsg1, build a72d7cd"\n'
+        "exit 0\n")
+    (bindir / "dockerd").chmod(0o755)
+    spec_dir = tmp_path / "cdi"
+    daemon_json = tmp_path / "daemon.json"
+    original = f'{{\n  "debug": true,\n  "cdi-spec-dirs": ["{spec_dir}"]\n}}\n'.encode()
+    daemon_json.write_bytes(original)
+    fleet.host_vars["alpha"] = {
+        "fleet_environment": {"PATH": f"{bindir}:{os.environ['PATH']}"},
+        "gpu_host_config": str(daemon_json), "gpu_host_state_dir": str(tmp_path / "state"),
+        "gpu_host_reload": "none", "gpu_host_verify": False, "gpu_host_set_default": False,
+        "gpu_host_mode": "cdi", "gpu_host_cdi_spec_dir": str(spec_dir),
+        "gpu_host_runtime_config": str(tmp_path / "config.toml"),
+        "gpu_host_docker_host": f"unix://{tmp_path}/no-dockerd.sock", "gpu_host_pidfile": None,
+    }
+    try:
+        present = fleet.play(HERE / "fleet.yml", "-l", "alpha")
+        r = present.result("alpha")
+        assert r["status"] == "ok" and r["changed"] is True and r["mode"] == "cdi", r.get("msg")
+        assert (spec_dir / "nvidia.yaml").is_file()
+        assert json.loads(daemon_json.read_bytes())["features"] == {"cdi": True}
+        absent = fleet.play(HERE / "fleet.yml", "-l", "alpha", "-e", "gpu_host_state=absent")
+    finally:
+        del fleet.host_vars["alpha"]
+    r = absent.result("alpha")
+    assert r["status"] == "ok" and r["changed"] is True and r["mode"] == "cdi", r
+    assert "--mode" in r["cmd"] and r["cmd"][r["cmd"].index("--mode") + 1] == "cdi"
+    assert not (spec_dir / "nvidia.yaml").exists()
+    assert daemon_json.read_bytes() == original
+
+
+# --- engine: containerd -------------------------------------------------------------------------
+
+def test_the_role_adds_the_runtime_to_a_private_containerd_and_takes_it_out(fleet, tmp_path):
+    sys.path.insert(0, str(HERE.parent))
+    from privatecontainerd import PrivateContainerd, missing_prerequisites
+
+    from nvdocker2.engines.containerd import service
+
+    missing = missing_prerequisites()
+    if missing:
+        _unmet("private containerd needs: " + ", ".join(missing))
+    c = PrivateContainerd()
+    try:
+        c.start()
+        before = c.config.read_bytes()
+        pid0 = c.pid()
+        env = c.env()
+        # The stand-in systemctl finds the containerd through NVD2_CONTAINERD_ROOT, which the
+        # module does not pass on: wrappers carry it.
+        path = env["PATH"].split(":", 1)
+        baked = baked_bin(tmp_path / "baked", Path(path[0]),
+                          {"NVD2_CONTAINERD_ROOT": env["NVD2_CONTAINERD_ROOT"]})
+        fleet.host_vars["golf"] = {
+            "gpu_host_engine": "containerd",
+            "gpu_host_config": str(c.config),
+            "gpu_host_containerd_address": c.address,
+            "fleet_environment": {"PATH": f"{baked}:{path[1]}"},
+        }
+        try:
+            present = fleet.play(HERE / "fleet.yml", order=("golf",))
+            r = present.result("golf")
+            assert r["status"] == "ok" and r["changed"] is True and r["verified"] is True, r
+            assert r["cmd"][3:5] == ["--engine", "containerd"]
+            assert c.pid() != pid0  # restarted through systemctl
+            dump = service.config_dump(c.exe, c.config)
+            runtimes = dump["plugins"][service.dump_cri(dump)[1]]["containerd"]["runtimes"]
+            assert runtimes["nvidia"]["options"]["BinaryName"].endswith(
+                "nvidia-container-runtime")
+            again = fleet.play(HERE / "fleet.yml", order=("golf",))
+            assert again.result("golf")["changed"] is False
+            absent = fleet.play(HERE / "fleet.yml", "-e", "gpu_host_state=absent",
+                                order=("golf",))
+        finally:
+            del fleet.host_vars["golf"]
+        r = absent.result("golf")
+        assert r["status"] == "ok" and r["changed"] is True and r["verified"] is True, r
+        assert c.config.read_bytes() == before
+    finally:
+        c.cleanup()

@@ -87,23 +87,67 @@ def test_output_that_is_not_a_result_fails_the_host():
 
 
 def test_options_become_flags_of_the_command_for_the_state():
-    base = {"state": "present", "name": "nvidia", "path": "/usr/bin/nvidia-container-runtime",
+    base = {"state": "present", "engine": "docker", "name": "nvidia",
+            "path": "/usr/bin/nvidia-container-runtime",
             "runtime_args": ["--debug", "x"], "set_default": True, "mode": None,
+            "cdi_spec_dir": None, "runtime_config": None,
             "config": "/c/daemon.json", "state_dir": "/s", "reload": "signal", "restart": False,
             "verify": False, "docker_host": "unix:///d.sock", "pidfile": "/p.pid",
-            "timeout": 12.5, "executable": "nvdocker2"}
+            "unit": None, "containerd_address": None, "timeout": 12.5, "executable": "nvdocker2"}
     present, absent_check = _run(argv_cases=[[base, False],
                                              [dict(base, state="absent"), True]])["argv"]
     assert present == [
-        "nvdocker2", "install", "--json", "--runtime-name", "nvidia",
+        "nvdocker2", "install", "--json", "--engine", "docker", "--runtime-name", "nvidia",
         "--runtime-path", "/usr/bin/nvidia-container-runtime",
         "--runtime-arg=--debug", "--runtime-arg=x", "--set-default",
         "--config", "/c/daemon.json", "--reload", "signal", "--no-verify",
         "--docker-host", "unix:///d.sock", "--pidfile", "/p.pid", "--timeout", "12.5",
     ]
     assert absent_check == [
-        "nvdocker2", "uninstall", "--json", "--runtime-name", "nvidia",
+        "nvdocker2", "uninstall", "--json", "--engine", "docker", "--runtime-name", "nvidia",
         "--config", "/c/daemon.json", "--reload", "signal", "--no-verify",
         "--docker-host", "unix:///d.sock", "--pidfile", "/p.pid", "--timeout", "12.5",
         "--dry-run",
     ]
+
+
+def _base(**over) -> dict:
+    params = {"state": "present", "engine": "docker", "name": "nvidia", "path": None,
+              "runtime_args": [], "set_default": False, "mode": None, "cdi_spec_dir": None,
+              "runtime_config": None, "config": None, "state_dir": None, "reload": "auto",
+              "restart": False, "verify": True, "docker_host": None, "pidfile": None,
+              "unit": None, "containerd_address": None, "timeout": 30, "executable": "nvdocker2"}
+    params.update(over)
+    return params
+
+
+def test_absent_passes_mode_cdi_and_no_other_mode():
+    cdi, direct = _run(argv_cases=[
+        [_base(state="absent", mode="cdi", cdi_spec_dir="/etc/cdi"), False],
+        [_base(state="absent", mode="direct"), False],
+    ])["argv"]
+    assert cdi == ["nvdocker2", "uninstall", "--json", "--engine", "docker", "--runtime-name",
+                   "nvidia", "--mode", "cdi", "--cdi-spec-dir", "/etc/cdi", "--reload", "auto",
+                   "--timeout", "30"]
+    assert "--mode" not in direct  # uninstall removes the entry; config.toml's mode stays
+
+
+def test_engine_unit_and_address_are_passed_through():
+    (containerd,) = _run(argv_cases=[[
+        _base(engine="containerd", config="/etc/containerd/config.toml", unit="ctd",
+              containerd_address="/run/c.sock", set_default=True), False]])["argv"]
+    assert containerd == [
+        "nvdocker2", "install", "--json", "--engine", "containerd", "--runtime-name", "nvidia",
+        "--set-default", "--config", "/etc/containerd/config.toml", "--reload", "auto",
+        "--unit", "ctd", "--containerd-address", "/run/c.sock", "--timeout", "30"]
+
+
+def test_no_file_of_the_collection_names_a_world_writable_directory():
+    """A fixed name under /tmp or /var/tmp is one another local user can take first."""
+    collection = MODULES.parents[1]
+    files = [p for p in collection.rglob("*") if p.is_file()
+             and "tests/output" not in p.relative_to(collection).as_posix()]
+    assert len(files) > 5
+    named = [str(p.relative_to(collection)) for p in files
+             if "/tmp" in p.read_text(errors="replace")]
+    assert named == []

@@ -10,13 +10,17 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 ---
 module: docker_runtime
-short_description: Add or remove the NVIDIA runtime in Docker's daemon.json with nvdocker2
+short_description: Add or remove the NVIDIA runtime in Docker, containerd or CRI-O with nvdocker2
 description:
   - Runs C(nvdocker2 install --json) or C(nvdocker2 uninstall --json) on the managed host and
     reports what it did. nvdocker2 merges the runtime into daemon.json (every other key, value,
     order and the file's style stay), backs the old file up, writes it atomically, reloads
     dockerd, verifies through the Engine API that dockerd runs the change, and puts the old file
     back when dockerd refuses it.
+  - With O(engine=containerd) or O(engine=crio) it does the same to containerd's config.toml or
+    CRI-O's configuration (C(nvdocker2 --engine containerd|crio)) - backup, atomic write, restart
+    through systemd, a check that the engine runs the change, and the old file back when it
+    does not.
   - Check mode is C(nvdocker2 --dry-run), which runs every check an apply runs before writing
     (schema, flags of the running dockerd that would clash with the file, C(dockerd --validate)),
     so C(changed) is exact and a host whose apply would fail fails in check mode too. Nothing is
@@ -24,9 +28,17 @@ description:
   - Diff mode returns the text of daemon.json before and after (in check mode, exactly what an
     apply would write), with credentials in URLs masked the way nvdocker2 masks them.
   - The module uses only the Python standard library, so the Python that runs it needs none of
-    nvdocker2's libraries. It passes every location through as a flag and does not read
-    E(DOCKER_HOST), E(NVDOCKER2_STATE_DIR) or E(NVDOCKER2_DEBUG) from the managed host's
-    environment.
+    nvdocker2's libraries. It passes every location through as a flag.
+  - nvdocker2 runs with an environment made of an allow-list, whatever the managed host or the
+    task's C(environment) sets. Passed on when set, and nothing else, are E(PATH), E(HOME),
+    E(USER), E(LOGNAME), E(LANG), E(LANGUAGE), E(LC_ALL), E(LC_CTYPE), E(LC_MESSAGES), E(TZ),
+    E(XDG_RUNTIME_DIR), E(XDG_CONFIG_HOME) and E(XDG_STATE_HOME) (the last three used only
+    when the module runs as a user other than root, for rootless Docker). The module sets
+    E(PYTHONIOENCODING=utf-8) and, from its options, E(NVDOCKER2_STATE_DIR) (O(state_dir))
+    and E(NVIDIA_CONTAINER_RUNTIME_CONFIG) (O(runtime_config)). So E(DOCKER_HOST),
+    E(DOCKER_CONTEXT), E(NVDOCKER2_DEBUG), any E(NVDOCKER2_*) or
+    E(NVIDIA_CONTAINER_RUNTIME_CONFIG) set on the host or the task, E(PYTHONPATH),
+    E(LD_PRELOAD) and the like never reach it.
 version_added: "0.1.0"
 author:
   - nvdocker2 contributors (!UNKNOWN)
@@ -49,6 +61,18 @@ options:
     type: str
     choices: [present, absent]
     default: present
+  engine:
+    description:
+      - The container engine to configure (nvdocker2 C(--engine)).
+      - V(containerd) and V(crio) take O(name), O(path), O(set_default), O(config),
+        O(state_dir), O(reload) (V(auto), V(systemd) or V(none)), O(verify), O(unit),
+        O(containerd_address) and O(timeout); the options that are Docker's only
+        (O(runtime_args), O(restart), O(docker_host), O(pidfile), O(mode)) fail the task with
+        nvdocker2's exit code 2 there.
+    type: str
+    choices: [docker, containerd, crio]
+    default: docker
+    version_added: "0.2.0"
   name:
     description: Name of the runtime entry in daemon.json.
     type: str
@@ -70,11 +94,30 @@ options:
   mode:
     description:
       - Also set C([nvidia-container-runtime] mode) in the runtime's config.toml
-        (V(legacy) or V(direct)). V(cdi) is passed as C(--mode cdi) to nvdocker2 versions
-        that support CDI mode.
+        (V(legacy) or V(direct)), or use CDI mode (V(cdi) - no runtime entry; the CDI spec of
+        the host's GPUs, and CDI turned on in daemon.json where Docker needs it).
+      - With O(state=absent), V(cdi) undoes CDI mode (C(nvdocker2 uninstall --mode cdi) - the
+        spec it wrote goes, the C(features) it changed come back); V(legacy) and V(direct) are
+        not passed, since uninstall removes the runtime entry and leaves the runtime's
+        config.toml.
       - Omitted, the mode is left as it is.
     type: str
     choices: [legacy, direct, cdi]
+  runtime_config:
+    description:
+      - The runtime's config.toml, passed as E(NVIDIA_CONTAINER_RUNTIME_CONFIG) - where
+        O(mode=legacy) or O(mode=direct) sets the mode, and where O(mode=cdi) reads
+        C(driver-root).
+      - Default is C(/etc/nvidia-container-runtime/config.toml).
+    type: path
+    version_added: "0.2.0"
+  cdi_spec_dir:
+    description:
+      - With O(mode=cdi), the directory of the CDI spec C(nvidia.yaml) (nvdocker2
+        C(--cdi-spec-dir)).
+      - Default is C(/etc/cdi).
+    type: path
+    version_added: "0.2.0"
   config:
     description:
       - daemon.json to change.
@@ -107,6 +150,20 @@ options:
   pidfile:
     description: dockerd's pid file (checked to be a dockerd before it is signalled).
     type: path
+  unit:
+    description:
+      - With O(engine=containerd) or O(engine=crio), the systemd unit the engine runs as
+        (nvdocker2 C(--unit)).
+      - Default is C(containerd) or C(crio).
+    type: str
+    version_added: "0.2.0"
+  containerd_address:
+    description:
+      - With O(engine=containerd), containerd's socket to verify on; with O(engine=crio),
+        CRI-O's socket (nvdocker2 C(--containerd-address)).
+      - Default is the engine's (C(/run/containerd/containerd.sock)).
+    type: path
+    version_added: "0.2.0"
   timeout:
     description: Seconds to wait for nvdocker2's lock and for dockerd to report the change.
     type: float
@@ -146,6 +203,16 @@ EXAMPLES = r"""
 - name: Take the runtime out again (the previous entry and default come back)
   nvdocker2.gpu.docker_runtime:
     state: absent
+
+- name: The nvidia runtime in containerd, as its default
+  nvdocker2.gpu.docker_runtime:
+    engine: containerd
+    set_default: true
+
+- name: Undo CDI mode (the spec goes, daemon.json's features come back)
+  nvdocker2.gpu.docker_runtime:
+    state: absent
+    mode: cdi
 """
 
 RETURN = r"""
@@ -241,8 +308,11 @@ from ansible.module_utils.basic import AnsibleModule
 
 # Where a package puts nvdocker2 when the managed host's PATH is minimal (sudo, cron, ssh).
 SEARCH_DIRS = ["/usr/bin", "/usr/local/bin", "/usr/sbin", "/usr/local/sbin"]
-# The managed host's environment must not choose the daemon, the state or the output.
-IGNORED_ENV = ("DOCKER_HOST", "DOCKER_CONTEXT", "NVDOCKER2_STATE_DIR", "NVDOCKER2_DEBUG")
+# The only variables of the module's environment nvdocker2 sees (DOCUMENTATION lists them): the
+# managed host's environment and the task's must not choose the daemon, the state, the output or
+# the code that runs.
+ALLOWED_ENV = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "LC_ALL", "LC_CTYPE",
+               "LC_MESSAGES", "TZ", "XDG_RUNTIME_DIR", "XDG_CONFIG_HOME", "XDG_STATE_HOME")
 INSTALL_HINT = (
     "install the nvdocker2 package on the host (the .deb or .rpm of nvdocker2; the role "
     "nvdocker2.gpu.gpu_host does it from gpu_host_package), or point executable at it"
@@ -254,19 +324,29 @@ BOTH = ("present", "absent")
 # kind: "value" (flag VALUE), "each" (flag VALUE per list item), "switch" (flag when true),
 # "unless" (flag when false). A new CLI option (an engine, a mode of uninstall) is one row.
 FLAGS = (
+    ("engine", "--engine", "value", BOTH),
     ("name", "--runtime-name", "value", BOTH),
     ("path", "--runtime-path", "value", ("present",)),
     ("runtime_args", "--runtime-arg", "each", ("present",)),
     ("set_default", "--set-default", "switch", ("present",)),
-    ("mode", "--mode", "value", ("present",)),
+    ("mode", "--mode", "value", BOTH),
+    ("cdi_spec_dir", "--cdi-spec-dir", "value", BOTH),
     ("config", "--config", "value", BOTH),
     ("reload", "--reload", "value", BOTH),
     ("restart", "--restart", "switch", BOTH),
     ("verify", "--no-verify", "unless", BOTH),
     ("docker_host", "--docker-host", "value", BOTH),
     ("pidfile", "--pidfile", "value", BOTH),
+    ("unit", "--unit", "value", BOTH),
+    ("containerd_address", "--containerd-address", "value", BOTH),
     ("timeout", "--timeout", "value", BOTH),
 )
+# Options a state's command takes only some values of: uninstall undoes CDI mode only
+# (legacy|direct set the runtime's config.toml, which uninstall leaves as it is).
+ONLY = {("mode", "absent"): ("cdi",)}
+# Options passed as an environment variable (the CLI has no flag for them).
+ENV_OPTIONS = (("state_dir", "NVDOCKER2_STATE_DIR"),
+               ("runtime_config", "NVIDIA_CONTAINER_RUNTIME_CONFIG"))
 COMMANDS = {"present": "install", "absent": "uninstall"}
 # --json fields that do not go to the top level of the result as they are.
 NOT_TOP_LEVEL = ("warnings", "diff", "before", "after", "error", "exit_code")
@@ -279,6 +359,8 @@ def command_line(executable, params, check_mode):
     for option, flag, kind, states in FLAGS:
         value = params.get(option)
         if state not in states or value is None:
+            continue
+        if value not in ONLY.get((option, state), (value,)):
             continue
         if kind == "value":
             argv += [flag, str(value)]
@@ -370,11 +452,14 @@ def main():
     module = AnsibleModule(
         argument_spec=dict(
             state=dict(type="str", default="present", choices=["present", "absent"]),
+            engine=dict(type="str", default="docker", choices=["docker", "containerd", "crio"]),
             name=dict(type="str", default="nvidia"),
             path=dict(type="str"),
             runtime_args=dict(type="list", elements="str", default=[]),
             set_default=dict(type="bool", default=False),
             mode=dict(type="str", choices=["legacy", "direct", "cdi"]),
+            cdi_spec_dir=dict(type="path"),
+            runtime_config=dict(type="path"),
             config=dict(type="path"),
             state_dir=dict(type="path"),
             reload=dict(type="str", default="auto",
@@ -383,6 +468,8 @@ def main():
             verify=dict(type="bool", default=True),
             docker_host=dict(type="str"),
             pidfile=dict(type="path"),
+            unit=dict(type="str"),
+            containerd_address=dict(type="path"),
             timeout=dict(type="float", default=30),
             executable=dict(type="str", default="nvdocker2"),
         ),
@@ -396,11 +483,14 @@ def main():
             % (params["executable"], ", ".join(SEARCH_DIRS)),
             hint=INSTALL_HINT, rc=127, rolled_back=False, changed=False,
         )
-    for name in IGNORED_ENV:
-        os.environ.pop(name, None)
+    # run_command starts from os.environ: leave only the allow-list in it.
+    for name in list(os.environ):
+        if name not in ALLOWED_ENV:
+            del os.environ[name]
     env = {"PYTHONIOENCODING": "utf-8"}
-    if params["state_dir"]:
-        env["NVDOCKER2_STATE_DIR"] = params["state_dir"]
+    for option, name in ENV_OPTIONS:
+        if params[option]:
+            env[name] = params[option]
     argv = command_line(executable, params, module.check_mode)
     rc, stdout, stderr = module.run_command(argv, environ_update=env)
     failed, result, warnings = map_result(rc, stdout, stderr, module._diff)
