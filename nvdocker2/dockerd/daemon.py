@@ -10,8 +10,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
-import subprocess
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -26,7 +24,7 @@ from nvdocker2.dockerd.api import (
     EngineUnavailable,
     parse_docker_host,
 )
-from nvdocker2.dockerd.identity import INIT_PID, first_safe, socket_peer, untrusted_owner
+from nvdocker2.dockerd.identity import INIT_PID, Peer, socket_peer, untrusted_owner
 from nvdocker2.dockerd.logs import (
     RELOADED_MARKERS,
     STARTED_MARKERS,
@@ -38,6 +36,7 @@ from nvdocker2.dockerd.logs import (
     has_marker,
 )
 from nvdocker2.dockerd.managers import SignalManager, SystemdManager, SysvManager
+from nvdocker2.host import run
 from nvdocker2.dockerd.process import (
     DockerdProcess,
     flag_conflicts,
@@ -191,24 +190,34 @@ def _dockerd_major(server_version: str | None) -> int | None:
     that only root can have put there (never /proc/PID/exe of a process, SPEC §8)."""
     text = server_version
     if not text:
-        exe = first_safe(
-            [shutil.which("dockerd") or "", "/usr/bin/dockerd", "/usr/sbin/dockerd"]
-        )
+        exe = run.find("dockerd", locations.DOCKERD_PLACES)
         if exe is None:
             return None
         try:
-            text = subprocess.run(
-                [exe, "--version"],
-                capture_output=True,
-                text=True,
-                timeout=15,
-                stdin=subprocess.DEVNULL,
-                check=False,
-            ).stdout
-        except (OSError, subprocess.SubprocessError):
+            text = run.run([exe, "--version"], timeout=15, text=True).stdout
+        except OSError:
             return None
     found = re.search(r"(\d+)\.\d+", text or "")
     return int(found.group(1)) if found else None
+
+
+def trusted_peer(
+    host: DockerHost, proc: Path = Path("/proc"), euid: int | None = None
+) -> Peer | None:
+    """Who serves `host`'s unix socket (None: tcp, or nothing answers); EnvironmentProblem
+    when it is a process we must not trust (another user's), so nothing it says is used."""
+    sock = host.socket_path
+    peer = socket_peer(sock) if sock is not None else None
+    if peer is not None and peer.pid != INIT_PID:
+        why = untrusted_owner(peer.pid, proc, euid, peer.uid)
+        if why is not None:
+            raise EnvironmentProblem(
+                f"{sock} is served by a process nvdocker2 does not trust ({why}); "
+                "nothing was changed",
+                "point --docker-host at the socket of root's dockerd (unix:///var/run/"
+                "docker.sock), or run nvdocker2 as the user whose rootless dockerd serves it",
+            )
+    return peer
 
 
 @dataclass(frozen=True)
@@ -235,16 +244,8 @@ def identify(
     when the hint names another dockerd than the one serving the socket.
     """
     sock = host.socket_path
-    peer = socket_peer(sock) if sock is not None else None
+    peer = trusted_peer(host, proc, euid)
     if peer is not None and peer.pid != INIT_PID:
-        why = untrusted_owner(peer.pid, proc, euid, peer.uid)
-        if why is not None:
-            raise EnvironmentProblem(
-                f"{sock} is served by a process nvdocker2 does not trust ({why}); "
-                "nothing was changed",
-                "point --docker-host at the socket of root's dockerd (unix:///var/run/"
-                "docker.sock), or run nvdocker2 as the user whose rootless dockerd serves it",
-            )
         process = read_process(peer.pid, proc, euid)
         if process is not None:
             if hint is not None and hint != peer.pid:

@@ -4,12 +4,12 @@ renderers as Docker's, plus this host's driver checks."""
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from pathlib import Path
 from typing import Callable
 
-from nvdocker2.dockerd.identity import safe_which
+from nvdocker2.host import run as door
+from nvdocker2.host.run import safe_which
 from nvdocker2.doctor.registry import CheckResult, Outcome, fail, ok, skip, warn
 from nvdocker2.errors import NvDockerError
 
@@ -124,9 +124,8 @@ def crio_checks(dropin: Path, runtime: str = "nvidia"):
             return warn("no crio on PATH that is safe to run (owned by root, in directories no "
                         "other user can write)", "install CRI-O, or ignore on a host without it")
         try:
-            p = subprocess.run([exe, "status", "config"], capture_output=True, text=True,
-                               timeout=15)
-        except (OSError, subprocess.SubprocessError) as e:
+            p = door.run([exe, "status", "config"], timeout=15, text=True)
+        except OSError as e:
             return warn(f"crio status failed: {e}", "systemctl status crio")
         if p.returncode != 0 or f"runtimes.{runtime}]" not in p.stdout:
             return fail(f"the running CRI-O does not report runtime {runtime}",
