@@ -19,15 +19,17 @@ file through `create_exclusive` here. Stdlib only.
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import os
 import stat
-from collections.abc import Iterable
-from pathlib import Path
-from typing import Union
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing
 
-PathLike = Union[str, "os.PathLike[str]"]
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+    from pathlib import Path
+    from typing import Union
+
+    PathLike = Union[str, "os.PathLike[str]"]
 
 
 def fsync_dir(d: PathLike) -> None:
@@ -39,29 +41,32 @@ def fsync_dir(d: PathLike) -> None:
         os.close(fd)
 
 
-def make_dirs(d: PathLike, mode: int) -> list[Path]:
+def make_dirs(d: PathLike, mode: int) -> list[str]:
     """Create `d` and any missing parents, each with exactly `mode`; return those made,
     outermost first. Each new directory is made durable, so a power cut cannot keep a file
     written later while losing the directory that holds it."""
-    missing: list[Path] = []
-    p = Path(d)
-    while not p.is_dir():
+    missing: list[str] = []
+    p = os.path.abspath(os.fspath(d))
+    while not os.path.isdir(p):
         missing.append(p)
-        if p.parent == p:
+        parent = os.path.dirname(p)
+        if parent == p:
             break
-        p = p.parent
-    made: list[Path] = []
+        p = parent
+    made: list[str] = []
     for m in reversed(missing):
         try:
             os.mkdir(m, mode)
         except FileExistsError:
-            if not m.is_dir() or m.is_symlink():
-                raise NotADirectoryError(errno.ENOTDIR, "Not a directory", str(m)) from None
+            if not os.path.isdir(m) or os.path.islink(m):
+                raise NotADirectoryError(errno.ENOTDIR, "Not a directory", m) from None
             continue
         os.chmod(m, mode)  # the umask took bits off what mkdir was given
         made.append(m)
-        with contextlib.suppress(OSError):
-            fsync_dir(m.parent)
+        try:
+            fsync_dir(os.path.dirname(m))
+        except OSError:
+            pass
     return made
 
 
@@ -74,8 +79,10 @@ def create_exclusive(path: PathLike, mode: int) -> int:
         os.fchmod(fd, mode & 0o7777)
     except BaseException:
         os.close(fd)
-        with contextlib.suppress(OSError):
+        try:
             os.unlink(path)
+        except OSError:
+            pass
         raise
     return fd
 

@@ -21,18 +21,18 @@ the hook may use `exec_program`, the same lookup and check before their final ex
 from __future__ import annotations
 
 import os
-import re
 import stat
 import sys
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, NoReturn, Union
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing
+
+if TYPE_CHECKING:  # imported on every container start: no typing at run time
+    from collections.abc import Iterable, Mapping, Sequence
+    from typing import Any, NoReturn, Union
 
 # The PATH searched when the caller has none, and the one programs fall back to.
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 _MAX_LINKS = 40
-_PYTHON = re.compile(r"python[0-9.]*\Z")
 # Passed on to a program only for a non-root caller (the user's systemd and D-Bus).
 _USER_SESSION = ("XDG_RUNTIME_DIR", "DBUS_SESSION_BUS_ADDRESS")
 # The stand-ins of the test suite take their knobs from these (only with its switch on).
@@ -56,14 +56,22 @@ class Timeout(OSError):
         self.timeout = timeout
 
 
-@dataclass(frozen=True)
 class Ran:
     """A finished program: its argv (as run), exit status and output (str with text=True)."""
 
-    argv: tuple[str, ...]
-    returncode: int
-    stdout: Any
-    stderr: Any
+    __slots__ = ("argv", "returncode", "stdout", "stderr")
+
+    def __init__(self, argv: tuple[str, ...], returncode: int, stdout: Any, stderr: Any) -> None:
+        self.argv, self.returncode, self.stdout, self.stderr = argv, returncode, stdout, stderr
+
+    def __repr__(self) -> str:
+        return f"Ran(argv={self.argv!r}, returncode={self.returncode})"
+
+
+def is_python(exe: str) -> bool:
+    """True for a Python interpreter's name: python, python3, python3.11, ..."""
+    name = os.path.basename(exe)
+    return name.startswith("python") and all(c.isdigit() or c == "." for c in name[6:])
 
 
 # --- who may have put a program where it is -------------------------------------------------
@@ -246,7 +254,7 @@ def argv_for(argv: Sequence[Any], path: str | None = None) -> list[str]:
     words = [os.fspath(a) for a in argv]
     exe = resolve(words[0], path)
     rest = words[1:]
-    if _PYTHON.match(os.path.basename(exe)) and rest[:1] != ["-I"]:
+    if is_python(exe) and rest[:1] != ["-I"]:
         rest = ["-I", *rest]
     return [exe, *rest]
 
