@@ -160,7 +160,6 @@ def test_dockerd_validate_never_runs_a_dockerd_another_user_could_have_planted(
     marker = tmp_path / "ran"
     _script(shared / "dockerd", marker)
     monkeypatch.setenv("PATH", f"{shared}:/usr/bin:/usr/sbin:/bin:/sbin")
-    monkeypatch.delenv("NVDOCKER2_DOCKERD", raising=False)
     found = validate.find_dockerd()
     assert found != str(shared / "dockerd")
     validate.dockerd_validate(tmp_path / "daemon.json")
