@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from nvdocker2.errors import BadInput, EnvironmentProblem, NvDockerError
+from nvdocker2.host import files, testing
 
 DEFAULT_STATE_DIR = "/var/lib/nvdocker2"
 TMP_MARK = ".nvdocker2-tmp-"
@@ -96,12 +97,7 @@ def resolve_target(path: Path) -> Path:
     return path
 
 
-def _fsync_dir(d: Path) -> None:
-    fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+_fsync_dir = files.fsync_dir
 
 
 @dataclass(frozen=True)
@@ -184,19 +180,19 @@ class StagedFile:
         ChangedMeanwhile, nothing written). When the target cannot be renamed over (EBUSY: a
         bind mount; EXDEV), its bytes are written in place instead and `in_place` says why.
         """
-        pause = os.environ.get(PAUSE_HOOK)
+        pause = testing.hook(PAUSE_HOOK)
         if pause:
             # Test hook (fault-injection tests only): stop between the complete temp file and
             # the rename, so a test can SIGKILL the process at exactly this instant.
             sys.stderr.write(f"nvdocker2: test hook: pausing before rename of {self.path}\n")
             sys.stderr.flush()
             time.sleep(float(pause))
-        run = os.environ.get(RUN_HOOK) if as_read is not None else None
+        run = testing.hook(RUN_HOOK) if as_read is not None else None
         if run:
             # Test hook (fault-injection tests only): another program's write at this instant.
-            import subprocess
+            from nvdocker2.host import run as door
 
-            subprocess.run(run, shell=True, check=False)  # noqa: S602 - the test's own command
+            door.run(["/bin/sh", "-c", run], timeout=60)
         try:
             if as_read is not None:
                 check_unchanged(self.target, as_read)
@@ -265,7 +261,7 @@ def stage(
     d = real.parent
     tmp = d / f".{real.name}{TMP_MARK}{os.getpid()}-{secrets.token_hex(4)}"
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        fd = files.create_exclusive(tmp, 0o600)
     except OSError as e:
         raise os_error(e, str(real)) from None
     try:
@@ -340,24 +336,9 @@ def atomic_remove(target: str | os.PathLike, as_read: AsRead | None = None) -> N
 
 
 def make_dirs(d: Path, mode: int = 0o700) -> None:
-    """`mkdir -p` that makes each new directory durable (fsync of its parent), so a power cut
-    cannot keep a file written later while losing the directory that holds it."""
-    missing: list[Path] = []
-    p = d
-    while not p.is_dir():
-        missing.append(p)
-        if p.parent == p:
-            break
-        p = p.parent
-    for m in reversed(missing):
-        try:
-            m.mkdir(mode=mode)
-        except FileExistsError:
-            if not m.is_dir():
-                raise NotADirectoryError(errno.ENOTDIR, "Not a directory", str(m)) from None
-            continue
-        with contextlib.suppress(OSError):
-            _fsync_dir(m.parent)
+    """`mkdir -p` with exactly `mode` for each new directory, made durable (the door:
+    nvdocker2.host.files.make_dirs)."""
+    files.make_dirs(d, mode)
 
 
 def _pid_alive(pid: int) -> bool:
@@ -548,7 +529,7 @@ def locked(state: Path, timeout: float) -> Iterator[Path]:
     ensure_state_dir(state)
     lock_path = state / "lock"
     try:  # ours, 0600 whatever the umask, never through a symlink
-        os.close(os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600))
+        files.open_lock_file(lock_path, 0o600)
     except OSError as e:
         raise os_error(e, f"lock {lock_path}") from None
     lock = FileLock(str(lock_path), timeout=max(0.0, timeout))
