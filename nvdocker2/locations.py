@@ -9,12 +9,15 @@ why a path was picked and override it with --config.
 from __future__ import annotations
 
 import os
-import shutil
 import sys
 from pathlib import Path
 from typing import Mapping
 
+from nvdocker2.host import run
+
 ROOTFUL_CONFIG = "/etc/docker/daemon.json"
+# Where a dockerd lives when PATH (root's, under sudo) does not name it.
+DOCKERD_PLACES = ("/usr/bin/dockerd", "/usr/sbin/dockerd", "/usr/local/bin/dockerd")
 SNAP_CONFIG = "/var/snap/docker/current/config/daemon.json"
 RUNTIME_EXE = "nvidia-container-runtime"
 
@@ -87,17 +90,17 @@ def default_runtime_path() -> tuple[str, bool]:
     """(absolute path of the nvidia-container-runtime beside this nvdocker2, whether it exists).
 
     dockerd's PATH may not hold it, so the entry gets an absolute path: the console script's
-    own directory first, then the interpreter's, then PATH, then /usr/bin.
+    own directory first, then the interpreter's, then PATH, then /usr/bin; in each only a
+    file that no user other than root (or us) could have placed.
     """
     dirs = []
     if sys.argv and sys.argv[0] and os.path.basename(sys.argv[0]) not in ("-c", "-m"):
         dirs.append(os.path.dirname(os.path.abspath(sys.argv[0])))
     dirs.append(os.path.dirname(os.path.abspath(sys.executable)))
-    for d in dirs:
-        cand = os.path.join(d, RUNTIME_EXE)
-        if os.path.isfile(cand) and os.access(cand, os.X_OK):
-            return cand, True
-    found = shutil.which(RUNTIME_EXE)
+    # Only one no other user could have placed (nvdocker2.host.run): this path is written
+    # into engine configs and run as root by the engine.
+    found = run.first_safe([os.path.join(d, RUNTIME_EXE) for d in dirs])
+    found = found or run.safe_which(RUNTIME_EXE)
     if found:
         return os.path.abspath(found), True
     return "/usr/bin/" + RUNTIME_EXE, False

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Callable, TextIO
 
 from nvdocker2 import __version__
+from nvdocker2.host import run as door
 from nvdocker2.device_ids import RequestError, is_void, parse_device_list
 from nvdocker2.oneline import one_line
 
@@ -161,7 +162,7 @@ def plan(args: Sequence[str], environ: Mapping[str, str]) -> Plan:
 def main(
     argv: Sequence[str] | None = None,
     environ: Mapping[str, str] | None = None,
-    execvp: Callable[[str, list[str]], object] = os.execvp,
+    execvp: Callable[[str, list[str]], object] = door.exec_program,
     stdout: TextIO | None = None,
     stderr: TextIO | None = None,
 ) -> int:
@@ -185,6 +186,14 @@ def main(
         out.flush()
     try:
         execvp(what.argv[0], what.argv)
+    except door.NotRun as exc:
+        print(f"error: cannot run {what.argv[0]!r}: {one_line(str(exc))}", file=stderr)
+        if exc.missing:
+            print("hint: install the docker CLI, or set NV_DOCKER to its path", file=stderr)
+            return EXIT_NOT_FOUND
+        print("hint: set NV_DOCKER to a docker CLI that only root (or you) can replace",
+              file=stderr)
+        return EXIT_NOT_EXECUTABLE
     except FileNotFoundError:
         print(f"error: cannot run {what.argv[0]!r}: command not found", file=stderr)
         print("hint: install the docker CLI, or set NV_DOCKER to its path", file=stderr)

@@ -95,6 +95,9 @@ if [ "$profile" = tests ]; then
         .venv/bin/python -m pip install -q "vermin==1.9.2"
     fi
     modules="$modules, pytest, hypothesis, vermin"
+    # The test suite's switch (nvdocker2/host/testing.py): test hooks are read only in a venv
+    # that holds this root-made file; no packaged install ever has it.
+    install -m 0644 /dev/null .venv/nvdocker2-test-hooks
 fi
 .venv/bin/python -c "import $modules"
 echo "setup: ready for the $profile ($((SECONDS - start)) s)"

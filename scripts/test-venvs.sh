@@ -31,6 +31,7 @@ for name in newest oldest; do
         echo "warning: venv $name skipped: could not be built: ${reason:-pip failed}" >&2
         continue
     fi
+    install -m 0644 /dev/null "$venv/nvdocker2-test-hooks"  # the test suite's switch
     versions=$("$venv/bin/python" -c 'import importlib.metadata as m
 print(" ".join(f"{d} {m.version(d)}" for d in ("typer", "rich", "jsonschema", "filelock", "packaging")))')
     echo "venv $name: $versions (built in $((SECONDS - start)) s)"

@@ -18,6 +18,7 @@ from nvdocker2.direct.discover import discover
 from nvdocker2.direct.errors import DirectError
 from nvdocker2.direct.spec import host_ldconfig
 from nvdocker2.errors import BadInput, EnvironmentProblem
+from nvdocker2.host import files
 
 def config_toml_path() -> Path:
     """The runtime's config.toml: $NVIDIA_CONTAINER_RUNTIME_CONFIG, else the default path."""
@@ -39,7 +40,7 @@ def _read(path: Path) -> str:
 
 def _write(path: Path, text: str) -> None:
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        files.make_dirs(path.parent, 0o755)
     except OSError as err:
         raise os_error(err, str(path.parent)) from None
     atomic_write(path, text.encode("utf-8"))

@@ -7,20 +7,17 @@ through a `Runner`, so tests point both at a prepared tree and never read the re
 from __future__ import annotations
 
 import os
-import shutil
-import signal
 import stat
-import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Callable
 
-from nvdocker2.engines.docker.service.identity import unsafe_to_run
+from nvdocker2.host import run
 
 # The PATH the hook and nvidia-container-cli are looked up on when nothing better is known
 # (the same fixed PATH the runtime gives the hook it injects, SPEC §3).
-SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+SYSTEM_PATH = run.SYSTEM_PATH
 
 # The most a check reads of one file: /proc files are small, config files stay under this.
 READ_LIMIT = 1 << 20
@@ -128,39 +125,20 @@ Runner = Callable[[Sequence[str], float, "Mapping[str, str] | None"], CommandRes
 def run_command(
     argv: Sequence[str], timeout: float, env: Mapping[str, str] | None = None
 ) -> CommandResult:
-    """Run `argv` (no shell) with stdin closed; past `timeout` seconds kill its whole group.
+    """Run `argv` through the door (nvdocker2.host.run: a program only root could have put
+    there, a clean environment plus `env`, cwd /, Python with -I), stdin closed; past
+    `timeout` seconds its whole group is killed.
 
-    A program that a user other than root (or us) could have placed or replaced is not run.
-
-    Never raises for the program's failures: a missing program, a permission error or a
-    timeout come back as `error`, so one stuck tool cannot stop the doctor.
+    Never raises for the program's failures: a missing or unsafe program, a permission error
+    or a timeout come back as `error`, so one stuck tool cannot stop the doctor.
     """
     argv = tuple(str(a) for a in argv)
-    exe = argv[0] if "/" in argv[0] else shutil.which(argv[0], path=(env or os.environ).get("PATH"))
-    unsafe = unsafe_to_run(exe) if exe and os.path.lexists(exe) else None
-    if unsafe is not None:
-        # Another user could have put or replaced it (SPEC §8): not run, and said why.
-        return CommandResult(argv, None, "", "", f"not run: {unsafe}")
     try:
-        proc = subprocess.Popen(
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            env=dict(env) if env is not None else None,
-            start_new_session=True,
-        )
+        ran = run.run(argv, timeout=timeout, text=True, env=env)
+    except run.NotRun as exc:
+        return CommandResult(argv, None, "", "", str(exc))
+    except run.Timeout:
+        return CommandResult(argv, None, "", "", f"{argv[0]} timed out after {timeout:g} s")
     except OSError as exc:
         return CommandResult(argv, None, "", "", f"cannot run {argv[0]}: {exc.strerror}")
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except OSError:
-            pass
-        proc.communicate()
-        return CommandResult(argv, None, "", "", f"{argv[0]} timed out after {timeout:g} s")
-    return CommandResult(
-        argv, proc.returncode, out.decode("utf-8", "replace"), err.decode("utf-8", "replace")
-    )
+    return CommandResult(argv, ran.returncode, ran.stdout, ran.stderr)

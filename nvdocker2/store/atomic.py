@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import json
 import os
 import re
 import secrets
@@ -30,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from nvdocker2.errors import BadInput, EnvironmentProblem, NvDockerError
+from nvdocker2.host import files, testing
 
 TMP_MARK = ".nvdocker2-tmp-"
 PAUSE_HOOK = "NVDOCKER2_TEST_PAUSE_BEFORE_RENAME"
@@ -78,12 +78,7 @@ def resolve_target(path: Path) -> Path:
     return path
 
 
-def _fsync_dir(d: Path) -> None:
-    fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+_fsync_dir = files.fsync_dir
 
 
 @dataclass(frozen=True)
@@ -166,19 +161,19 @@ class StagedFile:
         ChangedMeanwhile, nothing written). When the target cannot be renamed over (EBUSY: a
         bind mount; EXDEV), its bytes are written in place instead and `in_place` says why.
         """
-        pause = os.environ.get(PAUSE_HOOK)
+        pause = testing.hook(PAUSE_HOOK)
         if pause:
             # Test hook (fault-injection tests only): stop between the complete temp file and
             # the rename, so a test can SIGKILL the process at exactly this instant.
             sys.stderr.write(f"nvdocker2: test hook: pausing before rename of {self.path}\n")
             sys.stderr.flush()
             time.sleep(float(pause))
-        run = os.environ.get(RUN_HOOK) if as_read is not None else None
+        run = testing.hook(RUN_HOOK) if as_read is not None else None
         if run:
             # Test hook (fault-injection tests only): another program's write at this instant.
-            import subprocess
+            from nvdocker2.host import run as door
 
-            subprocess.run(run, shell=True, check=False)  # noqa: S602 - the test's own command
+            door.run(["/bin/sh", "-c", run], timeout=60)
         try:
             if as_read is not None:
                 check_unchanged(self.target, as_read)
@@ -247,7 +242,7 @@ def stage(
     d = real.parent
     tmp = d / f".{real.name}{TMP_MARK}{os.getpid()}-{secrets.token_hex(4)}"
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        fd = files.create_exclusive(tmp, 0o600)
     except OSError as e:
         raise os_error(e, str(real)) from None
     try:
@@ -322,24 +317,9 @@ def atomic_remove(target: str | os.PathLike, as_read: AsRead | None = None) -> N
 
 
 def make_dirs(d: Path, mode: int = 0o700) -> None:
-    """`mkdir -p` that makes each new directory durable (fsync of its parent), so a power cut
-    cannot keep a file written later while losing the directory that holds it."""
-    missing: list[Path] = []
-    p = d
-    while not p.is_dir():
-        missing.append(p)
-        if p.parent == p:
-            break
-        p = p.parent
-    for m in reversed(missing):
-        try:
-            m.mkdir(mode=mode)
-        except FileExistsError:
-            if not m.is_dir():
-                raise NotADirectoryError(errno.ENOTDIR, "Not a directory", str(m)) from None
-            continue
-        with contextlib.suppress(OSError):
-            _fsync_dir(m.parent)
+    """`mkdir -p` with exactly `mode` for each new directory, made durable (the door:
+    nvdocker2.host.files.make_dirs)."""
+    files.make_dirs(d, mode)
 
 
 def _pid_alive(pid: int) -> bool:

@@ -10,7 +10,6 @@ import json
 import os
 import re
 import secrets
-import time
 from dataclasses import dataclass
 from pathlib import Path
 

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Iterator
 
 from nvdocker2.errors import EnvironmentProblem
+from nvdocker2.host import files
 from nvdocker2.store.atomic import make_dirs, os_error, remove_dead_temps
 
 DEFAULT_STATE_DIR = "/var/lib/nvdocker2"
@@ -68,7 +69,7 @@ def _check_ancestors(state: Path) -> None:
             continue
         if st.st_uid not in (0, uid):
             raise _untrusted(state, above, f"(a directory above it) is owned by uid {st.st_uid}",
-                             f"use a state directory under directories owned by root or you")
+                             "use a state directory under directories owned by root or you")
         who = _writable_by_others(st)
         if who and not st.st_mode & stat.S_ISVTX:
             raise _untrusted(state, above, f"(a directory above it) is writable by {who}",
@@ -162,7 +163,7 @@ def locked(state: Path, timeout: float) -> Iterator[Path]:
     ensure_state_dir(state)
     lock_path = state / "lock"
     try:  # ours, 0600 whatever the umask, never through a symlink
-        os.close(os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600))
+        files.open_lock_file(lock_path, 0o600)
     except OSError as e:
         raise os_error(e, f"lock {lock_path}") from None
     lock = FileLock(str(lock_path), timeout=max(0.0, timeout))

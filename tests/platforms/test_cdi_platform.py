@@ -233,7 +233,10 @@ def test_trixie_restart_through_systemctl_does_it_in_one_step_and_verifies(trixi
     (trixie.tree.run_dir / "dockerd.json").write_text(json.dumps({
         "argv": trixie.dockerd.argv(), "env": dict(trees.TREE_ENV),
         "log": "/run/dockerd-standin.log"}))
-    env = {"NVD2_DOCKERD_ROOT": "/run"}
+    # The installed package passes no NVD2_* variable to systemctl: the stand-in reads its
+    # root from the file beside it.
+    (bindir / "nvd2-dockerd-root").write_text("/run\n")
+    env: dict[str, str] = {}
     out = trixie.ok_json("install", "--mode", "cdi", "--restart", env=env)
     assert out["changed"] is True and out["verified"] is True
     assert out["restart_needed"] is False

@@ -529,3 +529,23 @@ def test_rollback_by_the_spec_backup_id_brings_back_its_whole_transaction(host):
     r = host.run("rollback", spec_id, "--reload", "none", mode=False)
     assert r.returncode == 0, r.stderr
     assert host.config.read_bytes() == before and not host.spec.exists()
+
+
+def test_uninstall_removes_the_spec_of_every_spec_dir_install_wrote_to(host):
+    """A second install with another --cdi-spec-dir is journaled too: uninstall --mode cdi
+    (what prerm runs, without --cdi-spec-dir) leaves no spec of ours behind in either."""
+    other = host.tmp / "cdi-b"
+    host.docker("28.5.2", cdi_on=True)
+    before = host.write_config('{"cdi-spec-dirs": ["/etc/cdi", "SPECDIR", "%s"]}\n' % other)
+    assert host.install().returncode == 0
+    r = host.run("install", "--runtime-path", RUNTIME, "--mode", "cdi", "--cdi-spec-dir",
+                 str(other), "--reload", "none", "--docker-host",
+                 f"unix://{host.engine.socket_path}", "--json", mode=False)
+    assert r.returncode == 0, r.stderr
+    assert (other / "nvidia.yaml").is_file() and host.spec.is_file()
+    r = host.run("uninstall", "--mode", "cdi", "--reload", "none", "--docker-host",
+                 f"unix://{host.engine.socket_path}", "--json", mode=False)
+    assert r.returncode == 0, r.stderr
+    assert not host.spec.exists()
+    assert not (other / "nvidia.yaml").exists()
+    assert host.config.read_bytes() == before

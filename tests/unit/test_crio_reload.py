@@ -60,10 +60,13 @@ class Host:
 
     def __init__(self) -> None:
         self.dir = Path(tempfile.mkdtemp(prefix="nvdocker2-crio-"))
-        os.chmod(self.dir, 0o777)  # a child running as another user writes here too
+        # A child running as another user writes here too; sticky (like /tmp), so the
+        # stand-in below, root's, is one nvdocker2 may run.
+        os.chmod(self.dir, 0o1777)
         self.dropin = self.dir / "crio.conf.d" / "99-nvidia.conf"
         self.dropin.parent.mkdir()
-        self.systemctl = self.dir / "systemctl"
+        (self.dir / "bin").mkdir(mode=0o755)
+        self.systemctl = self.dir / "bin" / "systemctl"
         self.systemctl.write_text(f"#!/bin/sh\necho MainPID=$(cat {self.dir}/mainpid)\n")
         self.systemctl.chmod(0o755)
         self.children: list[subprocess.Popen] = []

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from nvdocker2.engines.docker.service.identity import socket_peer, unsafe_to_run, untrusted_owner
+from nvdocker2.engines.docker.service.identity import socket_peer, untrusted_owner
+from nvdocker2.host.run import unsafe_to_run
 from nvdocker2.doctor.host import run_command
 
 NOBODY = 65534
@@ -160,7 +161,6 @@ def test_dockerd_validate_never_runs_a_dockerd_another_user_could_have_planted(
     marker = tmp_path / "ran"
     _script(shared / "dockerd", marker)
     monkeypatch.setenv("PATH", f"{shared}:/usr/bin:/usr/sbin:/bin:/sbin")
-    monkeypatch.delenv("NVDOCKER2_DOCKERD", raising=False)
     found = validate.find_dockerd()
     assert found != str(shared / "dockerd")
     validate.dockerd_validate(tmp_path / "daemon.json")

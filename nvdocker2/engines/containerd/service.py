@@ -13,17 +13,17 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
-import subprocess
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from nvdocker2.engines.docker.service.identity import safe_which
 from nvdocker2.engines.base import Service, VerifyFailed, poll, runtime_mismatches
 from nvdocker2.engines.containerd import document as D
 from nvdocker2.errors import BadInput, EnvironmentProblem
+from nvdocker2.host import files as fs
+from nvdocker2.host import run
+from nvdocker2.host.run import safe_which
 
 DEFAULT_ADDRESS = "/run/containerd/containerd.sock"
 DEFAULT_UNIT = "containerd"
@@ -38,8 +38,8 @@ def major_version(exe: str | None) -> int | None:
     if not exe:
         return None
     try:
-        out = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=30).stdout
-    except (OSError, subprocess.SubprocessError):
+        out = run.run([exe, "--version"], timeout=30, text=True).stdout
+    except OSError:
         return None
     m = re.search(r"\sv?(\d+)\.(\d+)\.\d+", out)
     return int(m.group(1)) if m else None
@@ -48,9 +48,8 @@ def major_version(exe: str | None) -> int | None:
 def config_dump(exe: str, config: Path, what: str = "the candidate configuration") -> dict:
     """`containerd --config CONFIG config dump`, parsed; BadInput when containerd refuses."""
     try:
-        p = subprocess.run([exe, "--config", str(config), "config", "dump"],
-                           capture_output=True, text=True, timeout=60)
-    except (OSError, subprocess.SubprocessError) as e:
+        p = run.run([exe, "--config", str(config), "config", "dump"], timeout=60, text=True)
+    except OSError as e:
         raise EnvironmentProblem(f"could not run {exe} config dump: {e}") from None
     if p.returncode != 0:
         why = (p.stderr.strip().splitlines() or ["no reason given"])[-1]
@@ -167,19 +166,19 @@ def check_files(exe: str, root: Path, files: dict[Path, bytes | None],
                     priv = copies.get(src)
                     if priv is None:
                         priv = copies[src] = t / f"dropins{len(copies)}"
-                        priv.mkdir()
+                        fs.make_dirs(priv, 0o700)
                         if src.is_dir():
                             for f in sorted(src.iterdir()):
                                 if f.is_file() and f not in files:
-                                    shutil.copyfile(f, priv / f.name)
+                                    fs.copy_new(f, priv / f.name)
                         for p, data in files.items():
                             if p.parent == src and data is not None:
-                                (priv / p.name).write_bytes(data)
+                                fs.write_new(priv / p.name, data, 0o600)
                     full = str(priv / base)
                 new_imports.append(full)
             doc["imports"] = new_imports
         cand = t / "config.toml"
-        cand.write_text(tomlkit.dumps(doc))
+        fs.write_new(cand, tomlkit.dumps(doc).encode(), 0o600)
         return config_dump(exe, cand)
 
 
@@ -198,9 +197,8 @@ def _ctr_alive(address: str) -> bool:
     if not ctr:
         return os.path.exists(address)
     try:
-        p = subprocess.run([ctr, "--address", address, "version"], capture_output=True,
-                           timeout=10)
-    except (OSError, subprocess.SubprocessError):
+        p = run.run([ctr, "--address", address, "version"], timeout=10)
+    except OSError:
         return False
     return p.returncode == 0 and b"Server:" in p.stdout
 
@@ -253,9 +251,8 @@ class SystemdContainerd(Service):
     def apply(self) -> None:
         self._since = time.time()
         try:
-            p = subprocess.run(["systemctl", "restart", self.unit], capture_output=True,
-                               text=True, timeout=120)
-        except (OSError, subprocess.SubprocessError) as e:
+            p = run.run(["systemctl", "restart", self.unit], timeout=120, text=True)
+        except OSError as e:
             raise VerifyFailed(f"systemctl restart {self.unit} failed: {e}") from None
         if p.returncode != 0:
             why = (p.stderr.strip().splitlines() or ["no reason given"])[-1]
@@ -265,19 +262,18 @@ class SystemdContainerd(Service):
         crictl = safe_which("crictl")
         if crictl:
             try:
-                p = subprocess.run([crictl, "--runtime-endpoint", f"unix://{self.address}",
-                                    "info", "-o", "json"], capture_output=True, timeout=15)
+                p = run.run([crictl, "--runtime-endpoint", f"unix://{self.address}",
+                             "info", "-o", "json"], timeout=15)
                 ctd = json.loads(p.stdout).get("config", {}).get("containerd", {})
                 rts = {n: str((r.get("options") or {}).get("BinaryName", ""))
                        for n, r in (ctd.get("runtimes") or {}).items()}
                 return rts, ctd.get("defaultRuntimeName") or "runc"
-            except (OSError, subprocess.SubprocessError, ValueError, AttributeError):
+            except (OSError, ValueError, AttributeError):
                 pass
         try:
-            p = subprocess.run(["journalctl", "-u", self.unit, "-o", "cat", "--no-pager",
-                                "--since", f"@{int(self._since)}"], capture_output=True,
-                               text=True, timeout=30)
-        except (OSError, subprocess.SubprocessError):
+            p = run.run(["journalctl", "-u", self.unit, "-o", "cat", "--no-pager",
+                         "--since", f"@{int(self._since)}"], timeout=30, text=True)
+        except OSError:
             return None
         return runtimes_from_log(p.stdout)
 
@@ -300,11 +296,11 @@ def auto_service(unit: str, address: str, verify: bool):
     """systemd when systemctl knows the unit as active, else none (with the reason)."""
     from nvdocker2.engines.base import NoService
 
-    if shutil.which("systemctl"):
+    if run.safe_which("systemctl"):
         try:
-            p = subprocess.run(["systemctl", "is-active", "--quiet", unit], timeout=15)
+            p = run.run(["systemctl", "is-active", "--quiet", unit], timeout=15)
             if p.returncode == 0:
                 return SystemdContainerd(unit, address, verify), f"systemd runs {unit}"
-        except (OSError, subprocess.SubprocessError):
+        except OSError:
             pass
     return NoService(), f"systemd does not run the {unit} unit here"

@@ -19,7 +19,6 @@ from __future__ import annotations
 import os
 import re
 import signal
-import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -27,7 +26,8 @@ from typing import Any
 import tomlkit
 
 from nvdocker2.changes import ABSENT, Change
-from nvdocker2.engines.docker.service.identity import safe_which
+from nvdocker2.host import run as door
+from nvdocker2.host.run import safe_which
 from nvdocker2.engines.base import (
     EngineBase,
     FileEdit,
@@ -208,7 +208,7 @@ class SystemdCrio(Service):
     strategy = "systemd"
 
     def __init__(self, unit: str = "crio", socket: str = DEFAULT_SOCKET,
-                 verify: bool = True, run: Any = subprocess.run, crio: str | None = None) -> None:
+                 verify: bool = True, run: Any = door.as_run, crio: str | None = None) -> None:
         self.unit, self.socket, self.verifies, self._run = unit, socket, verify, run
         self.crio = crio  # the crio program to ask; None: the one on PATH that is safe to run
         self.log_description = f"journalctl -u {unit}"
@@ -237,13 +237,13 @@ class SystemdCrio(Service):
         poll(probe, timeout, f"CRI-O did not answer on {self.socket}")
 
 
-def crio_version(exe: str | None, run: Any = subprocess.run) -> tuple[int, int, int] | None:
+def crio_version(exe: str | None, run: Any = door.as_run) -> tuple[int, int, int] | None:
     """(major, minor, patch) that `exe --version` says ("crio version 1.30.4"), or None."""
     if exe is None:
         return None
     try:
         p = run([exe, "--version"], capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.SubprocessError):
+    except OSError:
         return None
     m = re.search(r"crio version (\d+)\.(\d+)\.(\d+)", p.stdout or "")
     return (int(m[1]), int(m[2]), int(m[3])) if p.returncode == 0 and m else None
@@ -262,7 +262,7 @@ class SignalCrio(SystemdCrio):
     reapply_after_failed_apply = False
 
     def __init__(self, unit: str = "crio", socket: str = DEFAULT_SOCKET, verify: bool = True,
-                 run: Any = subprocess.run, systemctl: str = "systemctl",
+                 run: Any = door.as_run, systemctl: str = "systemctl",
                  proc: Path = Path("/proc"), crio: str | None = None) -> None:
         super().__init__(unit, socket, verify, run, crio)
         self.systemctl, self.proc = systemctl, Path(proc)
@@ -301,7 +301,7 @@ class SignalCrio(SystemdCrio):
 
 
 def make_service(reload: str, unit: str, socket: str, verify: bool,
-                 run: Any = subprocess.run, systemctl: str = "systemctl",
+                 run: Any = door.as_run, systemctl: str = "systemctl",
                  proc: Path = Path("/proc"), exe: str | None = "") -> tuple[Any, str | None]:
     """(service, why) for `--reload auto|systemd|signal` (why: what auto chose it for).
     `signal` finds and checks CRI-O's process here, before anything is written. `exe`: the

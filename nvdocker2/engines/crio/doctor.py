@@ -4,10 +4,10 @@ rendered as Docker's checks are."""
 from __future__ import annotations
 
 import os
-import subprocess
 from pathlib import Path
 
-from nvdocker2.engines.docker.service.identity import safe_which
+from nvdocker2.host import run as door
+from nvdocker2.host.run import safe_which
 from nvdocker2.doctor.registry import Outcome, fail, ok, warn
 
 
@@ -45,9 +45,8 @@ def crio_checks(dropin: Path, runtime: str = "nvidia"):
             return warn("no crio on PATH that is safe to run (owned by root, in directories no "
                         "other user can write)", "install CRI-O, or ignore on a host without it")
         try:
-            p = subprocess.run([exe, "status", "config"], capture_output=True, text=True,
-                               timeout=15)
-        except (OSError, subprocess.SubprocessError) as e:
+            p = door.run([exe, "status", "config"], timeout=15, text=True)
+        except OSError as e:
             return warn(f"crio status failed: {e}", "systemctl status crio")
         if p.returncode != 0 or f"runtimes.{runtime}]" not in p.stdout:
             return fail(f"the running CRI-O does not report runtime {runtime}",

@@ -13,8 +13,6 @@ import base64
 import dataclasses
 import os
 import re
-import shutil
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
@@ -32,6 +30,7 @@ from nvdocker2.engines.docker import run as run_transaction
 from nvdocker2.engines.docker.service import Daemon, Expectation, expectation
 from nvdocker2.engines.transaction import Context, Reporter, Result
 from nvdocker2.errors import BadInput, NvDockerError
+from nvdocker2.host import run as door
 
 DEFAULT_SPEC_DIR = "/etc/cdi"
 SPEC_NAME = "nvidia.yaml"
@@ -80,10 +79,15 @@ def docker_facts(daemon: Daemon, docker_host: str | None = None) -> DockerFacts:
         parse_docker_host,
     )
 
+    from nvdocker2.engines.docker.service.process import trusted_peer
+
     client = getattr(daemon, "client", None)
     if client is None:
         client = EngineClient(parse_docker_host(docker_host), timeout=5.0)
     if client is not None:
+        # What another user's process serves on the socket decides nothing (SPEC §8).
+        if getattr(client, "host", None) is not None:
+            trusted_peer(client.host)
         try:
             info = client.info()
         except (EngineUnavailable, EngineError):
@@ -92,13 +96,11 @@ def docker_facts(daemon: Daemon, docker_host: str | None = None) -> DockerFacts:
             dirs = info.get("CDISpecDirs")
             dirs = tuple(d for d in dirs if isinstance(d, str)) if isinstance(dirs, list) else ()
             return DockerFacts(info.get("ServerVersion"), "/info", dirs)
-    exe = shutil.which("dockerd")
+    exe = door.find("dockerd", locations.DOCKERD_PLACES)
     if exe:
         try:
-            out = subprocess.run(
-                [exe, "--version"], capture_output=True, text=True, timeout=10, check=False
-            ).stdout
-        except (OSError, subprocess.SubprocessError):
+            out = door.run([exe, "--version"], timeout=10, text=True).stdout
+        except OSError:
             out = ""
         m = _DOCKERD_VERSION.search(out)
         if m:
@@ -174,7 +176,10 @@ class CdiJournal(Journal):
     """What CDI mode replaced, beside daemon.json's runtime journal:
 
     {"config": PATH, "features_cdi": {"previous": SLOT, "features_present": bool} | absent,
-     "spec": {"path": SPEC, "previous": BASE64 | null}, "runtime_path": PATH}
+     "spec": {"path": SPEC, "previous": BASE64 | null}, "runtime_path": PATH,
+     "more_specs": [{"path": SPEC, "previous": BASE64 | null}, ...] | absent}
+
+    `more_specs`: the specs a later install wrote under another --cdi-spec-dir.
     """
 
     def __init__(self, state: Path, config: Path) -> None:
@@ -189,6 +194,24 @@ class CdiJournal(Journal):
             self.restore(None)
             return
         self.restore(document.dumps(record, document.Style(indent="  ")).encode())
+
+
+def _more_specs(rec: dict) -> list[dict]:
+    more = rec.get("more_specs")
+    return [m for m in more if isinstance(m, dict) and isinstance(m.get("path"), str)] \
+        if isinstance(more, list) else []
+
+
+def _recorded_paths(rec: dict) -> list[str]:
+    """Every spec path the journal `rec` records, the first install's first."""
+    spec = rec.get("spec")
+    first = [spec["path"]] if isinstance(spec, dict) and isinstance(spec.get("path"), str) else []
+    return first + [m["path"] for m in _more_specs(rec)]
+
+
+def _previous(entry: dict) -> bytes | None:
+    prev = entry.get("previous")
+    return base64.b64decode(prev) if isinstance(prev, str) else None
 
 
 def recorded_spec(state: Path, config: Path) -> Path | None:
@@ -351,9 +374,12 @@ def install(
                     "previous": slot(before),
                     "features_present": features.FEATURES in doc.data,
                 }
+            prev = base64.b64encode(old_spec).decode() if old_spec is not None else None
             if "spec" not in rec:
-                prev = base64.b64encode(old_spec).decode() if old_spec is not None else None
                 rec["spec"] = {"path": str(path), "previous": prev}
+            elif str(path) not in _recorded_paths(rec):
+                # Another --cdi-spec-dir than the first install's: uninstall puts back both.
+                rec["more_specs"] = [*_more_specs(rec), {"path": str(path), "previous": prev}]
             rec["runtime_path"] = runtime_path
             record = rec
         registers = facts.registers(path.parent)
@@ -400,8 +426,7 @@ def uninstall(
         old_spec = read_optional(path)
         new_spec: bytes | None = old_spec
         if spec_rec is not None:
-            prev = spec_rec.get("previous")
-            new_spec = base64.b64decode(prev) if isinstance(prev, str) else None
+            new_spec = _previous(spec_rec)
         elif old_spec is not None:
             text = old_spec.decode("utf-8", "replace")
             if "nvdocker2" in text and any(p in text for p in own_runtime_paths):
@@ -432,13 +457,21 @@ def uninstall(
         needs_restart = data_changed and facts.cdi_dirs != ()
         decided.update(restart=needs_restart, path=path, devices=devices)
         cdi_daemon.decide(_action(needs_restart, run.restart, facts))
+        extras = [FileEdit(path, old_spec, new_spec, f"uninstall CDI spec {path}")]
+        if spec_dir is None:
+            for more in _more_specs(rec):
+                other = Path(more["path"])
+                if other == path:
+                    continue
+                other_old, other_new = read_optional(other), _previous(more)
+                changes.append(_spec_change(other, other_old, other_new))
+                extras.append(FileEdit(other, other_old, other_new,
+                                       f"uninstall CDI spec {other}"))
         expect = _expect(new, doc.data, cdi_devices_gone=devices if new_spec is None else ())
         record = {} if not ctx.dry_run and rec else None
         return engine.plan(
             doc, new, new_bytes, changes, "uninstall CDI mode", expect, record,
-            journal_before_write=False,
-            extras=[FileEdit(path, old_spec, new_spec, f"uninstall CDI spec {path}")],
-            journal_file=journal,
+            journal_before_write=False, extras=extras, journal_file=journal,
         )
 
     res = _run(engine, "uninstall", attempt, run)

@@ -7,7 +7,7 @@ the standard library's scanner. `document` turns what it finds into a Document a
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from json import JSONDecodeError
 from json.decoder import scanstring
 from typing import Any

@@ -13,14 +13,14 @@ import functools
 import json
 import os
 import re
-import shutil
-import subprocess
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from nvdocker2 import locations
 from nvdocker2.engines.docker.daemonjson.edit import dangling_default
+from nvdocker2.host import run
 
 # Singular flag names dockerd accepts in the file but ignores: the plural is what works.
 IGNORED_SINGULAR = {
@@ -204,11 +204,7 @@ _NO_VALIDATE_FLAG: set[tuple[str, int]] = set()
 def find_dockerd() -> str | None:
     """The dockerd binary to run `--validate` with: on PATH or in the usual places, and only
     one no other user could have placed or replaced (SPEC §8)."""
-    from nvdocker2.engines.docker.service.identity import first_safe  # the dockerd package imports this one
-
-    candidates = [shutil.which("dockerd") or ""]
-    candidates += ["/usr/bin/dockerd", "/usr/sbin/dockerd", "/usr/local/bin/dockerd"]
-    return first_safe(candidates)
+    return run.find("dockerd", locations.DOCKERD_PLACES)
 
 
 def dockerd_validate(
@@ -219,7 +215,7 @@ def dockerd_validate(
 
     `server_version`: the running dockerd's version (GET /info); below 23.0, which added
     --validate, nothing is run."""
-    exe = dockerd or os.environ.get("NVDOCKER2_DOCKERD") or find_dockerd()
+    exe = dockerd or find_dockerd()
     if not exe:
         return DockerdCheck(False, True, "dockerd not found", None)
     major = re.match(r"\s*(\d+)\.", server_version or "")
@@ -234,15 +230,9 @@ def dockerd_validate(
     if key in _NO_VALIDATE_FLAG:
         return DockerdCheck(False, True, "dockerd has no --validate", exe)
     try:
-        proc = subprocess.run(
-            [exe, "--validate", "--config-file", str(candidate)],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            timeout=timeout,
-            check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired) as e:
+        proc = run.run([exe, "--validate", "--config-file", str(candidate)],
+                       timeout=timeout, merge_stderr=True)
+    except OSError as e:
         return DockerdCheck(False, True, f"could not run {exe}: {e}", exe)
     out = proc.stdout.decode("utf-8", "replace").strip()
     if "unknown flag" in out and "validate" in out:

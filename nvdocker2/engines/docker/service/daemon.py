@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
-import subprocess
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -24,7 +22,7 @@ from nvdocker2.engines.docker.service.api import (
     EngineUnavailable,
     parse_docker_host,
 )
-from nvdocker2.engines.docker.service.identity import INIT_PID, first_safe, socket_peer, untrusted_owner
+from nvdocker2.engines.docker.service.identity import INIT_PID, socket_peer, untrusted_owner
 from nvdocker2.engines.docker.service.logs import (
     RELOADED_MARKERS,
     STARTED_MARKERS,
@@ -36,6 +34,7 @@ from nvdocker2.engines.docker.service.logs import (
     has_marker,
 )
 from nvdocker2.engines.docker.service.managers import SignalManager, SystemdManager, SysvManager
+from nvdocker2.host import run
 from nvdocker2.engines.docker.service.process import (
     DockerdProcess,
     Served,
@@ -122,21 +121,12 @@ def _dockerd_major(server_version: str | None) -> int | None:
     that only root can have put there (never /proc/PID/exe of a process, SPEC §8)."""
     text = server_version
     if not text:
-        exe = first_safe(
-            [shutil.which("dockerd") or "", "/usr/bin/dockerd", "/usr/sbin/dockerd"]
-        )
+        exe = run.find("dockerd", locations.DOCKERD_PLACES)
         if exe is None:
             return None
         try:
-            text = subprocess.run(
-                [exe, "--version"],
-                capture_output=True,
-                text=True,
-                timeout=15,
-                stdin=subprocess.DEVNULL,
-                check=False,
-            ).stdout
-        except (OSError, subprocess.SubprocessError):
+            text = run.run([exe, "--version"], timeout=15, text=True).stdout
+        except OSError:
             return None
     found = re.search(r"(\d+)\.\d+", text or "")
     return int(found.group(1)) if found else None

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 import time
 from datetime import datetime
 from pathlib import Path
 from typing import Protocol
+
+from nvdocker2.host import run
 
 # Lines dockerd (20.10 .. 29) writes when it refuses a configuration file, at reload or start.
 REFUSAL_MARKERS = (
@@ -112,8 +113,8 @@ class JournalLog:
             "-q",
         ]
         try:
-            out = subprocess.run(argv, capture_output=True, timeout=10, check=False).stdout
-        except (OSError, subprocess.SubprocessError):
+            out = run.run(argv, timeout=10).stdout
+        except OSError:
             return []
         since_us = int(self._since * 1_000_000)
         lines = []

@@ -7,45 +7,41 @@ hand when it cannot. Commands run with an argv list and a timeout, never through
 from __future__ import annotations
 
 import os
-import shutil
 import signal
-import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 
 from nvdocker2.engines.docker.service.logs import FileLog, JournalLog, LogSource, NoLog
 from nvdocker2.engines.docker.service.process import is_dockerd, read_pidfile
 from nvdocker2.errors import EnvironmentProblem
+from nvdocker2.host import run
 
 COMMAND_TIMEOUT = 120.0  # `systemctl restart docker` waits for containers to stop
 
 
-def run_command(
-    argv: Sequence[str], timeout: float = COMMAND_TIMEOUT
-) -> subprocess.CompletedProcess:
-    """Run a service-manager command; a missing binary or a hang is an EnvironmentProblem."""
+def run_command(argv: Sequence[str], timeout: float = COMMAND_TIMEOUT) -> run.Ran:
+    """Run a service-manager command through the door (only a systemctl or service that no
+    other user could have placed; clean environment; cwd /); a missing or unsafe binary or a
+    hang is an EnvironmentProblem."""
     try:
-        return subprocess.run(
-            list(argv),
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            check=False,
-            stdin=subprocess.DEVNULL,
-        )
-    except FileNotFoundError as exc:
+        return run.run(argv, timeout=timeout, text=True)
+    except run.NotRun as exc:
         raise EnvironmentProblem(
-            f"{argv[0]} not found", "install it, or choose another --reload mode"
+            str(exc), "install it, or choose another --reload mode"
         ) from exc
-    except subprocess.TimeoutExpired as exc:
+    except run.Timeout as exc:
         raise EnvironmentProblem(
             f"{' '.join(argv)} did not finish within {timeout:g}s",
             "look at dockerd's state with: systemctl status docker",
         ) from exc
+    except OSError as exc:
+        raise EnvironmentProblem(
+            f"cannot run {argv[0]}: {exc.strerror}", "install it, or choose another --reload mode"
+        ) from exc
 
 
 def _failed(
-    argv: Sequence[str], proc: subprocess.CompletedProcess, hint: str
+    argv: Sequence[str], proc: run.Ran, hint: str
 ) -> EnvironmentProblem:
     said = (proc.stderr or proc.stdout or "").strip().splitlines()
     detail = f": {said[-1]}" if said else ""
@@ -71,7 +67,7 @@ class SystemdManager:
         return " ".join(self._argv("is-active", self.unit))
 
     def available(self) -> bool:
-        return shutil.which(self.systemctl) is not None
+        return run.safe_which(self.systemctl) is not None
 
     def is_active(self) -> bool:
         """True when systemd runs the unit (false too when systemd is not PID 1)."""

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from nvdocker2.engines.docker.service.api import DockerHost
-from nvdocker2.engines.docker.service.identity import INIT_PID, socket_peer, untrusted_owner
+from nvdocker2.engines.docker.service.identity import INIT_PID, Peer, socket_peer, untrusted_owner
 from nvdocker2.errors import EnvironmentProblem
 
 # dockerd 20.10 .. 29 shorthand flags (pflag), by their long name.
@@ -251,6 +251,25 @@ def flag_conflicts(candidate: dict, process: DockerdProcess) -> list[tuple[str, 
     )
 
 
+def trusted_peer(
+    host: DockerHost, proc: Path = Path("/proc"), euid: int | None = None
+) -> Peer | None:
+    """Who serves `host`'s unix socket (None: tcp, or nothing answers); EnvironmentProblem
+    when it is a process we must not trust (another user's), so nothing it says is used."""
+    sock = host.socket_path
+    peer = socket_peer(sock) if sock is not None else None
+    if peer is not None and peer.pid != INIT_PID:
+        why = untrusted_owner(peer.pid, proc, euid, peer.uid)
+        if why is not None:
+            raise EnvironmentProblem(
+                f"{sock} is served by a process nvdocker2 does not trust ({why}); "
+                "nothing was changed",
+                "point --docker-host at the socket of root's dockerd (unix:///var/run/"
+                "docker.sock), or run nvdocker2 as the user whose rootless dockerd serves it",
+            )
+    return peer
+
+
 @dataclass(frozen=True)
 class Served:
     """The dockerd behind the Engine API, as far as it could be identified (SPEC §8)."""
@@ -275,16 +294,8 @@ def identify(
     when the hint names another dockerd than the one serving the socket.
     """
     sock = host.socket_path
-    peer = socket_peer(sock) if sock is not None else None
+    peer = trusted_peer(host, proc, euid)
     if peer is not None and peer.pid != INIT_PID:
-        why = untrusted_owner(peer.pid, proc, euid, peer.uid)
-        if why is not None:
-            raise EnvironmentProblem(
-                f"{sock} is served by a process nvdocker2 does not trust ({why}); "
-                "nothing was changed",
-                "point --docker-host at the socket of root's dockerd (unix:///var/run/"
-                "docker.sock), or run nvdocker2 as the user whose rootless dockerd serves it",
-            )
         process = read_process(peer.pid, proc, euid)
         if process is not None:
             if hint is not None and hint != peer.pid:

@@ -1,0 +1,131 @@
+"""The one door through which nvdocker2 creates files and directories.
+
+What every path made here can rely on, whoever calls and whatever the umask:
+
+- Its mode is the one given, set explicitly after creation (`fchmod`/`chmod`), never what
+  the process umask leaves of it: umask 000 gives no world-writable directory, umask 077 no
+  unreadable /etc/cdi.
+- A directory is made one level at a time (no `mkdir -p` with an implicit mode), each new one
+  made durable (fsync of its parent), and a component that exists but is not a directory is
+  an error, never followed.
+- A new file is created exclusively (`O_EXCL`, `O_NOFOLLOW`): never through a symlink or onto
+  a file someone else put there first.
+- A file built from other files gets no more permission than the strictest of them
+  (`derived_mode`): a copy of a 0600 config.toml is 0600.
+
+Replacing an existing file is the atomic write's (nvdocker2.store), which creates its temp
+file through `create_exclusive` here. Stdlib only.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+    from typing import Union
+
+    PathLike = Union[str, "os.PathLike[str]"]
+
+
+def fsync_dir(d: PathLike) -> None:
+    """Make the entries of directory `d` durable."""
+    fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def make_dirs(d: PathLike, mode: int) -> list[str]:
+    """Create `d` and any missing parents, each with exactly `mode`; return those made,
+    outermost first. Each new directory is made durable, so a power cut cannot keep a file
+    written later while losing the directory that holds it."""
+    missing: list[str] = []
+    p = os.path.abspath(os.fspath(d))
+    while not os.path.isdir(p):
+        missing.append(p)
+        parent = os.path.dirname(p)
+        if parent == p:
+            break
+        p = parent
+    made: list[str] = []
+    for m in reversed(missing):
+        try:
+            os.mkdir(m, mode)
+        except FileExistsError:
+            if not os.path.isdir(m) or os.path.islink(m):
+                raise NotADirectoryError(errno.ENOTDIR, "Not a directory", m) from None
+            continue
+        os.chmod(m, mode)  # the umask took bits off what mkdir was given
+        made.append(m)
+        try:
+            fsync_dir(os.path.dirname(m))
+        except OSError:
+            pass
+    return made
+
+
+def create_exclusive(path: PathLike, mode: int) -> int:
+    """Create the new file `path` (never an existing one, never through a symlink) with
+    exactly `mode`; return its descriptor, open for writing."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                 mode & 0o7777)
+    try:
+        os.fchmod(fd, mode & 0o7777)
+    except BaseException:
+        os.close(fd)
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+        raise
+    return fd
+
+
+def write_new(path: PathLike, data: bytes, mode: int) -> None:
+    """Create the new file `path` holding `data`, with exactly `mode`, flushed to disk."""
+    fd = create_exclusive(path, mode)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def open_lock_file(path: PathLike, mode: int = 0o600) -> None:
+    """Make sure the lock file `path` exists (created with exactly `mode`; an existing one,
+    never a symlink, is kept as it is)."""
+    try:
+        os.close(create_exclusive(path, mode))
+    except FileExistsError:
+        if os.path.islink(path):
+            raise OSError(errno.ELOOP, "Too many levels of symbolic links", str(path)) from None
+
+
+def derived_mode(default: int, sources: Iterable[PathLike]) -> int:
+    """The mode of a new file built from `sources`: `default`, less every permission bit
+    that any existing source lacks (what one of them keeps private, the new file keeps
+    private too)."""
+    mode = default & 0o777
+    for src in sources:
+        try:
+            st = os.stat(src)
+        except FileNotFoundError:
+            continue
+        mode &= stat.S_IMODE(st.st_mode)
+    return mode
+
+
+def copy_new(src: PathLike, dst: PathLike, mode: int | None = None) -> None:
+    """Copy the bytes of `src` into the new file `dst`, with `mode` or else `src`'s own
+    permission bits (never more open than the file it copies)."""
+    with open(src, "rb") as f:
+        data = f.read()
+    keep = stat.S_IMODE(os.stat(src).st_mode) & 0o777
+    write_new(dst, data, keep if mode is None else mode & keep)

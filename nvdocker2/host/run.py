@@ -1,0 +1,341 @@
+"""The one door through which nvdocker2 runs a program (dockerd, containerd, ctr, crictl, crio,
+systemctl, journalctl, service, ldconfig, a runtime's interpreter, nvidia-container-cli).
+
+What every program run here can rely on, whoever calls:
+
+- It is found by absolute path, or on PATH among the entries that no user other than root (or
+  the invoking user, for rootless engines) could have placed it in: the file and every
+  directory on the way to it, symlinks followed, owned by a trusted user and not writable by
+  others (`unsafe_to_run`). A planted program earlier on PATH is passed over, never run.
+- It gets a scrubbed environment: PATH (only its safe entries), plus what the caller passes
+  by name; no LD_*, PYTHON*, BASH_ENV or any other variable of the caller's.
+- It starts in `/`, never in the caller's working directory, with stdin closed (or the given
+  input), in a session of its own, killed as a group when it overstays its timeout.
+- A Python interpreter always gets `-I` (isolated: no PYTHON* variables, no user site, no
+  script or working directory on sys.path).
+
+Stdlib only and cheap to import (`subprocess` is imported on the first run): the runtime and
+the hook may use `exec_program`, the same lookup and check before their final exec.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import sys
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing
+
+if TYPE_CHECKING:  # imported on every container start: no typing at run time
+    from collections.abc import Iterable, Mapping, Sequence
+    from typing import Any, NoReturn, Union
+
+# The PATH searched when the caller has none, and the one programs fall back to.
+SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+_MAX_LINKS = 40
+# Passed on to a program only for a non-root caller (the user's systemd and D-Bus).
+_USER_SESSION = ("XDG_RUNTIME_DIR", "DBUS_SESSION_BUS_ADDRESS")
+# The stand-ins of the test suite take their knobs from these (only with its switch on).
+_TEST_PREFIX = "NVD2_"
+
+
+class NotRun(OSError):
+    """The program was not run: not found (`missing`), or not safe to run (message says why)."""
+
+    def __init__(self, message: str, missing: bool = False) -> None:
+        super().__init__(message)
+        self.missing = missing
+
+
+class Timeout(OSError):
+    """The program ran past its timeout and was killed with its process group."""
+
+    def __init__(self, argv: Sequence[str], timeout: float) -> None:
+        super().__init__(f"{argv[0]} did not finish within {timeout:g}s")
+        self.argv = tuple(argv)
+        self.timeout = timeout
+
+
+class Ran:
+    """A finished program: its argv (as run), exit status and output (str with text=True)."""
+
+    __slots__ = ("argv", "returncode", "stdout", "stderr")
+
+    def __init__(self, argv: tuple[str, ...], returncode: int, stdout: Any, stderr: Any) -> None:
+        self.argv, self.returncode, self.stdout, self.stderr = argv, returncode, stdout, stderr
+
+    def __repr__(self) -> str:
+        return f"Ran(argv={self.argv!r}, returncode={self.returncode})"
+
+
+def is_python(exe: str) -> bool:
+    """True for a Python interpreter's name: python, python3, python3.11, ..."""
+    name = os.path.basename(exe)
+    return name.startswith("python") and all(c.isdigit() or c == "." for c in name[6:])
+
+
+# --- who may have put a program where it is -------------------------------------------------
+
+
+def trusted_uids(euid: int | None = None) -> frozenset[int]:
+    """Root is trusted; a non-root caller (rootless engines) also trusts itself."""
+    euid = os.geteuid() if euid is None else euid
+    return frozenset({0, euid})
+
+
+def _others_may_write(st: os.stat_result) -> bool:
+    """Writable by someone untrusted: by everyone, or by a group other than root's."""
+    return bool(st.st_mode & stat.S_IWOTH) or (
+        bool(st.st_mode & stat.S_IWGRP) and st.st_gid != 0
+    )
+
+
+def unsafe_to_run(
+    path: Union[str, "os.PathLike[str]"], euid: int | None = None, want_dir: bool = False
+) -> str | None:
+    """Why the file at `path` must not be trusted (run, or read as code), or None when safe.
+
+    Walks the path from `/`, following symlinks: every directory must be owned by a trusted
+    user and not writable by others (or be sticky, with the entry inside owned by a trusted
+    user), and the file itself (a directory with `want_dir`) owned by a trusted user and not
+    writable by others.
+    """
+    trusted = trusted_uids(euid)
+    pending = os.fspath(path)
+    if not pending.startswith("/"):
+        return f"{pending} is not an absolute path"
+    links = 0
+    while True:
+        parts = [p for p in pending.split("/") if p not in ("", ".")]
+        current = "/"
+        try:
+            parent = os.lstat("/")
+        except OSError as exc:
+            return f"cannot read /: {exc.strerror}"
+        if parent.st_uid not in trusted or _others_may_write(parent):
+            return "/ is writable by other users"
+        if not parts and want_dir:
+            return None
+        restart = None
+        for i, name in enumerate(parts):
+            last = i == len(parts) - 1
+            if name == "..":  # every link up to here is resolved: `..` is the real parent
+                current = os.path.dirname(current)
+                parent = os.lstat(current)
+                if last:
+                    return None if want_dir else f"{path} is not a file"
+                continue
+            entry = os.path.join(current, name)
+            try:
+                st = os.lstat(entry)
+            except OSError as exc:
+                return f"cannot read {entry}: {exc.strerror}"
+            if _others_may_write(parent):
+                sticky = bool(parent.st_mode & stat.S_ISVTX)
+                if not sticky or st.st_uid not in trusted:
+                    return f"{current} is writable by other users"
+            if st.st_uid not in trusted:
+                return f"{entry} belongs to uid {st.st_uid}"
+            if stat.S_ISLNK(st.st_mode):
+                links += 1
+                if links > _MAX_LINKS:
+                    return f"{path}: too many symbolic links"
+                target = os.readlink(entry)
+                base = target if target.startswith("/") else os.path.join(current, target)
+                restart = os.path.join(base, *parts[i + 1 :])
+                break
+            if last:
+                if want_dir:
+                    if not stat.S_ISDIR(st.st_mode):
+                        return f"{entry} is not a directory"
+                    if _others_may_write(st):
+                        return f"{entry} is writable by other users"
+                    return None
+                if not stat.S_ISREG(st.st_mode):
+                    return f"{entry} is not a regular file"
+                if _others_may_write(st):
+                    return f"{entry} is writable by other users"
+                return None
+            if not stat.S_ISDIR(st.st_mode):
+                return f"{entry} is not a directory"
+            current, parent = entry, st
+        if restart is None:
+            return f"{path} is not a file"
+        pending = restart
+
+
+def first_safe(candidates: Iterable[str], euid: int | None = None) -> str | None:
+    """The first executable of `candidates` that exists and is safe to run."""
+    for candidate in candidates:
+        if candidate and os.access(candidate, os.X_OK) and unsafe_to_run(candidate, euid) is None:
+            return candidate
+    return None
+
+
+def safe_which(name: str, path: str | None = None, euid: int | None = None) -> str | None:
+    """`shutil.which(name)`, but only a program safe to run: the first one on PATH (the
+    caller's, or `path`) that no user other than root (or the invoking user) could have
+    placed; a planted one earlier on PATH is passed over, never run. An absolute `name` is
+    checked as it is."""
+    if "/" in name:
+        return first_safe([name], euid) if name.startswith("/") else None
+    dirs = (os.environ.get("PATH", SYSTEM_PATH) if path is None else path).split(os.pathsep)
+    return first_safe((os.path.join(d, name) for d in dirs if d.startswith("/")), euid)
+
+
+def shutil_which(name: str, path: str | None = None) -> str | None:
+    """The first `name` on PATH whatever its safety: only to say why it was not run."""
+    dirs = (os.environ.get("PATH", SYSTEM_PATH) if path is None else path).split(os.pathsep)
+    for d in dirs:
+        cand = os.path.join(d, name)
+        if d.startswith("/") and os.path.isfile(cand) and os.access(cand, os.X_OK):
+            return cand
+    return None
+
+
+def find(name: str, also: Sequence[str] = ()) -> str | None:
+    """`safe_which(name)` on the caller's PATH, else the first safe one of `also` (the
+    usual absolute places of a program when PATH is short)."""
+    return safe_which(name) or first_safe(also)
+
+
+def safe_path(path: str | None = None, euid: int | None = None) -> str:
+    """The entries of `path` (default: the caller's PATH) that no other user can write."""
+    dirs = (os.environ.get("PATH", SYSTEM_PATH) if path is None else path).split(os.pathsep)
+    seen: list[str] = []
+    for d in dirs:
+        if d.startswith("/") and d not in seen and os.path.isdir(d) and (
+            unsafe_to_run(d, euid, want_dir=True) is None
+        ):
+            seen.append(d)
+    return os.pathsep.join(seen)
+
+
+def resolve(program: str, path: str | None = None) -> str:
+    """The absolute path `program` would run from, or NotRun saying why it will not."""
+    if "/" in program:
+        if not program.startswith("/"):
+            raise NotRun(f"{program}: not an absolute path")
+        if not os.path.lexists(program):
+            raise NotRun(f"{program} not found", missing=True)
+        why = unsafe_to_run(program)
+        if why is not None:
+            raise NotRun(f"not run: {why}")
+        return program
+    found = safe_which(program, path)
+    if found is None:
+        unsafe = shutil_which(program, path)
+        if unsafe is None:
+            raise NotRun(f"{program} not found on PATH", missing=True)
+        raise NotRun(f"{program} not run: {unsafe_to_run(unsafe) or 'not executable'}")
+    return found
+
+
+# --- running it -----------------------------------------------------------------------------
+
+
+def environment(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The scrubbed environment a program gets: PATH's safe entries, the user's session for
+    a non-root caller, the test stand-ins' knobs under the test switch, then `extra`."""
+    env = {"PATH": safe_path() or SYSTEM_PATH}
+    if os.geteuid() != 0:
+        env.update((k, os.environ[k]) for k in _USER_SESSION if k in os.environ)
+    from nvdocker2.host.testing import hooks_on
+
+    if hooks_on():
+        env.update((k, v) for k, v in os.environ.items() if k.startswith(_TEST_PREFIX))
+    if extra:
+        env.update(extra)
+    return env
+
+
+def argv_for(argv: Sequence[Any], path: str | None = None) -> list[str]:
+    """`argv` with its program resolved (see `resolve`) and `-I` after a Python interpreter."""
+    words = [os.fspath(a) for a in argv]
+    exe = resolve(words[0], path)
+    rest = words[1:]
+    if is_python(exe) and rest[:1] != ["-I"]:
+        rest = ["-I", *rest]
+    return [exe, *rest]
+
+
+def run(
+    argv: Sequence[Any],
+    *,
+    timeout: float,
+    input: bytes | str | None = None,
+    text: bool = False,
+    merge_stderr: bool = False,
+    env: Mapping[str, str] | None = None,
+    check_path: str | None = None,
+) -> Ran:
+    """Run `argv` through the door (module docstring) and wait for it, capturing its output.
+
+    Raises NotRun (not found or not safe: nothing ran), Timeout (killed with its group) or
+    OSError from exec; a non-zero exit status is the caller's to judge. `env` adds variables
+    by name; `check_path` is the PATH to look the program up on (default: the caller's).
+    """
+    import signal
+    import subprocess
+
+    full = argv_for(argv, check_path)
+    data = input.encode() if isinstance(input, str) else input
+    proc = subprocess.Popen(
+        full,
+        stdin=subprocess.PIPE if data is not None else subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT if merge_stderr else subprocess.PIPE,
+        env=environment(env),
+        cwd="/",
+        start_new_session=True,
+        close_fds=True,
+    )
+    try:
+        out, err = proc.communicate(data, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        proc.communicate()
+        raise Timeout(full, timeout) from None
+    except BaseException:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        proc.wait()
+        raise
+    if text:
+        out = out.decode("utf-8", "replace")
+        err = err.decode("utf-8", "replace") if err is not None else ""
+    elif err is None:
+        err = b""
+    return Ran(tuple(full), proc.returncode, out, err)
+
+
+def as_run(
+    argv: Sequence[Any], *, timeout: float, capture_output: bool = True, text: bool = False,
+    input: bytes | str | None = None,
+) -> Ran:
+    """`run` under `subprocess.run`'s keywords, for code that takes a runner as a parameter
+    (tests pass fakes there). Output is always captured."""
+    del capture_output
+    return run(argv, timeout=timeout, text=text, input=input)
+
+
+def exec_program(
+    program: str, argv: Sequence[Any], env: Mapping[str, str] | None = None
+) -> NoReturn:
+    """Replace this process with `program` after the same lookup and check as `run` (a bare
+    name on PATH's safe entries; a path checked as it is), keeping the environment `env`
+    (default: ours): the final exec of the runtime, the hook and nvidia-docker, whose
+    environment is the container's or the user's own. NotRun when it is missing or unsafe
+    (`missing` tells which)."""
+    env = os.environ if env is None else env
+    if "/" in program and not program.startswith("/"):
+        program = os.path.abspath(program)
+    exe = resolve(program, env.get("PATH", SYSTEM_PATH) if "/" not in program else None)
+    sys.stdout.flush()
+    os.execve(exe, [os.fspath(a) for a in argv], dict(env))
+    raise AssertionError("unreachable")  # pragma: no cover

@@ -1,0 +1,41 @@
+"""The test suite's switch: whether test-only hooks (fault injection, the stand-ins' knobs)
+may be read from the environment at all.
+
+The switch is a file, `nvdocker2-test-hooks`, at the top of the virtual environment the
+interpreter runs in (`sys.prefix`), owned by root or by us and writable by no one else;
+`scripts/setup.sh tests` puts it in the test suite's own `.venv`. Nothing an operator's
+environment carries can turn it on: no variable names it, sudo, postinst and Ansible cannot
+pass it, and an interpreter outside a virtual environment (the Debian and RPM packages run
+/usr/bin/python3) never looks. Off, every `NVDOCKER2_TEST_*` variable is ignored.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+SWITCH = "nvdocker2-test-hooks"
+
+_on: bool | None = None
+
+
+def hooks_on() -> bool:
+    """True only in the test suite's virtual environment (see the module docstring)."""
+    global _on
+    if _on is None:
+        _on = _switch_present()
+    return _on
+
+
+def _switch_present() -> bool:
+    if sys.prefix == getattr(sys, "base_prefix", sys.prefix):
+        return False  # not a virtual environment: a packaged install
+    from nvdocker2.host.run import unsafe_to_run
+
+    path = os.path.join(sys.prefix, SWITCH)
+    return os.path.isfile(path) and unsafe_to_run(path) is None
+
+
+def hook(name: str) -> str | None:
+    """The test hook `name` from the environment; None unless the switch is on."""
+    return os.environ.get(name) if hooks_on() else None
