@@ -950,6 +950,62 @@ def cdi_refresh(
     _run(json_, go)
 
 
+@app.command(cls=_Command)
+def agent(
+    engine: EngineName = _opt_engine(),
+    config: Optional[str] = _no_default(
+        "--config", metavar="PATH",
+        help="The engine's config, as a path on the host [default: /etc/docker/daemon.json, "
+        "/etc/containerd/config.toml, /etc/crio/crio.conf.d/99-nvidia.conf]."),
+    host_root: str = typer.Option(
+        "/", "--host-root", metavar="DIR",
+        help="Where the host's / is (a container mounts it, e.g. /host): --config and the "
+        "state directory (/var/lib/nvdocker2, the journal and the agent's lock) are found under "
+        "it."),
+    reload: ReloadMode = _opt_reload(),
+    no_verify: bool = _opt_no_verify(),
+    set_default: bool = typer.Option(False, "--set-default",
+                                     help="Also make nvidia the engine's default runtime."),
+    runtime_name: str = _opt_runtime_name(),
+    runtime_path: Optional[str] = _no_default(
+        "--runtime-path", metavar="PATH",
+        help="nvidia-container-runtime as a path on the host [default: install's]."),
+    containerd_address: Optional[str] = _opt_engine_address(),
+    timeout: float = _opt_timeout(),
+    ready_file: Optional[str] = _no_default(
+        "--ready-file", metavar="PATH",
+        help="A file that exists exactly while the agent is ready (for an exec readiness probe)."),
+    healthz: Optional[int] = _no_default(
+        "--healthz", metavar="PORT", min=0, max=65535,
+        help="Serve GET /healthz on 127.0.0.1:PORT (200 when ready, else 503)."),
+    keep_on_exit: bool = typer.Option(
+        False, "--keep-on-exit",
+        help="On SIGTERM/SIGINT leave the config installed (default: uninstall, which puts "
+        "back what the journal recorded)."),
+    poll: float = typer.Option(5.0, "--poll", metavar="SECONDS", min=0.1,
+                               help="Check the config at least this often (inotify, where "
+                               "available, notices a rewrite at once)."),
+    backoff: float = typer.Option(10.0, "--backoff", metavar="SECONDS", min=0.1,
+                                  help="First wait when the same drift comes back or install "
+                                  "fails; doubled each time, up to 32 times this."),
+) -> None:
+    """Keep the nvidia runtime installed on this node: install, report ready, re-apply drift,
+    uninstall on SIGTERM/SIGINT (a DaemonSet's container; see docs/kubernetes.md)."""
+
+    def go() -> int:
+        from nvdocker2 import agent as node_agent
+
+        if not os.path.isdir(host_root):
+            raise BadInput(f"--host-root {host_root} is not a directory",
+                           "mount the host's / there, or drop --host-root")
+        return node_agent.run(node_agent.options(
+            engine.value, config, host_root, reload.value, not no_verify, set_default,
+            runtime_name, runtime_path, containerd_address, timeout, ready_file, healthz,
+            keep_on_exit, poll, backoff))
+
+    _run(False, go)
+
+
 def _mode_status(state: Path, cfg: Path, runtime_installed: bool) -> dict:
     """How GPUs reach containers here, as install recorded it: "runtime" (the nvidia runtime
     entry), "cdi" (install --mode cdi), both, or "none"; plus the CDI spec when there is one."""

@@ -1,0 +1,139 @@
+"""The agent's one door to the rest of nvdocker2: `nvdocker2 install|uninstall ... --json`, run
+as a separate program (the same interpreter, `-I`, cwd /, a clean environment).
+
+The agent knows nothing of engines, files or journals; it asks the command every user runs and
+reads its JSON. So the agent guarantees exactly what install and uninstall guarantee (one
+transaction each: lock, backup, journal, atomic write, restart only on change, verify, roll
+back), and a SIGKILL of the agent mid-apply is a SIGKILL of that command, which the next run
+completes from its journal.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+# Where each engine's config lives on a host, for --host-root (install's own defaults when the
+# host root is /).
+ENGINE_CONFIG = {
+    "docker": "/etc/docker/daemon.json",
+    "containerd": "/etc/containerd/config.toml",
+    "crio": "/etc/crio/crio.conf.d/99-nvidia.conf",
+}
+STATE_DIR = "/var/lib/nvdocker2"
+SAFE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+@dataclass(frozen=True)
+class Target:
+    """What the agent installs, in install's words (each field is the install option)."""
+
+    engine: str = "docker"
+    config: Optional[str] = None  # the file as this process sees it (host root applied)
+    reload: str = "auto"
+    verify: bool = True
+    set_default: bool = False
+    runtime_name: str = "nvidia"
+    runtime_path: Optional[str] = None
+    address: Optional[str] = None  # --containerd-address (containerd's or CRI-O's socket)
+    timeout: float = 60.0
+    state_dir: Optional[str] = None  # NVDOCKER2_STATE_DIR for the command, None: its default
+
+
+def resolve(engine: str, config: Optional[str], host_root: str) -> tuple[str, Optional[str]]:
+    """(config, state dir) as this process sees them: --config (default: the engine's usual
+    file) and the state directory are host paths, found under --host-root; with host root /
+    the state directory is left to install ($NVDOCKER2_STATE_DIR, else its default)."""
+    root = os.path.abspath(host_root)
+    host_path = config or ENGINE_CONFIG[engine]
+    if root == "/":
+        return os.path.abspath(host_path), None
+    return (os.path.join(root, host_path.lstrip("/")),
+            os.path.join(root, STATE_DIR.lstrip("/")))
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What one install/uninstall said: its exit code and JSON object."""
+
+    code: int
+    report: dict = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.code == 0
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.report.get("changed"))
+
+    def summary(self) -> str:
+        """One line: the changes made (or the error and its hint)."""
+        if not self.ok:
+            err = self.report.get("error") or f"exit {self.code}"
+            hint = self.report.get("hint")
+            return f"{err} (exit {self.code})" + (f"; hint: {hint}" if hint else "")
+        if not self.changed:
+            return "unchanged"
+        keys = ", ".join(f"{c.get('key')} {c.get('action')}" for c in self.report.get("changes", []))
+        extra = [f"backup {self.report['backup']}"] if self.report.get("backup") else []
+        reload = self.report.get("reload")
+        if reload:
+            extra.append(f"reload {reload}")
+        if self.report.get("verified"):
+            extra.append("verified")
+        return (keys or "changed") + (f" ({', '.join(extra)})" if extra else "")
+
+
+def argv(action: str, t: Target) -> list[str]:
+    cmd = [sys.executable, "-I", "-m", "nvdocker2", action, "--engine", t.engine,
+           "--reload", t.reload, "--runtime-name", t.runtime_name, "--timeout", str(t.timeout),
+           "--json"]
+    if t.config:
+        cmd += ["--config", t.config]
+    if not t.verify:
+        cmd.append("--no-verify")
+    if t.address:
+        cmd += ["--containerd-address", t.address]
+    if action == "install":
+        if t.set_default:
+            cmd.append("--set-default")
+        if t.runtime_path:
+            cmd += ["--runtime-path", t.runtime_path]
+    return cmd
+
+
+def environment(t: Target) -> dict[str, str]:
+    """A clean environment: a fixed PATH, a UTF-8 locale, and nvdocker2's own variables (the
+    state directory; the test hooks of the fault-injection tests)."""
+    env = {k: v for k, v in os.environ.items() if k.startswith("NVDOCKER2_")}
+    env.update(PATH=SAFE_PATH, LANG="C.UTF-8")
+    if t.state_dir:
+        env["NVDOCKER2_STATE_DIR"] = t.state_dir
+    return env
+
+
+def run(action: str, t: Target) -> Outcome:
+    """Run `nvdocker2 ACTION` for the target and wait for it (in its own session, so a Ctrl-C
+    meant for the agent does not cut the transaction short: the agent waits, then acts)."""
+    if t.state_dir:
+        Path(t.state_dir).mkdir(mode=0o700, parents=True, exist_ok=True)
+    try:
+        p = subprocess.run(argv(action, t), cwd="/", env=environment(t), capture_output=True,
+                           text=True, start_new_session=True, timeout=t.timeout * 4 + 60)
+    except subprocess.TimeoutExpired:
+        return Outcome(124, {"error": f"nvdocker2 {action} did not finish",
+                             "hint": "see what holds the engine or the lock"})
+    except OSError as e:
+        return Outcome(127, {"error": f"cannot run nvdocker2 {action}: {e}"})
+    try:
+        report = json.loads(p.stdout)
+    except ValueError:
+        last = (p.stderr.strip().splitlines() or ["no output"])[-1]
+        report = {"error": f"nvdocker2 {action} gave no JSON: {last}"}
+    return Outcome(p.returncode, report if isinstance(report, dict) else {})
