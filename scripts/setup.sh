@@ -98,13 +98,7 @@ if [ "$profile" = tests ]; then
     modules="$modules, pytest, hypothesis, vermin, yaml"
     # kubernetes-validate (not in Debian) checks deploy/ against the Kubernetes API schemas; its
     # own venv, so its newer jsonschema never replaces the one the .deb depends on.
-    if [ "$(.venv-kubernetes/bin/kubernetes-validate --version 2>/dev/null)" != "$KUBERNETES_VALIDATE_VERSION" ]; then
-        echo "setup: installing kubernetes-validate $KUBERNETES_VALIDATE_VERSION into .venv-kubernetes (checks deploy/)"
-        rm -rf .venv-kubernetes
-        /usr/bin/python3 -m venv .venv-kubernetes
-        .venv-kubernetes/bin/python -m pip install -q --disable-pip-version-check \
-            "kubernetes-validate==$KUBERNETES_VALIDATE_VERSION"
-    fi
+    scripts/pinned-venv.sh .venv-kubernetes kubernetes-validate "$KUBERNETES_VALIDATE_VERSION"
 fi
 .venv/bin/python -c "import $modules"
 echo "setup: ready for the $profile ($((SECONDS - start)) s)"
