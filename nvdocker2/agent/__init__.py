@@ -28,7 +28,7 @@ def options(engine: str, config: Optional[str], host_root: str, reload: str, ver
     target = apply.Target(engine=engine, config=cfg, reload=reload, verify=verify,
                           set_default=set_default, runtime_name=runtime_name,
                           runtime_path=runtime_path, address=address, timeout=timeout,
-                          state_dir=state)
+                          state_dir=state, host_root=os.path.abspath(host_root))
     return Options(target=target, config=Path(cfg), lock=Path(lock_dir) / LOCK_NAME,
                    ready_file=Path(os.path.abspath(ready_file)) if ready_file else None,
                    healthz_port=healthz, keep_on_exit=keep_on_exit, poll=poll, backoff=backoff)

@@ -43,6 +43,7 @@ class Target:
     address: Optional[str] = None  # --containerd-address (containerd's or CRI-O's socket)
     timeout: float = 60.0
     state_dir: Optional[str] = None  # NVDOCKER2_STATE_DIR for the command, None: its default
+    host_root: str = "/"
 
 
 def resolve(engine: str, config: Optional[str], host_root: str) -> tuple[str, Optional[str]]:
@@ -115,6 +116,9 @@ def environment(t: Target) -> dict[str, str]:
     env.update(PATH=SAFE_PATH, LANG="C.UTF-8")
     if t.state_dir:
         env["NVDOCKER2_STATE_DIR"] = t.state_dir
+    if t.host_root != "/":
+        # The image's systemctl and journalctl run the node's own there (deploy/image).
+        env["NVDOCKER2_AGENT_HOST_ROOT"] = t.host_root
     return env
 
 
