@@ -998,10 +998,15 @@ def agent(
         if not os.path.isdir(host_root):
             raise BadInput(f"--host-root {host_root} is not a directory",
                            "mount the host's / there, or drop --host-root")
-        return node_agent.run(node_agent.options(
-            engine.value, config, host_root, reload.value, not no_verify, set_default,
-            runtime_name, runtime_path, containerd_address, timeout, ready_file, healthz,
-            keep_on_exit, poll, backoff))
+        try:
+            opts = node_agent.options(
+                engine.value, config, host_root, reload.value, not no_verify, set_default,
+                runtime_name, runtime_path, containerd_address, timeout, ready_file, healthz,
+                keep_on_exit, poll, backoff)
+        except ValueError as e:
+            raise BadInput(str(e), "put the config in its own directory, e.g. "
+                           "/etc/containerd/config.toml") from None
+        return node_agent.run(opts)
 
     _run(False, go)
 

@@ -7,7 +7,8 @@
 #      --variant=minbase plus nvdocker2's dependencies, under /var/cache/nvdocker2-tests);
 #   3. in a copy of it (chroot): the .deb installed, the tree's Docker, containerd and runc
 #      purged, apt's lists, docs and man pages dropped, the host-side systemctl and journalctl
-#      (systemctl.sh) put first on PATH;
+#      (systemctl.sh) put first on PATH, empty /etc/docker, /etc/containerd and /etc/crio for
+#      the node's to be bound on;
 #   4. dist/nvdocker2-agent_VERSION.tar, a rootfs; with IMPORT=1 also `docker import`-ed as
 #      nvdocker2-agent:VERSION into the Docker that `docker` talks to ($DOCKER_HOST).
 # Needs root (chroot). Prints the tarball's path last.
@@ -50,6 +51,8 @@ chroot "$root" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin DEBIAN_FRONTEN
 '
 install -m 0755 deploy/image/systemctl.sh "$root/usr/local/sbin/systemctl"
 install -m 0755 deploy/image/systemctl.sh "$root/usr/local/sbin/journalctl"
+# Where the agent binds the node's config directory for install (nvdocker2/agent/apply.py).
+mkdir -p -m 0755 "$root/etc/docker" "$root/etc/containerd" "$root/etc/crio"
 mkdir -p "$(dirname "$out")"
 tar --numeric-owner -C "$root" -cf "$out.tmp" .
 mv "$out.tmp" "$out"

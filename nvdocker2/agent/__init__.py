@@ -21,15 +21,15 @@ def options(engine: str, config: Optional[str], host_root: str, reload: str, ver
             set_default: bool, runtime_name: str, runtime_path: Optional[str],
             address: Optional[str], timeout: float, ready_file: Optional[str],
             healthz: Optional[int], keep_on_exit: bool, poll: float, backoff: float) -> Options:
-    """The agent's options from its flags: --config and the state directory are host paths,
-    found under --host-root."""
-    cfg, state = apply.resolve(engine, config, host_root)
+    """The agent's options from its flags: --config and the state directory are node paths,
+    found under --host-root (ValueError: a --config that cannot be shown at its node path)."""
+    seen, node, state = apply.resolve(engine, config, host_root)
     lock_dir = state or os.environ.get("NVDOCKER2_STATE_DIR") or apply.STATE_DIR
-    target = apply.Target(engine=engine, config=cfg, reload=reload, verify=verify,
+    target = apply.Target(engine=engine, config=node, reload=reload, verify=verify,
                           set_default=set_default, runtime_name=runtime_name,
                           runtime_path=runtime_path, address=address, timeout=timeout,
                           state_dir=state, host_root=os.path.abspath(host_root))
-    return Options(target=target, config=Path(cfg), lock=Path(lock_dir) / LOCK_NAME,
+    return Options(target=target, config=Path(seen), lock=Path(lock_dir) / LOCK_NAME,
                    ready_file=Path(os.path.abspath(ready_file)) if ready_file else None,
                    healthz_port=healthz, keep_on_exit=keep_on_exit, poll=poll, backoff=backoff)
 

@@ -34,7 +34,7 @@ class Target:
     """What the agent installs, in install's words (each field is the install option)."""
 
     engine: str = "docker"
-    config: Optional[str] = None  # the file as this process sees it (host root applied)
+    config: Optional[str] = None  # the file as the node names it
     reload: str = "auto"
     verify: bool = True
     set_default: bool = False
@@ -46,16 +46,27 @@ class Target:
     host_root: str = "/"
 
 
-def resolve(engine: str, config: Optional[str], host_root: str) -> tuple[str, Optional[str]]:
-    """(config, state dir) as this process sees them: --config (default: the engine's usual
-    file) and the state directory are host paths, found under --host-root; with host root /
-    the state directory is left to install ($NVDOCKER2_STATE_DIR, else its default)."""
+def resolve(engine: str, config: Optional[str], host_root: str) -> tuple[str, str, Optional[str]]:
+    """(config as this process sees it, config as the node names it, state directory):
+    --config (default: the engine's usual file) and the state directory are node paths, found
+    under --host-root; with host root / the state directory is left to install
+    ($NVDOCKER2_STATE_DIR, else its default)."""
     root = os.path.abspath(host_root)
-    host_path = config or ENGINE_CONFIG[engine]
+    node = os.path.abspath(config or ENGINE_CONFIG[engine])
     if root == "/":
-        return os.path.abspath(host_path), None
-    return (os.path.join(root, host_path.lstrip("/")),
+        return node, node, None
+    if node_dir(node) == "/":
+        raise ValueError(f"--config {node}: with --host-root the config must be in a "
+                         "directory below / (that directory is shown to install at its node path)")
+    return (os.path.join(root, node.lstrip("/")), node,
             os.path.join(root, STATE_DIR.lstrip("/")))
+
+
+def node_dir(node_config: str) -> str:
+    """The node directory install is shown at its own path: the config's directory, or the one
+    above a drop-in directory (`*.d`: CRI-O's crio.conf.d sits in /etc/crio)."""
+    d = os.path.dirname(node_config)
+    return os.path.dirname(d) if d.endswith(".d") else d
 
 
 @dataclass(frozen=True)
@@ -91,7 +102,15 @@ class Outcome:
         return (keys or "changed") + (f" ({', '.join(extra)})" if extra else "")
 
 
+# Run in a private mount namespace: the node's directory bound over the same path here.
+_SHOW_NODE_DIR = 'src=$1 dst=$2; shift 2; mount --bind "$src" "$dst"; exec "$@"'
+
+
 def argv(action: str, t: Target) -> list[str]:
+    """The command line. With a host root, install runs in a private mount namespace where the
+    node's config directory is at its node path, so every path install writes into the config
+    (containerd's imports of its drop-in) and every absolute path it reads there means on the
+    node what it means to install."""
     cmd = [sys.executable, "-I", "-m", "nvdocker2", action, "--engine", t.engine,
            "--reload", t.reload, "--runtime-name", t.runtime_name, "--timeout", str(t.timeout),
            "--json"]
@@ -106,7 +125,11 @@ def argv(action: str, t: Target) -> list[str]:
             cmd.append("--set-default")
         if t.runtime_path:
             cmd += ["--runtime-path", t.runtime_path]
-    return cmd
+    if t.host_root == "/" or not t.config:
+        return cmd
+    d = node_dir(t.config)
+    return ["unshare", "--mount", "--propagation", "private", "/bin/sh", "-euc", _SHOW_NODE_DIR,
+            "nvdocker2-agent", os.path.join(t.host_root, d.lstrip("/")), d, *cmd]
 
 
 def environment(t: Target) -> dict[str, str]:
@@ -127,6 +150,12 @@ def run(action: str, t: Target) -> Outcome:
     meant for the agent does not cut the transaction short: the agent waits, then acts)."""
     if t.state_dir:
         Path(t.state_dir).mkdir(mode=0o700, parents=True, exist_ok=True)
+    if t.host_root != "/" and t.config and not os.path.isdir(node_dir(t.config)):
+        d = node_dir(t.config)
+        return Outcome(2, {"error": f"the node's {d} cannot be shown to install at {d}: there "
+                                    f"is no directory {d} here to bind it on",
+                           "hint": f"make {d} in the agent's image (deploy/image/build.sh "
+                                   "makes /etc/docker, /etc/containerd and /etc/crio)"})
     try:
         p = subprocess.run(argv(action, t), cwd="/", env=environment(t), capture_output=True,
                            text=True, start_new_session=True, timeout=t.timeout * 4 + 60)

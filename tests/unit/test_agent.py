@@ -229,3 +229,28 @@ def test_inotify_wakes_at_once_and_the_fingerprint_sees_bytes(tmp_path):
     (tmp_path / "conf.d" / "99-nvidia.toml").write_bytes(b"")
     assert fingerprint(cfg) != before
     w.close()
+
+
+def test_paths_written_into_the_config_are_node_paths(tmp_path):
+    """containerd's import of a drop-in directory names a node path: the drop-in goes into the
+    node's directory under the host root, the import line stays the node's, and nothing is
+    written into this machine's /etc/containerd."""
+    if not os.path.isdir("/etc/containerd"):
+        pytest.skip("/etc/containerd missing here (scripts/setup.sh installs containerd)")
+    host = tmp_path / "host"
+    etc = host / "etc" / "containerd"
+    (etc / "conf.d").mkdir(parents=True)
+    host.chmod(0o755)
+    original = b'version = 2\nimports = ["/etc/containerd/conf.d/*.toml"]\n'
+    (etc / "config.toml").write_bytes(original)
+    ours = Path("/etc/containerd/conf.d/99-nvidia.toml")
+    assert not ours.exists()
+    a = AgentProc(["--engine", "containerd", "--host-root", str(host), "--reload", "none",
+                   "--no-verify", "--poll", "0.5"], tmp_path / "a.log")
+    a.wait_for("ready:")
+    assert (etc / "config.toml").read_bytes() == original  # the import was already there
+    assert b"nvidia" in (etc / "conf.d" / "99-nvidia.toml").read_bytes()
+    assert not ours.exists()
+    assert a.stop() == 0
+    assert (etc / "config.toml").read_bytes() == original
+    assert os.listdir(etc / "conf.d") == []
