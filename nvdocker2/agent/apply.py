@@ -92,7 +92,8 @@ class Outcome:
             return f"{err} (exit {self.code})" + (f"; hint: {hint}" if hint else "")
         if not self.changed:
             return "unchanged"
-        keys = ", ".join(f"{c.get('key')} {c.get('action')}" for c in self.report.get("changes", []))
+        keys = ", ".join(f"{c.get('key')} {c.get('action')}"
+                         for c in self.report.get("changes", []))
         extra = [f"backup {self.report['backup']}"] if self.report.get("backup") else []
         reload = self.report.get("reload")
         if reload:

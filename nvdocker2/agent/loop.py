@@ -23,8 +23,8 @@ from nvdocker2.agent.serve import Readiness, serve_healthz
 from nvdocker2.agent.watch import Watcher, fingerprint
 
 RECUR_WINDOW = 600.0  # the same drift seen again within this many seconds counts as recurring
-MAX_BACKOFF_FACTOR = 32
-SETTLE = 0.2  # seconds a changed file must stay unchanged before it is acted on  # back-off doubles up to this many times its first value
+MAX_BACKOFF_FACTOR = 32  # back-off doubles up to this many times its first value
+SETTLE = 0.2  # seconds a changed file must stay unchanged before it is acted on
 
 
 @dataclass(frozen=True)

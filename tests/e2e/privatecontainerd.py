@@ -129,10 +129,12 @@ def oci_archive(dest: Path) -> Path:
 class PrivateContainerd:
     """One containerd in its own directory; `env()` is what nvdocker2 runs with."""
 
-    def __init__(self, exe: str = "containerd", config: str | None = None) -> None:
+    def __init__(self, exe: str = "containerd", config: str | None = None,
+                 config_name: str = "config.toml") -> None:
         self.dir = Path(tempfile.mkdtemp(prefix="nvd2cd-", dir="/tmp"))
         self.exe = shutil.which(exe) or exe
-        self.config = self.dir / "config.toml"
+        self.config = self.dir / config_name  # a path below dir (the agent's node root)
+        self.config.parent.mkdir(parents=True, exist_ok=True)
         self.config.write_text((config or CONFIG).format(d=self.dir))
         self.address = str(self.dir / "c.sock")
         self.log = self.dir / "containerd.log"

@@ -1,6 +1,7 @@
 """The agent's image run as its DaemonSet runs it, without a kubelet: a private dockerd starts
 the image privileged, with --pid=host, a host root mounted at /host and a /run of its own,
-against a private containerd whose directory is that host root (config.toml at its top).
+against a private containerd whose directory is that host root (its config.toml at the node
+path /etc/containerd/config.toml).
 
 What stands in for the node: the private containerd (this machine's containerd 1.6, Debian
 12's), and for the node's systemd the `systemctl` stand-in (tests/fixtures/systemctl-containerd)
@@ -131,7 +132,7 @@ def node(agent_image, tmp_path):
     runtime and makes it the default (a non-runc default set before the agent came), a
     busybox sh for the host root's systemctl, and the stand-in for systemd."""
     runc = shutil.which("runc")
-    c = PrivateContainerd()
+    c = PrivateContainerd(config_name="etc/containerd/config.toml")
     text = c.config.read_text().replace('      snapshotter = "overlayfs"\n',
                         '      snapshotter = "overlayfs"\n      default_runtime_name = "crun"\n')
     c.config.write_text(text + CRUN.format(runc=runc))
@@ -166,9 +167,10 @@ class Node:
         """`docker run` the agent as the DaemonSet's pod runs it."""
         envs = [a for e in env for a in ("-e", e)]
         self.dockerd.docker(
-            "run", "-d", "--name", self.cname(name), *privileged(), "--pid=host", "--network", "none",
-            "-v", f"{self.c.dir}:/host", "-v", f"{self.run_dir}:/run", *envs, IMAGE,
-            "--engine", "containerd", "--host-root", "/host", "--config", "/config.toml",
+            "run", "-d", "--name", self.cname(name), *privileged(), "--pid=host",
+            "--network", "none", "-v", f"{self.c.dir}:/host", "-v", f"{self.run_dir}:/run",
+            *envs, IMAGE, "--engine", "containerd", "--host-root", "/host",
+            "--config", "/etc/containerd/config.toml",
             "--containerd-address", "/host/c.sock", "--ready-file", "/tmp/nvdocker2-agent.ready",
             "--poll", "1", "--backoff", "2", timeout=300)
         self.started.append(self.cname(name))
@@ -192,8 +194,8 @@ class Node:
 
     def ready(self, name: str) -> bool:
         """The DaemonSet's readiness probe, run in the container."""
-        p = self.dockerd.docker("exec", self.cname(name), "test", "-e", "/tmp/nvdocker2-agent.ready",
-                                check=False)
+        p = self.dockerd.docker("exec", self.cname(name), "test", "-e",
+                                "/tmp/nvdocker2-agent.ready", check=False)
         return p.returncode == 0
 
     def stop(self, name: str) -> int:
@@ -210,7 +212,7 @@ class Node:
         return found
 
     def temp_files(self) -> list[str]:
-        return [n for n in os.listdir(self.c.dir) if "nvdocker2-tmp" in n]
+        return [n for n in os.listdir(self.c.config.parent) if "nvdocker2-tmp" in n]
 
 
 def _rewrite(path: Path, data: bytes) -> None:

@@ -42,7 +42,8 @@ class AgentProc:
             if self.p.poll() is not None:
                 break
             time.sleep(0.05)
-        raise AssertionError(f"no {count}x {word!r} in the agent's log:\n" + "\n".join(self.lines()))
+        raise AssertionError(f"no {count}x {word!r} in the agent's log:\n"
+                             + "\n".join(self.lines()))
 
     def healthz(self) -> tuple[int, str]:
         m = re.search(r"http://127\.0\.0\.1:(\d+)", self.wait_for("/healthz on"))

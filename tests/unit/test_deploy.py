@@ -21,7 +21,7 @@ REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "deploy" / "helm" / "nvdocker2-agent"
 MANIFEST = REPO / "deploy" / "kubernetes" / "nvdocker2-agent.yaml"
 VALIDATE = REPO / ".venv-kubernetes" / "bin" / "kubernetes-validate"
-KUBERNETES = ["1.29.0", "1.37.0"]  # the oldest and the newest release kubernetes-validate knows here
+KUBERNETES = ["1.29.0", "1.37.0"]  # two releases two years apart (kubernetes-validate's schemas)
 NAMESPACE = "nvdocker2"
 
 _ACTION = re.compile(r"(\{\{-?)\s*(.*?)\s*(-?\}\})", re.S)
