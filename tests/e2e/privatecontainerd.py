@@ -16,6 +16,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import tarfile
 import tempfile
 import time
@@ -124,6 +125,30 @@ def oci_archive(dest: Path) -> Path:
         for d, data in blobs.items():
             add(f"blobs/sha256/{d}", data)
     return dest
+
+
+def tree_binaries(suite: str) -> str:
+    """containerd, its shim and ctr of a Debian suite's cached tree, unpacked once beside it."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "platforms"))
+    import trees
+
+    # Any cached tree of the suite has the suite's containerd, whatever else it holds.
+    cached = sorted(trees.CACHE.glob(f"{suite}-docker-*.tar"))
+    try:
+        tarball = cached[-1] if cached else trees.ensure_tarball(suite)
+    except trees.TreeUnavailable as e:
+        trees.unavailable(f"containerd of {suite}: {e}")
+    dest = trees.CACHE / f"{tarball.stem}-containerd-bin"
+    if not (dest / "containerd").exists():
+        tmp = Path(str(dest) + f".tmp{os.getpid()}")
+        tmp.mkdir(parents=True, exist_ok=True)
+        with tarfile.open(tarball) as t:
+            for name in ("containerd", "containerd-shim-runc-v2", "ctr"):
+                f = t.extractfile(f"./usr/bin/{name}")
+                (tmp / name).write_bytes(f.read())
+                (tmp / name).chmod(0o755)
+        os.replace(tmp, dest)
+    return str(dest / "containerd")
 
 
 class PrivateContainerd:

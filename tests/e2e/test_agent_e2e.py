@@ -4,7 +4,7 @@ against a private containerd whose directory is that host root (its config.toml 
 path /etc/containerd/config.toml).
 
 What stands in for the node: the private containerd (this machine's containerd 1.6, Debian
-12's), and for the node's systemd the `systemctl` stand-in (tests/fixtures/systemctl-containerd)
+12's, and Debian 13's 1.7), and for the node's systemd the `systemctl` stand-in (tests/fixtures/systemctl-containerd)
 run by this test outside the container; the image's systemctl (chroot /host systemctl) reaches
 it through the host root's systemctl (tests/fixtures/host-systemctl) and two FIFOs. No kubelet
 and no Kubernetes API run here.
@@ -27,7 +27,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from privatecontainerd import PrivateContainerd  # noqa: E402
+from privatecontainerd import PrivateContainerd, tree_binaries  # noqa: E402
 
 from nvdocker2 import __version__  # noqa: E402
 from nvdocker2.engines.containerd import service  # noqa: E402
@@ -36,6 +36,10 @@ REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "fixtures"
 IMAGE_TAR = REPO / "dist" / f"nvdocker2-agent_{__version__}.tar"
 IMAGE = "nvdocker2-agent:e2e"
+# This machine's containerd 1.6 (Debian 12's) and Debian 13's 1.7 from its cached tree;
+# $NVD2_CONTAINERD_BINS (colon-separated executables or suite names) replaces the list.
+BINS = [b for b in os.environ.get("NVD2_CONTAINERD_BINS", "").split(":") if b] or [
+    "containerd", "trixie"]
 CRUN = """
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.crun]
         runtime_type = "io.containerd.runc.v2"
@@ -126,13 +130,14 @@ class HostSystemd:
         self._t.join(10)
 
 
-@pytest.fixture
-def node(agent_image, tmp_path):
+@pytest.fixture(params=BINS)
+def node(agent_image, tmp_path, request):
     """A private containerd whose directory is the host root: config.toml names a crun
     runtime and makes it the default (a non-runc default set before the agent came), a
     busybox sh for the host root's systemctl, and the stand-in for systemd."""
     runc = shutil.which("runc")
-    c = PrivateContainerd(config_name="etc/containerd/config.toml")
+    exe = tree_binaries(request.param) if request.param in ("trixie", "sid") else request.param
+    c = PrivateContainerd(exe, config_name="etc/containerd/config.toml")
     text = c.config.read_text().replace('      snapshotter = "overlayfs"\n',
                         '      snapshotter = "overlayfs"\n      default_runtime_name = "crun"\n')
     c.config.write_text(text + CRUN.format(runc=runc))
