@@ -1006,7 +1006,12 @@ def agent(
         except ValueError as e:
             raise BadInput(str(e), "put the config in its own directory, e.g. "
                            "/etc/containerd/config.toml") from None
-        return node_agent.run(opts)
+        try:
+            return node_agent.run(opts)
+        except node_agent.CannotStart as e:
+            from nvdocker2.errors import EnvironmentProblem
+
+            raise EnvironmentProblem(str(e), e.hint) from None
 
     _run(False, go)
 

@@ -12,7 +12,9 @@ from pathlib import Path
 from typing import Optional
 
 from nvdocker2.agent import apply
-from nvdocker2.agent.loop import Agent, Options
+from nvdocker2.agent.loop import Agent, CannotStart, Options
+
+__all__ = ["CannotStart", "Options", "options", "run"]
 
 LOCK_NAME = "agent.lock"
 
@@ -35,5 +37,6 @@ def options(engine: str, config: Optional[str], host_root: str, reload: str, ver
 
 
 def run(opts: Options) -> int:
-    """Run the agent until SIGTERM or SIGINT; the exit code (0 once it restored, or kept)."""
+    """Run the agent until SIGTERM or SIGINT; the exit code (0 once it restored, or kept).
+    Raises CannotStart before changing anything when it cannot start here."""
     return Agent(opts).run()

@@ -27,6 +27,15 @@ MAX_BACKOFF_FACTOR = 32  # back-off doubles up to this many times its first valu
 SETTLE = 0.2  # seconds a changed file must stay unchanged before it is acted on
 
 
+class CannotStart(Exception):
+    """The agent cannot start here (the lock's directory, the /healthz port); str() says what,
+    `hint` what to do. Nothing was changed."""
+
+    def __init__(self, message: str, hint: str) -> None:
+        super().__init__(message)
+        self.hint = hint
+
+
 @dataclass(frozen=True)
 class Options:
     target: apply.Target
@@ -109,10 +118,19 @@ class Agent:
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, self._on_signal)
         if self.o.healthz_port is not None:
-            server = serve_healthz(self.o.healthz_port, self.readiness)
+            try:
+                server = serve_healthz(self.o.healthz_port, self.readiness)
+            except OSError as e:
+                raise CannotStart(f"cannot serve /healthz on 127.0.0.1:{self.o.healthz_port}: "
+                                  f"{e.strerror or e}", "pick a free port for --healthz") from None
             self.say(f"/healthz on http://127.0.0.1:{server.server_address[1]}")
         self.readiness.set(False, "starting")
-        fd = self._lock()
+        try:
+            fd = self._lock()
+        except OSError as e:
+            raise CannotStart(f"cannot take the agent lock {self.o.lock}: {e.strerror or e}",
+                              "run the agent as root, with the node's root at --host-root"
+                              ) from None
         if fd is None:
             self.say(f"stopping on {self.stopping} before taking the lock; nothing was changed")
             return 0

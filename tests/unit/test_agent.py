@@ -254,3 +254,29 @@ def test_paths_written_into_the_config_are_node_paths(tmp_path):
     assert a.stop() == 0
     assert (etc / "config.toml").read_bytes() == original
     assert os.listdir(etc / "conf.d") == []
+
+
+def test_a_busy_healthz_port_is_one_error_line_and_nothing_changes(host, tmp_path):
+    import socket
+
+    busy = socket.socket()
+    busy.bind(("127.0.0.1", 0))
+    busy.listen(1)
+    port = busy.getsockname()[1]
+    try:
+        a = AgentProc(["--host-root", str(host), "--reload", "none", "--no-verify",
+                       "--healthz", str(port)], tmp_path / "a.log")
+        assert a.stop(0) == 3
+    finally:
+        busy.close()
+    lines = a.lines()
+    assert lines[0] == f"error: cannot serve /healthz on 127.0.0.1:{port}: Address already in use"
+    assert lines[1] == "hint: pick a free port for --healthz" and len(lines) == 2
+    assert _cfg(host).read_bytes() == ORIGINAL
+
+
+def test_config_at_the_top_of_the_host_root_is_refused(host, tmp_path):
+    a = AgentProc(["--host-root", str(host), "--config", "/daemon.json"], tmp_path / "a.log")
+    assert a.stop(0) == 2
+    assert a.lines()[0].startswith("error: --config /daemon.json: with --host-root the config "
+                                   "must be in a directory below /")
