@@ -16,11 +16,13 @@ from pathlib import Path
 
 class AgentProc:
     def __init__(self, args: list[str], log: Path, env: dict | None = None) -> None:
+        """The agent leads a process group of its own, as in a terminal (see `stop`)."""
         self.log = log
         self._err = open(log, "ab")
         self.p = subprocess.Popen([sys.executable, "-m", "nvdocker2", "agent", *args],
                                   stdout=subprocess.DEVNULL, stderr=self._err,
-                                  env=dict(os.environ, **(env or {})))
+                                  env=dict(os.environ, **(env or {})),
+                                  start_new_session=True)
 
     @property
     def pid(self) -> int:
@@ -68,10 +70,11 @@ class AgentProc:
                 out.append(int(d))
         return out
 
-    def stop(self, sig: int = signal.SIGTERM, timeout: float = 60) -> int:
-        """Send `sig`, wait; the exit code."""
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 60, group: bool = False) -> int:
+        """Send `sig` (with `group`, to the agent's whole process group, as a terminal's Ctrl-C
+        does), wait; the exit code."""
         if self.p.poll() is None:
-            os.kill(self.pid, sig)
+            (os.killpg if group else os.kill)(self.pid, sig)
         try:
             return self.p.wait(timeout)
         finally:

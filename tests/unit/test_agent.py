@@ -280,3 +280,20 @@ def test_config_at_the_top_of_the_host_root_is_refused(host, tmp_path):
     assert a.stop(0) == 2
     assert a.lines()[0].startswith("error: --config /daemon.json: with --host-root the config "
                                    "must be in a directory below /")
+
+
+@pytest.mark.parametrize("sig, group", [(signal.SIGTERM, False), (signal.SIGINT, True)])
+def test_a_stop_during_an_install_lets_it_finish_then_restores(host, tmp_path, sig, group):
+    """SIGTERM to the agent, or a Ctrl-C to its process group: the install in progress runs
+    in its own session, completes, and is then undone."""
+    a = _start(host, tmp_path, env={"NVDOCKER2_TEST_PAUSE_BEFORE_RENAME": "2"})
+    d = _cfg(host).parent
+    end = time.monotonic() + 60
+    while not [n for n in os.listdir(d) if "nvdocker2-tmp" in n]:
+        assert time.monotonic() < end and a.p.poll() is None, a.lines()
+        time.sleep(0.05)
+    assert a.stop(sig, group=group) == 0  # sent while install sleeps before its rename
+    assert [x for x in a.lines() if "install:" in x and "uninstall" not in x], a.lines()
+    assert len(a.events(f"stopping on {signal.Signals(sig).name}: uninstall:")) == 1
+    assert _cfg(host).read_bytes() == ORIGINAL
+    assert [n for n in os.listdir(d) if "nvdocker2-tmp" in n] == []
