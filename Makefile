@@ -3,6 +3,9 @@
 #   make rpm    dist/nvdocker2-VERSION-1.noarch.rpm (rpmbuild, rpm/nvdocker2.spec)
 #   make ansible-test  ansible-test sanity on the collection nvdocker2.gpu, then its fleet tests
 #                      (scripts/ansible-test.sh: pinned ansible-core in .venv-ansible)
+#   make agent-image  dist/nvdocker2-agent_VERSION.tar, the agent's image as a rootfs (the .deb on
+#               the cached Debian 12 tree; deploy/image/build.sh), `docker import`-ed as
+#               nvdocker2-agent:VERSION (IMPORT=0 skips the import)
 #   make clean
 #   make bench  bench/RESULTS.md (bench/run.py; bench/Makefile.fragment)
 #   make matrix the platform matrix: the .deb on Debian 12, 13 and sid trees, each on its own
@@ -31,7 +34,7 @@ RPM_DEBIAN_DEPS := rpm python3-pip python3-setuptools python3-typer python3-rich
 RPM_PYTHON_CHECK := import setuptools, pip, typer, rich, jsonschema, filelock, packaging
 APT_INSTALL := DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends
 
-.PHONY: deb rpm clean deb-build-deps rpm-build-deps matrix
+.PHONY: deb rpm clean deb-build-deps rpm-build-deps matrix agent-image
 
 # $(call source_tree,DIR,VERSION): copy the working tree to DIR, with VERSION in __init__.py.
 define source_tree
@@ -127,3 +130,6 @@ matrix:
 	@$(MATRIX_PYTHON) scripts/matrix.py $(MATRIX_PLATFORMS)
 
 include bench/Makefile.fragment
+
+agent-image: deb
+	@IMPORT=$${IMPORT:-1} deploy/image/build.sh "$(DIST)/nvdocker2_$(DEB_VERSION)_all.deb"

@@ -19,18 +19,7 @@ CACHE="${NVDOCKER2_TEST_CACHE:-/var/cache/nvdocker2-tests}"
 export PIP_CACHE_DIR="$CACHE/pip"
 
 if [ -z "${NVDOCKER2_ANSIBLE_BIN:-}" ]; then
-    if [ "$(.venv-ansible/bin/ansible-test --version 2>/dev/null)" != "ansible-test version $ANSIBLE_CORE_VERSION" ]; then
-        echo "ansible-test: ansible-core $ANSIBLE_CORE_VERSION into .venv-ansible"
-        rm -rf .venv-ansible
-        /usr/bin/python3 -m venv .venv-ansible
-        # pip's output only when it fails: a test run shows results, not downloads.
-        if ! .venv-ansible/bin/python -m pip install -q --disable-pip-version-check \
-                "ansible-core==$ANSIBLE_CORE_VERSION" > .venv-ansible/pip.log 2>&1; then
-            cat .venv-ansible/pip.log >&2
-            echo "ansible-test: pip could not install ansible-core $ANSIBLE_CORE_VERSION" >&2
-            exit 1
-        fi
-    fi
+    scripts/pinned-venv.sh .venv-ansible ansible-core "$ANSIBLE_CORE_VERSION"
     NVDOCKER2_ANSIBLE_BIN="$PWD/.venv-ansible/bin"
 fi
 export NVDOCKER2_ANSIBLE_BIN

@@ -9,6 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 profile=${1:-tests}
+KUBERNETES_VALIDATE_VERSION=1.37.0
 case "$profile" in
     demo | tests) ;;
     *)
@@ -27,6 +28,7 @@ groups=(
 if [ "$profile" = tests ]; then
     groups+=(
         "the test runner and its property-based tests: python3-pytest python3-hypothesis"
+        "reading the Kubernetes manifests and the Helm chart (tests/unit/test_deploy.py): python3-yaml"
         "building and checking the .deb and the .rpm (tests/packaging): dpkg-dev debhelper dh-python pybuild-plugin-pyproject python3-all rpm lintian equivs devscripts make git"
         "a private rootful Podman that reads CDI specs, to run hostile images against the CDI hook (tests/e2e/test_cdi_podman_e2e.py): podman"
     )
@@ -94,7 +96,10 @@ if [ "$profile" = tests ]; then
         echo "setup: installing vermin into .venv (checks that the code runs on Python 3.9)"
         .venv/bin/python -m pip install -q "vermin==1.9.2"
     fi
-    modules="$modules, pytest, hypothesis, vermin"
+    modules="$modules, pytest, hypothesis, vermin, yaml"
+    # kubernetes-validate (not in Debian) checks deploy/ against the Kubernetes API schemas; its
+    # own venv, so its newer jsonschema never replaces the one the .deb depends on.
+    scripts/pinned-venv.sh .venv-kubernetes kubernetes-validate "$KUBERNETES_VALIDATE_VERSION"
     # The test suite's switch (nvdocker2/host/testing.py): test hooks are read only in a venv
     # that holds this root-made file; no packaged install ever has it.
     install -m 0644 /dev/null .venv/nvdocker2-test-hooks

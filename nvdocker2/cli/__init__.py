@@ -16,7 +16,7 @@ import traceback
 from typing import Any, List, Optional
 
 from nvdocker2 import redact
-from nvdocker2.cli import cdi, doctor, install, state
+from nvdocker2.cli import agent, cdi, doctor, install, state
 from nvdocker2.cli.app import (
     _click_errors,
     _debug,
@@ -28,7 +28,7 @@ from nvdocker2.cli.app import (
 )
 from nvdocker2.errors import EXIT_BAD_INPUT, EXIT_INTERNAL, NvDockerError
 
-for _group in (install, state, doctor, cdi):  # the order of `nvdocker2 --help`
+for _group in (install, state, doctor, cdi, agent):  # the order of `nvdocker2 --help`
     _group.add(app)
 
 

@@ -16,6 +16,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import tarfile
 import tempfile
 import time
@@ -126,13 +127,39 @@ def oci_archive(dest: Path) -> Path:
     return dest
 
 
+def tree_binaries(suite: str) -> str:
+    """containerd, its shim and ctr of a Debian suite's cached tree, unpacked once beside it."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "platforms"))
+    import trees
+
+    # Any cached tree of the suite has the suite's containerd, whatever else it holds.
+    cached = sorted(trees.CACHE.glob(f"{suite}-docker-*.tar"))
+    try:
+        tarball = cached[-1] if cached else trees.ensure_tarball(suite)
+    except trees.TreeUnavailable as e:
+        trees.unavailable(f"containerd of {suite}: {e}")
+    dest = trees.CACHE / f"{tarball.stem}-containerd-bin"
+    if not (dest / "containerd").exists():
+        tmp = Path(str(dest) + f".tmp{os.getpid()}")
+        tmp.mkdir(parents=True, exist_ok=True)
+        with tarfile.open(tarball) as t:
+            for name in ("containerd", "containerd-shim-runc-v2", "ctr"):
+                f = t.extractfile(f"./usr/bin/{name}")
+                (tmp / name).write_bytes(f.read())
+                (tmp / name).chmod(0o755)
+        os.replace(tmp, dest)
+    return str(dest / "containerd")
+
+
 class PrivateContainerd:
     """One containerd in its own directory; `env()` is what nvdocker2 runs with."""
 
-    def __init__(self, exe: str = "containerd", config: str | None = None) -> None:
+    def __init__(self, exe: str = "containerd", config: str | None = None,
+                 config_name: str = "config.toml") -> None:
         self.dir = Path(tempfile.mkdtemp(prefix="nvd2cd-", dir="/tmp"))
         self.exe = shutil.which(exe) or exe
-        self.config = self.dir / "config.toml"
+        self.config = self.dir / config_name  # a path below dir (the agent's node root)
+        self.config.parent.mkdir(parents=True, exist_ok=True)
         self.config.write_text((config or CONFIG).format(d=self.dir))
         self.address = str(self.dir / "c.sock")
         self.log = self.dir / "containerd.log"

@@ -21,39 +21,18 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from privatecontainerd import IMAGE, PrivateContainerd, missing_prerequisites  # noqa: E402
+from privatecontainerd import (  # noqa: E402
+    IMAGE,
+    PrivateContainerd,
+    missing_prerequisites,
+    tree_binaries,
+)
 
 from nvdocker2.engines.containerd import service  # noqa: E402
 
 NVDOCKER2 = [sys.executable, "-m", "nvdocker2"]
 BINS = [b for b in os.environ.get("NVD2_CONTAINERD_BINS", "").split(":") if b] or [
     "containerd", "trixie", "sid"]
-
-
-def _tree_binaries(suite: str) -> str:
-    """containerd, its shim and ctr of a Debian suite's cached tree, unpacked once beside it."""
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "platforms"))
-    import tarfile
-
-    import trees
-
-    # Any cached tree of the suite has the suite's containerd, whatever else it holds.
-    cached = sorted(trees.CACHE.glob(f"{suite}-docker-*.tar"))
-    try:
-        tarball = cached[-1] if cached else trees.ensure_tarball(suite)
-    except trees.TreeUnavailable as e:
-        trees.unavailable(f"containerd of {suite}: {e}")
-    dest = trees.CACHE / f"{tarball.stem}-containerd-bin"
-    if not (dest / "containerd").exists():
-        tmp = Path(str(dest) + f".tmp{os.getpid()}")
-        tmp.mkdir(parents=True, exist_ok=True)
-        with tarfile.open(tarball) as t:
-            for name in ("containerd", "containerd-shim-runc-v2", "ctr"):
-                f = t.extractfile(f"./usr/bin/{name}")
-                (tmp / name).write_bytes(f.read())
-                (tmp / name).chmod(0o755)
-        os.replace(tmp, dest)
-    return str(dest / "containerd")
 
 
 def _require(exe: str) -> None:
@@ -70,7 +49,7 @@ def containerd(request, tmp_path_factory):
     exe = request.param
     _require("containerd" if exe in ("trixie", "sid") else exe)
     if exe in ("trixie", "sid"):
-        exe = _tree_binaries(exe)
+        exe = tree_binaries(exe)
     c = PrivateContainerd(exe)
     try:
         c.start()

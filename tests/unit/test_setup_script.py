@@ -21,7 +21,7 @@ DEMO_PACKAGES = {
 TEST_ONLY = {
     "python3-pytest", "python3-hypothesis", "dpkg-dev", "debhelper", "dh-python",
     "pybuild-plugin-pyproject", "python3-all", "rpm", "lintian", "equivs", "devscripts", "make",
-    "git", "podman",
+    "git", "podman", "python3-yaml",
 }
 
 FAKE_APT = """#!/bin/sh
@@ -52,6 +52,11 @@ def run_setup(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess, 
     repo = tmp_path / "repo"
     (repo / "scripts").mkdir(parents=True)
     shutil.copy2(REPO / "scripts/setup.sh", repo / "scripts/setup.sh")
+    # The pinned tool venvs are made by their own script (tested by running it on the tests'
+    # machine); here it only records that it was asked.
+    fake_pinned = repo / "scripts/pinned-venv.sh"
+    fake_pinned.write_text('#!/bin/sh\necho "$*" >> "$SETUP_LOG/pinned-venv"\n')
+    fake_pinned.chmod(0o755)
     (repo / ".venv/bin").mkdir(parents=True)
     fakes = {"apt-get": FAKE_APT, "dpkg-query": "#!/bin/sh\nexit 1\n",
              "id": "#!/bin/sh\necho 0\n", ".venv/bin/python": FAKE_PYTHON}
@@ -87,6 +92,7 @@ def test_demo_installs_only_what_the_demo_needs_and_says_why(tmp_path):
     assert "Unpacking" not in out
     assert not any(p in out.split() for p in TEST_ONLY)
     assert "vermin" not in (log / "python").read_text()
+    assert not (log / "pinned-venv").exists()
     assert out.splitlines()[-1].startswith("setup: ready for the demo (")
 
 
@@ -98,7 +104,8 @@ def test_tests_install_everything_the_tests_need(tmp_path):
     calls = (log / "python").read_text()
     assert "-m pip install -q vermin==1.9.2" in calls
     assert "-c import nvdocker2, typer, rich, jsonschema, filelock, packaging, pytest, " \
-           "hypothesis, vermin" in calls
+           "hypothesis, vermin, yaml" in calls
+    assert (log / "pinned-venv").read_text() == ".venv-kubernetes kubernetes-validate 1.37.0\n"
 
 
 @pytest.mark.parametrize("profile", ["bogus", "--demo"])
