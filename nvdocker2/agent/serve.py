@@ -3,6 +3,7 @@ probe tests it) and/or `GET /healthz` on 127.0.0.1 (200 "ok", else 503 and the r
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -30,7 +31,9 @@ class Readiness:
             return
         if ready:
             tmp = self.ready_file.with_name(f".{self.ready_file.name}.{os.getpid()}")
-            tmp.write_text(why + "\n")
+            with contextlib.suppress(FileNotFoundError):
+                tmp.unlink()  # a leftover of ours; never written through (O_EXCL|O_NOFOLLOW)
+            files.write_new(tmp, (why + "\n").encode(), 0o644)
             os.replace(tmp, self.ready_file)
         else:
             try:

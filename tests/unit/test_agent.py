@@ -231,10 +231,11 @@ def test_inotify_wakes_at_once_and_the_fingerprint_sees_bytes(tmp_path):
     w.close()
 
 
-def test_paths_written_into_the_config_are_node_paths(tmp_path):
-    """containerd's import of a drop-in directory names a node path: the drop-in goes into the
-    node's directory under the host root, the import line stays the node's, and nothing is
-    written into this machine's /etc/containerd."""
+def test_the_node_config_under_the_host_root_is_what_changes(tmp_path):
+    """With --host-root, install edits the node's config under it (containerd 1.x, which
+    replaces a whole plugin section from an import, keeps the runtime in config.toml itself),
+    the import line stays the node's, nothing is written into this machine's /etc/containerd,
+    and SIGTERM gives the node's bytes back."""
     if not os.path.isdir("/etc/containerd"):
         pytest.skip("/etc/containerd missing here (scripts/setup.sh installs containerd)")
     host = tmp_path / "host"
@@ -244,16 +245,19 @@ def test_paths_written_into_the_config_are_node_paths(tmp_path):
     original = b'version = 2\nimports = ["/etc/containerd/conf.d/*.toml"]\n'
     (etc / "config.toml").write_bytes(original)
     ours = Path("/etc/containerd/conf.d/99-nvidia.toml")
+    machine = Path("/etc/containerd/config.toml")
+    machine_before = machine.read_bytes() if machine.exists() else None
     assert not ours.exists()
     a = AgentProc(["--engine", "containerd", "--host-root", str(host), "--reload", "none",
                    "--no-verify", "--poll", "0.5"], tmp_path / "a.log")
     a.wait_for("ready:")
-    assert (etc / "config.toml").read_bytes() == original  # the import was already there
-    assert b"nvidia" in (etc / "conf.d" / "99-nvidia.toml").read_bytes()
+    installed = (etc / "config.toml").read_bytes()
+    assert installed.startswith(original) and b"runtimes.nvidia" in installed
+    assert list((etc / "conf.d").iterdir()) == []
     assert not ours.exists()
+    assert (machine.read_bytes() if machine.exists() else None) == machine_before
     assert a.stop() == 0
     assert (etc / "config.toml").read_bytes() == original
-    assert os.listdir(etc / "conf.d") == []
 
 
 def test_a_busy_healthz_port_is_one_error_line_and_nothing_changes(host, tmp_path):
