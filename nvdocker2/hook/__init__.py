@@ -105,6 +105,12 @@ def load_spec(bundle: str) -> tuple[dict, str]:
     spec = _load_json(data, path)
     if not isinstance(spec, dict):
         raise HookError(f"{path}: not a JSON object")
+    return spec, spec_rootfs(spec, path, bundle)
+
+
+def spec_rootfs(spec: dict, path: str, bundle: str) -> str:
+    """The absolute rootfs of an OCI spec read from `path` in `bundle`, after checking that the
+    spec has what the hook needs; the runtime checks a bundle at `create` with the same words."""
     for key in ("ociVersion", "process", "root"):
         if key not in spec:
             raise HookError(f"{path}: missing '{key}'; not an OCI runtime spec")
@@ -112,7 +118,7 @@ def load_spec(bundle: str) -> tuple[dict, str]:
     rootfs = root.get("path") if isinstance(root, dict) else None
     if not isinstance(rootfs, str) or not rootfs:
         raise HookError(f"{path}: 'root.path' must be a non-empty string")
-    return spec, os.path.normpath(os.path.join(bundle, rootfs))
+    return os.path.normpath(os.path.join(bundle, rootfs))
 
 
 def _debug(enabled: bool, message: str) -> None:
