@@ -45,10 +45,17 @@ done
 conf=${NVIDIA_CONTAINER_RUNTIME_CONFIG:-/etc/nvidia-container-runtime/config.toml}
 if [ -z "$slow" ] && [ -e "$conf" ]; then
     if [ -f "$conf" ] && [ -r "$conf" ]; then
+        # sh reads a file a byte at a time: stop where nothing later can set these keys, at
+        # the hook's or the cli's table after [nvidia-container-runtime] (a multi-line string,
+        # the one thing that could hide a table line, sends us to Python first).
+        seen=
         while read -r line || [ -n "$line" ]; do
             case $line in
                 '#'*) ;;
-                *runtimes*|*debug*|*log-level*|*'\'*) slow=1; break ;;
+                '[nvidia-container-runtime]') seen=1 ;;
+                '[nvidia-container-runtime-hook]'|'[nvidia-container-cli]')
+                    [ -z "$seen" ] || break ;;
+                *runtimes*|*debug*|*log-level*|*'\'*|*\"\"\"*|*"'''"*) slow=1; break ;;
             esac
         done < "$conf"
     else

@@ -260,6 +260,41 @@ def test_launcher_passes_through_without_python(tmp_path):
     assert setup.python_started()
 
 
+def test_launcher_reads_config_toml_only_up_to_the_end_of_the_runtimes_table(tmp_path):
+    """Keys of the cli's table below [nvidia-container-runtime] cannot change a pass-through:
+    the launcher stops reading there and starts no Python."""
+    setup = Setup(tmp_path, "launcher")
+    packaged = (Path(__file__).parent.parent.parent / "nvdocker2" / "data" / "config.toml")
+    setup.config.write_text(packaged.read_text().replace(
+        '#debug = "/var/log/nvidia-container-toolkit.log"',
+        'debug = "/var/log/nvidia-container-toolkit.log"'))
+    assert setup.run("state", "ctr").returncode == 0
+    assert setup.runc_argv() == [str(setup.runc), "state", "ctr"]
+    assert not setup.python_started()
+
+
+@pytest.mark.parametrize("text", [
+    # the runtime's table after the cli's: read to the end
+    '[nvidia-container-cli]\npath = "/x"\n\n[nvidia-container-runtime]\nruntimes = ["{alt}"]\n',
+    # a multi-line string could hold a line that looks like a table: Python decides
+    '[nvidia-container-runtime]\nnote = """\n[nvidia-container-cli]\n"""\nruntimes = ["{alt}"]\n',
+    "[nvidia-container-runtime]\nnote = '''\n[nvidia-container-cli]\n'''\nruntimes = ['{alt}']\n",
+    # dotted keys at the top level, before any table
+    'nvidia-container-runtime.runtimes = ["{alt}"]\n[nvidia-container-cli]\n',
+])
+def test_launcher_sends_every_config_that_sets_runtimes_to_python(tmp_path, text):
+    setup = Setup(tmp_path, "launcher")
+    (setup.root / "alt").mkdir()
+    alt = setup.root / "alt" / "other-runc"
+    alt.write_text(RECORDING_RUNC)
+    alt.chmod(0o755)
+    setup.config.write_text(text.replace("{alt}", str(alt)))
+    proc = setup.run("state", "ctr")
+    assert proc.returncode == 0, proc.stderr
+    assert setup.python_started()
+    assert setup.runc_argv() == [str(alt), "state", "ctr"]
+
+
 def test_configured_runtimes_absolute_and_never_itself(setup):
     (setup.root / "alt").mkdir()
     other = setup.root / "alt" / "other-runc"
