@@ -22,6 +22,10 @@ CONFIG_ENV = "NVIDIA_CONTAINER_RUNTIME_CONFIG"
 DEFAULT_CONFIG_PATH = "/etc/nvidia-container-runtime/config.toml"
 DEFAULT_RUNTIMES = ("docker-runc", "runc", "crun")
 DIRECT_HOOK = "direct-hook"
+# Left in the bundle by `create` when config.toml asked nothing of a pass-through (default
+# runtimes, no debug log). containerd runs every call of a container from its bundle, so the
+# calls after `create` find it there and need not read config.toml again.
+PLAIN_MARK = ".nvidia-container-runtime-plain"
 # What a pass-through needs from config.toml; a file whose non-comment lines never mention
 # these (nor a backslash, which could spell them as an escape) needs no TOML parser.
 _PASSTHROUGH_KEYS = (b"runtimes", b"debug", b"log-level", b"\\")
@@ -83,6 +87,7 @@ def main(args: list[str] | None = None, self_path: str | None = None) -> int:
         log_path = config.runtime.debug
         runtime = find_low_level_runtime(config.runtime.runtimes, self_path)
         _prepare_bundle(config, bundle, self_path, log_path)
+        _mark_bundle(bundle, config)
         _log(log_path, f"exec {runtime} {' '.join(args)}")
         return _exec(runtime, args)
     except RuntimeFailure as e:
@@ -169,6 +174,20 @@ def _direct_mode(spec: dict, bundle: str, config, self_path: str) -> bool:
     return True
 
 
+def _mark_bundle(bundle: str, config) -> None:
+    """Leave PLAIN_MARK in the bundle when the pass-throughs of this container can skip
+    config.toml, remove it otherwise. Best effort: without it they read config.toml."""
+    path = os.path.join(bundle, PLAIN_MARK)
+    try:
+        if tuple(config.runtime.runtimes) == DEFAULT_RUNTIMES and not config.runtime.debug:
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
+                             0o644))
+        else:
+            os.unlink(path)
+    except OSError:
+        pass
+
+
 def _legacy_mode(spec: dict, spec_path: str, bundle: str, config) -> bool:
     """SPEC §3 and §4 at `create`: the hook's whole decision is made here and written into
     config.json as the finished nvidia-container-cli command line (nvdocker2.runtime.prestart);
@@ -227,7 +246,11 @@ def _passthrough_settings() -> tuple[tuple[str, ...], str | None, str]:
     """(runtimes, debug log, log level) for a pass-through, parsing TOML only when needed.
 
     A broken config.toml must not keep anyone from stopping and deleting running containers,
-    so here it falls back to the defaults with a warning; `create` refuses it."""
+    so here it falls back to the defaults with a warning; `create` refuses it. In a bundle
+    that `create` marked (PLAIN_MARK: the cwd containerd runs each call in), config.toml asked
+    nothing of a pass-through when the container was created, and is not read again."""
+    if os.path.isfile(PLAIN_MARK):
+        return DEFAULT_RUNTIMES, None, "info"
     path = os.environ.get(CONFIG_ENV) or DEFAULT_CONFIG_PATH
     try:
         with open(path, "rb") as f:

@@ -40,6 +40,7 @@ exec {python} -c 'import sys; from nvdocker2.runtime import main; sys.exit(main(
 class Setup:
     def __init__(self, root: Path, entry: str):
         self.root = root
+        self.entry = entry
         self.bin = root / "bin"
         self.low = root / "low"
         self.bin.mkdir()
@@ -295,6 +296,30 @@ def test_launcher_sends_every_config_that_sets_runtimes_to_python(tmp_path, text
     assert setup.runc_argv() == [str(alt), "state", "ctr"]
 
 
+def test_a_bundle_created_under_a_plain_config_passes_through_without_reading_it(setup):
+    """`create` marks the bundle; the calls containerd makes from it later skip config.toml
+    (the launcher starts no Python), calls from elsewhere still read it."""
+    (setup.root / "alt").mkdir()
+    other = setup.root / "alt" / "other-runc"
+    other.write_text(RECORDING_RUNC)
+    other.chmod(0o755)
+    assert setup.run("create", "--bundle", str(setup.bundle), "ctr").returncode == 0
+    mark = setup.bundle / ".nvidia-container-runtime-plain"
+    assert mark.is_file()
+    setup.write_config(f'[nvidia-container-runtime]\nruntimes = ["{other}"]')
+    for f in (setup.root / "python-started", setup.root / "runc-argv"):
+        f.unlink(missing_ok=True)
+    proc = setup.run("delete", "ctr", cwd=setup.bundle)
+    assert proc.returncode == 0, proc.stderr
+    assert setup.runc_argv() == [str(setup.runc), "delete", "ctr"]
+    assert setup.entry == "python" or not setup.python_started()
+    assert setup.run("delete", "ctr").returncode == 0
+    assert setup.runc_argv() == [str(other), "delete", "ctr"]
+    # a create under a config that sets runtimes takes the mark away
+    assert setup.run("create", "--bundle", str(setup.bundle), "ctr").returncode == 0
+    assert not mark.exists()
+
+
 def test_configured_runtimes_absolute_and_never_itself(setup):
     (setup.root / "alt").mkdir()
     other = setup.root / "alt" / "other-runc"
@@ -368,7 +393,7 @@ def test_mode_of_config_json_is_kept(setup):
     os.chmod(setup.spec_file, 0o600)
     setup.run("create", "--bundle", str(setup.bundle), "ctr")
     assert setup.spec_file.stat().st_mode & 0o777 == 0o600
-    assert sorted(os.listdir(setup.bundle)) == ["config.json"]
+    assert sorted(os.listdir(setup.bundle)) == [".nvidia-container-runtime-plain", "config.json"]
 
 
 # -- direct mode (SPEC §7): the runtime edits the spec itself; runc runs it as a hook ---------
