@@ -5,7 +5,7 @@ At `create` the runtime has config.toml and config.json in hand, so it makes eve
 devices, capabilities and requirements, or a refusal) with the hook's own code, and refuses a
 bad request before runc starts, in the hook's words. What it writes into config.json is the
 finished nvidia-container-cli command line behind a few lines of POSIX sh, run by runc as
-`/bin/sh -c SCRIPT nvidia-container-runtime-hook ROOTFS CLI ARGS...` with the cli's whole
+`sh -c SCRIPT nvidia-container-runtime-hook ROOTFS CLI ARGS...` with the cli's whole
 environment as the hook's `env`. At prestart the script reads the container's pid from the
 state runc writes on its stdin and execs the cli: no Python, no config file read, nothing
 from the container's or runc's environment. A container that asks for no GPU gets no hook.
@@ -69,7 +69,8 @@ def gpu_prestart_hook(spec: dict, spec_path: str, bundle: str, config) -> dict |
         raise Refusal(e.message) from None
     argv = argv_before_pid(cli, request, config)
     env = [f"{name}={value}" for name, value in cli_environment(config).items()]
-    args = [HOOK_PROG, "-c", SCRIPT, HOOK_PROG, rootfs, *argv]
+    # argv[0] "sh": a bash that is /bin/sh then runs in POSIX mode and reads no start-up file.
+    args = ["sh", "-c", SCRIPT, HOOK_PROG, rootfs, *argv]
     _check_exec_size(cli, args, env)
     return {"path": SHELL, "args": args, "env": env}
 

@@ -63,8 +63,8 @@ def has_gpu_hook(spec: dict, name: str = HOOK_NAME) -> bool:
         path, args = hook.get("path"), hook.get("args")
         if isinstance(path, str) and os.path.basename(path) in (HOOK_NAME, name):
             return True
-        if isinstance(args, list) and args[:1] == [HOOK_NAME]:
-            return True
+        if isinstance(args, list) and args[1:2] == ["-c"] and args[3:4] == [HOOK_NAME]:
+            return True  # ours: sh -c SCRIPT nvidia-container-runtime-hook ...
     return False
 
 

@@ -114,7 +114,7 @@ def our_hook(setup, bundle=None, middle=("--device=0", "--compute", "--utility")
     """The prestart entry `create` writes: nvidia-container-cli's finished command line
     behind the pid-reading sh, with the cli's whole environment."""
     return {"path": "/bin/sh",
-            "args": ["nvidia-container-runtime-hook", "-c", SCRIPT,
+            "args": ["sh", "-c", SCRIPT,
                      "nvidia-container-runtime-hook", str((bundle or setup.bundle) / "rootfs"),
                      str(setup.cli), "--load-kmods", "configure", "--ldconfig=@/sbin/ldconfig",
                      *middle],
