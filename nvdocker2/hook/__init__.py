@@ -18,8 +18,6 @@ from __future__ import annotations
 import os
 import sys
 
-from nvdocker2.oneline import one_line
-
 PROG = "nvidia-container-runtime-hook"
 MAX_STATE_BYTES = 4 * 1024 * 1024
 MAX_SPEC_BYTES = 16 * 1024 * 1024
@@ -170,6 +168,8 @@ def main(argv: list[str] | None = None) -> int:
 
         print(f"{PROG} version {__version__} (nvdocker2)")
         return 0
+    from nvdocker2.oneline import one_line  # here: the runtime imports this package too
+
     try:
         config_file, debug, command = _parse_argv(args)
     except _Usage as e:

@@ -14,8 +14,6 @@ from __future__ import annotations
 import os
 import sys
 
-from nvdocker2.oneline import one_line
-
 PROG = "nvidia-container-runtime"
 HOOK_NAME = "nvidia-container-runtime-hook"
 CONFIG_ENV = "NVIDIA_CONTAINER_RUNTIME_CONFIG"
@@ -91,6 +89,8 @@ def main(args: list[str] | None = None, self_path: str | None = None) -> int:
         _log(log_path, f"exec {runtime} {' '.join(args)}")
         return _exec(runtime, args)
     except RuntimeFailure as e:
+        from nvdocker2.oneline import one_line  # only on errors: one module less per start
+
         print(f"{e.prog}: error: {one_line(e)}", file=sys.stderr)
         if e.hint:
             print(f"{e.prog}: hint: {one_line(e.hint)}", file=sys.stderr)
@@ -100,6 +100,8 @@ def main(args: list[str] | None = None, self_path: str | None = None) -> int:
     except Exception as e:  # one line, never a traceback on the start path (unless debugging)
         if os.environ.get("NVDOCKER2_DEBUG") == "1":
             raise
+        from nvdocker2.oneline import one_line
+
         message = one_line(f"internal error: {type(e).__name__}: {str(e)[:300]}")
         print(f"{PROG}: error: {message}", file=sys.stderr)
         _log(log_path, f"error: {message}")
