@@ -457,6 +457,24 @@ def machine() -> list[tuple[str, str]]:
     ]
 
 
+def _load_warning(info: list[tuple[str, str]]) -> list[str]:
+    """A paragraph saying so when other work loaded the machine during the run."""
+    facts = dict(info)
+    cores = int(facts.get("cores") or 1)
+    loads = [facts.get(k, "?").split()[0] for k in ("load average at the start (1, 5, 15 min)",
+                                                    "load average at the end")]
+    try:
+        loaded = max(float(x) for x in loads) >= cores
+    except ValueError:
+        return []
+    if not loaded:
+        return []
+    return [f"**Measured on a loaded machine**: the 1-minute load average was {loads[0]} at the "
+            f"start and {loads[1]} at the end, on {cores} cores. Wall and CPU times are inflated "
+            "and spread widely; read the ratios measured in the same rounds (docker run), and "
+            "rerun on a quiet machine for the absolute figures.", ""]
+
+
 def write_results(path: Path, report: Report, info: list[tuple[str, str]], runs: int,
                   elapsed: float) -> None:
     lines = [
@@ -469,6 +487,7 @@ def write_results(path: Path, report: Report, info: list[tuple[str, str]], runs:
         "shows the cost itself when the machine is shared (see the load average). Targets are "
         "judged on wall time. Do not edit by hand: rerun.",
         "",
+        *_load_warning(info),
         "| machine | |",
         "|---|---|",
         *[f"| {k} | {v} |" for k, v in info],
