@@ -1,24 +1,35 @@
 #!/usr/bin/env python3
-"""What the runtime shim and the hook cost a container start (a script, not a test).
+"""What the runtime shim and the hook cost a GPU container start (a script, not a test).
 
-Run as root on a machine that can run the e2e tests: `.venv/bin/python bench/bench_runtime.py`.
-It starts a private dockerd (tests/e2e/privatedockerd.py) whose runtimes are this package's
-launchers as the .deb writes them (`nvidia`) and as `pip install` ships them (`nvidia-pip`, from
-a venv this script builds with `pip install .`), with a no-op TEST FIXTURE
-nvidia-container-cli standing in for libnvidia-container (no GPU needed; it only counts its
-calls, so what is measured is our part), then prints:
+Run as root on a machine that can run the e2e tests:
 
-1. GPU-requesting `docker run --rm` through the shim + hook vs the same run with
-   `--runtime=runc` (no hook), alternating, the median of the per-pair ratios (and the
-   ratio of the fastest runs, steadier on a busy machine); likewise
-   `--gpus all` (dockerd injects our hook) vs runc without a GPU request.
-2. Per invocation, wall and CPU time: `nvidia-container-runtime state` (a pass-through),
-   `create` up to the exec of a stand-in runc, and the hook's prestart (a GPU request,
-   cli = /bin/true), against `runc state` itself. CPU is user + system time of the children
-   (getrusage), not wall time.
-3. Shim + hook CPU per GPU container start: create + hook prestart + each pass-through call
-   containerd makes per `docker run` (counted through a wrapper runtime) less runc's own
-   CPU for that call.
+    .venv/bin/python bench/bench_runtime.py [--rounds 30] [--repeat 3] [--anchor DIR] [--json]
+
+It starts a private dockerd (tests/e2e/privatedockerd.py) and runs `docker run --rm IMAGE true`
+asking for a GPU (`-e NVIDIA_VISIBLE_DEVICES=all`) through each of these, once per round, in a
+rotating order, so that every figure is paired with runc in the same round:
+
+- `runc`: `--runtime=runc`, no hook (the reference);
+- `nvdocker2 (pip)`: the launchers `pip install .` ships (a venv this script builds);
+- `nvdocker2 (packages)`: the launchers the .deb and .rpm write (nvdocker2.runtime.launcher);
+- `nvdocker2 --gpus all`: no `--runtime`; dockerd adds the standalone hook itself;
+- `NVIDIA Go` (with `--anchor DIR`): NVIDIA's `nvidia-container-runtime`, which adds its
+  `nvidia-container-runtime-hook`, built from NVIDIA/nvidia-container-toolkit (see
+  docs/benchmarks.md). DIR may also hold `nvidia-cdi-hook`; CDI mode is not measured here.
+
+There is no GPU: a static recorder (bench/recorder.c, built here with the C compiler) stands
+in for runc and for nvidia-container-cli. CPU time survives exec, so the recorder's first act,
+getrusage(RUSAGE_SELF), is the CPU the runtime (every call containerd makes) or the hook used
+before exec'ing it: measured from the real processes, not estimated. As runc it then execs the
+real runc; as the cli it exits 0, so the container starts unchanged. Both see the same
+config.toml a package installs (nvdocker2/data/config.toml with the cli's path set); NVIDIA's
+binaries get the equivalent file through NVIDIA_CTK_CONFIG_FILE_PATH.
+
+Reported per variant: the median over rounds of the wall time ratio to runc in the same round
+(and to NVIDIA's, with --anchor), the median CPU of the runtime calls less runc's own (the
+recorder's start, measured on the runc runs), the median CPU of the hook, and their sum. With
+--repeat N the whole set of rounds runs N times and every figure is given as the median of
+each run and their spread (lowest to highest).
 """
 
 from __future__ import annotations
@@ -26,7 +37,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import shutil
 import statistics
 import subprocess
@@ -39,10 +49,43 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests" / "e2e"))
 sys.path.insert(0, str(REPO))
 
-from privatedockerd import PrivateDockerd, remove_rootfs_tar  # noqa: E402
+from privatedockerd import PrivateDockerd, missing_prerequisites, remove_rootfs_tar  # noqa: E402
 
 from nvdocker2.runtime.launcher import write_launchers  # noqa: E402
 
+ANCHOR_BINARIES = ("nvidia-container-runtime", "nvidia-container-runtime-hook")
+GPU = ["-e", "NVIDIA_VISIBLE_DEVICES=all"]
+RUNC = "runc"
+
+
+def build_recorders(work: Path, runc: str) -> tuple[Path, Path, Path, Path]:
+    """(directory holding the recorder named `runc`, the cli recorder, runc's log, the cli's
+    log), compiled static where the C library allows it."""
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    if compiler is None:
+        raise SystemExit("bench_runtime.py: error: no C compiler (cc) to build the recorder"
+                         "\nhint: apt-get install gcc libc6-dev")
+    source = REPO / "bench" / "recorder.c"
+    runc_dir = work / "recorder"
+    runc_dir.mkdir()
+    runc_log, cli_log = work / "runc-calls.tsv", work / "cli-calls.tsv"
+    built = []
+    for out, defines in ((runc_dir / "runc", [f'-DRECORDER_LOG="{runc_log}"',
+                                              f'-DRECORDER_TARGET="{runc}"']),
+                         (work / "nvidia-container-cli", [f'-DRECORDER_LOG="{cli_log}"'])):
+        for static in (["-static"], []):
+            proc = subprocess.run([compiler, "-O2", *static, *defines, "-o", str(out),
+                                   str(source)], capture_output=True, text=True)
+            if proc.returncode == 0:
+                built.append(bool(static))
+                break
+        else:
+            raise SystemExit(f"bench_runtime.py: error: cannot build the recorder: "
+                             f"{proc.stderr.strip()[-300:]}")
+    if not all(built):
+        print("note: the recorder is not static (no static C library): each call's figure "
+              "includes the dynamic loader, the same for every variant", flush=True)
+    return runc_dir, work / "nvidia-container-cli", runc_log, cli_log
 
 
 def pip_install(work: Path) -> Path:
@@ -57,187 +100,232 @@ def pip_install(work: Path) -> Path:
     return venv / "bin"
 
 
-def timed(argv, **kw) -> float:
+def packaged_config(cli: Path) -> str:
+    """config.toml as a package installs it, with nvidia-container-cli at `cli`."""
+    text = (REPO / "nvdocker2" / "data" / "config.toml").read_text()
+    line = '#path = "/usr/bin/nvidia-container-cli"'
+    if line not in text:
+        raise SystemExit(f"bench_runtime.py: error: nvdocker2/data/config.toml has no {line!r}")
+    return text.replace(line, f'path = "{cli}"')
+
+
+def nvidia_config(cli: Path, anchor: Path) -> str:
+    """The same settings for NVIDIA's binaries (legacy mode: runtime + prestart hook)."""
+    return (f'[nvidia-container-cli]\npath = "{cli}"\nldconfig = "@/sbin/ldconfig"\n'
+            'load-kmods = true\n\n[nvidia-container-runtime]\nmode = "legacy"\n\n'
+            f'[nvidia-container-runtime-hook]\npath = "{anchor}/nvidia-container-runtime-hook"\n'
+            "skip-mode-detection = true\n")
+
+
+def check_anchor(anchor: Path) -> Path:
+    anchor = anchor.resolve()
+    missing = [n for n in ANCHOR_BINARIES if not os.access(anchor / n, os.X_OK)]
+    if missing:
+        raise SystemExit(f"bench_runtime.py: error: --anchor {anchor}: no executable "
+                         f"{', '.join(missing)}\nhint: build NVIDIA's binaries as "
+                         "docs/benchmarks.md says")
+    return anchor
+
+
+class Log:
+    """New lines of a recorder's log since the last call: [(CPU seconds, [args])]."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.offset = 0
+
+    def new(self) -> list[tuple[float, list[str]]]:
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self.offset)
+                data = f.read()
+        except FileNotFoundError:
+            return []
+        self.offset += len(data)
+        out = []
+        for line in data.decode("utf-8", "replace").splitlines():
+            cpu, *args = line.split("\t")
+            out.append((int(cpu) / 1e6, args))
+        return out
+
+
+SUBCOMMANDS = ("create", "start", "state", "kill", "delete", "features", "run", "exec", "ps",
+               "pause", "resume", "update", "checkpoint", "restore", "events")
+
+
+def subcommand(args: list[str]) -> str:
+    return next((a for a in args if a in SUBCOMMANDS), "other")
+
+
+def one_run(daemon: PrivateDockerd, args: list[str], runc_log: Log, cli_log: Log) -> dict:
+    """One `docker run --rm`: its wall time, and the CPU each runtime call and the hook had
+    used when they exec'd the recorders."""
+    runc_log.new()
+    cli_log.new()
+    argv = ["docker", "-H", daemon.host, "run", "--rm", "--network=none", *args, daemon.image,
+            "true"]
     start = time.perf_counter()
-    proc = subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, **kw)
-    elapsed = time.perf_counter() - start
-    if proc.returncode != 0 and kw.get("check", True):
-        raise SystemExit(f"failed: {' '.join(map(str, argv))}\n{proc.stderr.decode()}")
-    return elapsed
+    proc = subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=300)
+    wall = time.perf_counter() - start
+    if proc.returncode != 0:
+        raise SystemExit(f"bench_runtime.py: error: {' '.join(args)}: docker run exited "
+                         f"{proc.returncode}: {proc.stderr.decode().strip()[-400:]}")
+    calls = runc_log.new()
+    hooks = cli_log.new()
+    return {"wall": wall, "calls": [(subcommand(a), cpu) for cpu, a in calls],
+            "hook": [cpu for cpu, _ in hooks]}
 
 
-def pairs(daemon, a_args, b_args, n) -> tuple[list[float], list[float]]:
-    """Alternate a and b (swapping which goes first each pair); seconds per run."""
-    a, b = [], []
-    base = ["docker", "-H", daemon.host, "run", "--rm", "--network=none"]
-    for i in range(n):
-        order = [(a, a_args), (b, b_args)] if i % 2 == 0 else [(b, b_args), (a, a_args)]
-        for out, args in order:
-            out.append(timed([*base, *args, daemon.image, "true"]))
-    return a, b
+def variants(anchor: Path | None) -> dict[str, list[str]]:
+    out = {
+        "runc": [f"--runtime={RUNC}", *GPU],
+        "nvdocker2 (pip)": ["--runtime=nvidia-pip", *GPU],
+        "nvdocker2 (packages)": ["--runtime=nvidia", *GPU],
+        "nvdocker2 --gpus all": ["--gpus", "all"],
+    }
+    if anchor is not None:
+        out["NVIDIA Go"] = ["--runtime=nvidia-go", *GPU]
+    return out
 
 
-def loop(argv, n, env=None, stdin=None, before=None) -> tuple[list[float], list[float]]:
-    """(wall seconds, CPU seconds of the process tree) per run. CPU time is the steadier
-    figure on a shared machine: it does not count waiting for a core."""
-    wall, cpu = [], []
-    for _ in range(n):
-        if before:
-            before()
-        r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
-        start = time.perf_counter()
-        subprocess.run(argv, input=stdin, env=env, stdout=subprocess.DEVNULL,
-                       stderr=subprocess.DEVNULL)
-        wall.append(time.perf_counter() - start)
-        r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
-        cpu.append(r1.ru_utime - r0.ru_utime + r1.ru_stime - r0.ru_stime)
-    return wall, cpu
+def run_rounds(daemon, runs: dict[str, list[str]], rounds: int, runc_log: Log, cli_log: Log,
+               ) -> dict[str, list[dict]]:
+    names = list(runs)
+    out: dict[str, list[dict]] = {n: [] for n in names}
+    for i in range(rounds):
+        order = names[i % len(names):] + names[:i % len(names)]
+        for name in order:
+            out[name].append(one_run(daemon, runs[name], runc_log, cli_log))
+    return out
 
 
-def ms(xs) -> str:
-    return f"{statistics.median(xs) * 1000:7.1f} ms"
+def summarize(results: dict[str, list[dict]]) -> dict[str, dict]:
+    """Per variant: medians over the rounds (ratios per round, paired with runc's run)."""
+    base = results["runc"]
+    per_call = statistics.median(cpu for r in base for _, cpu in r["calls"])
+    anchor = results.get("NVIDIA Go")
+    out = {}
+    for name, runs in results.items():
+        shim = [sum(cpu - per_call for _, cpu in r["calls"]) for r in runs]
+        hook = [sum(cpu - per_call for cpu in r["hook"]) for r in runs]
+        by_call: dict[str, list[float]] = {}
+        for r in runs:
+            for sub, cpu in r["calls"]:
+                by_call.setdefault(sub, []).append(cpu - per_call)
+        fig = {
+            "wall ms": statistics.median(r["wall"] for r in runs) * 1000,
+            "ratio to runc": statistics.median(r["wall"] / b["wall"] for r, b in zip(runs, base)),
+            "runtime calls": statistics.median(len(r["calls"]) for r in runs),
+            "shim cpu ms": statistics.median(shim) * 1000,
+            "hook cpu ms": statistics.median(hook) * 1000,
+            "shim + hook cpu ms": statistics.median(s + h for s, h in zip(shim, hook)) * 1000,
+            "cpu ms by call": {k: statistics.median(v) * 1000 for k, v in sorted(by_call.items())},
+        }
+        if anchor is not None:
+            fig["ratio to NVIDIA Go"] = statistics.median(
+                r["wall"] / a["wall"] for r, a in zip(runs, anchor))
+        out[name] = fig
+    out["runc"]["recorder start cpu ms (subtracted from each call)"] = per_call * 1000
+    return out
+
+
+def spread(summaries: list[dict[str, dict]]) -> dict[str, dict]:
+    """Every figure over the repeats: median, lowest, highest, and each run's value."""
+    out: dict[str, dict] = {}
+    for name in summaries[0]:
+        out[name] = {}
+        for key, value in summaries[0][name].items():
+            if isinstance(value, dict):
+                continue
+            values = [s[name][key] for s in summaries]
+            out[name][key] = {"median": statistics.median(values), "low": min(values),
+                              "high": max(values), "runs": values}
+    return out
+
+
+def print_table(summary: dict[str, dict], title: str) -> None:
+    print(title, flush=True)
+    keys = ["wall ms", "ratio to runc", "ratio to NVIDIA Go", "shim cpu ms", "hook cpu ms",
+            "shim + hook cpu ms", "runtime calls"]
+    for name, fig in summary.items():
+        cells = []
+        for k in keys:
+            if k in fig:
+                v = fig[k]
+                if isinstance(v, dict):
+                    cells.append(f"{k} {v['median']:.3f} [{v['low']:.3f}-{v['high']:.3f}]")
+                else:
+                    cells.append(f"{k} {v:.3f}")
+        print(f"  {name:22s} " + "; ".join(cells), flush=True)
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--pairs", type=int, default=15, help="docker run pairs (>= 10)")
-    parser.add_argument("--calls", type=int, default=60, help="per-invocation repetitions")
+    parser.add_argument("--rounds", type=int, default=30, help="interleaved rounds per run")
+    parser.add_argument("--repeat", type=int, default=3, help="runs of all the rounds")
+    parser.add_argument("--anchor", type=Path, metavar="DIR",
+                        help="NVIDIA's nvidia-container-runtime and -hook, to run alongside")
     parser.add_argument("--json", action="store_true", help="also print the figures as JSON")
     args = parser.parse_args()
+    if args.rounds < 10 or args.repeat < 1:
+        parser.error("--rounds must be at least 10 and --repeat at least 1")
+    missing = missing_prerequisites()
+    if missing:
+        raise SystemExit(f"bench_runtime.py: error: a private dockerd needs {', '.join(missing)}")
+    anchor = check_anchor(args.anchor) if args.anchor else None
+    runc = shutil.which("runc")
+    if runc is None:
+        raise SystemExit("bench_runtime.py: error: no runc on PATH")
 
     work = Path(tempfile.mkdtemp(prefix="nvd2-bench-"))
-    bindir = work / "bin"
-    bindir.mkdir()
-    write_launchers(str(bindir))
-    pip_bin = pip_install(work)
-    # A runtime that records each call, then runs the pip install's: how many times containerd
-    # runs the runtime per `docker run`.
-    counted = work / "counted-runtime"
-    counted.write_text(f'#!/bin/sh\necho "$*" >> {work}/invocations\n'
-                       f'exec {pip_bin}/nvidia-container-runtime "$@"\n')
-    counted.chmod(0o755)
-    # The GPU boundary as a no-op that counts its calls (one shell builtin), so that what is
-    # measured is the shim and the hook, not a stand-in's work.
-    record = work / "record"
-    record.mkdir()
-    cli = work / "nvidia-container-cli"
-    cli.write_text(f"#!/bin/sh\n# TEST FIXTURE: a no-op nvidia-container-cli\n"
-                   f"echo called >> {record}/calls\n")
-    cli.chmod(0o755)
-    config = work / "config.toml"
-    config.write_text(f'[nvidia-container-cli]\npath = "{cli}"\n')
-    env = dict(os.environ, NVIDIA_CONTAINER_RUNTIME_CONFIG=str(config))
-    daemon_config = {"runtimes": {
-        "nvidia": {"path": str(bindir / "nvidia-container-runtime")},
-        "nvidia-pip": {"path": str(pip_bin / "nvidia-container-runtime")},
-        "nvidia-counted": {"path": str(counted)},
-    }}
-    daemon = PrivateDockerd(config=json.dumps(daemon_config).encode(), env=env,
-                            path_prepend=[bindir])
-    results: dict[str, float] = {}
+    daemon = None
     try:
+        runc_dir, cli, runc_log, cli_log = build_recorders(work, runc)
+        bindir = work / "bin"
+        bindir.mkdir()
+        write_launchers(str(bindir))
+        pip_bin = pip_install(work)
+        config = work / "config.toml"
+        config.write_text(packaged_config(cli))
+        env = dict(os.environ, NVIDIA_CONTAINER_RUNTIME_CONFIG=str(config))
+        runtimes = {
+            "nvidia": {"path": str(bindir / "nvidia-container-runtime")},
+            "nvidia-pip": {"path": str(pip_bin / "nvidia-container-runtime")},
+        }
+        if anchor is not None:
+            nv_config = work / "nvidia-config.toml"
+            nv_config.write_text(nvidia_config(cli, anchor))
+            env["NVIDIA_CTK_CONFIG_FILE_PATH"] = str(nv_config)
+            runtimes["nvidia-go"] = {"path": str(anchor / "nvidia-container-runtime")}
+        # The recorder named runc first on PATH: every runtime, runc included, execs it.
+        daemon = PrivateDockerd(config=json.dumps({"runtimes": runtimes}).encode(), env=env,
+                                path_prepend=[runc_dir, bindir])
         daemon.start()
-        gpu = ["-e", "NVIDIA_VISIBLE_DEVICES=all"]
-        for warm in (["--runtime=nvidia", *gpu], ["--runtime=runc"], ["--gpus", "all"]):
-            pairs(daemon, warm, warm, 1)
-        print(f"docker run --rm IMAGE true, {args.pairs} alternating pairs, medians:")
-        for name, a_args, b_args in (
-            ("runtime=nvidia (launcher) + hook vs runc", ["--runtime=nvidia", *gpu],
-             ["--runtime=runc", *gpu]),
-            ("runtime=nvidia-pip (pip install) + hook vs runc",
-             ["--runtime=nvidia-pip", *gpu], ["--runtime=runc", *gpu]),
-            ("--gpus all (dockerd adds the hook) vs runc", ["--gpus", "all"], ["--runtime=runc"]),
-        ):
-            a, b = pairs(daemon, a_args, b_args, args.pairs)
-            ratio = statistics.median(x / y for x, y in zip(a, b))
-            fastest = min(a) / min(b)
-            results[name] = ratio
-            results[name + " (fastest runs)"] = fastest
-            print(f"  {name:55s} {ms(a)} vs {ms(b)}  ratio {ratio:.3f}"
-                  f"  (fastest {min(a) * 1000:.0f} vs {min(b) * 1000:.0f} ms: {fastest:.3f})")
-        calls = (record / "calls").read_text().count("called")
-        print(f"  (the no-op nvidia-container-cli ran {calls} times)")
-        counted_runs = 3
-        pairs(daemon, ["--runtime=nvidia-counted", *gpu], ["--runtime=nvidia-counted", *gpu], 1)
-        pairs(daemon, ["--runtime=nvidia-counted", *gpu], ["--runtime=runc"], 1)
-        invocations = (work / "invocations").read_text().splitlines()
-        creates = sum(" create " in f" {line} " for line in invocations)
-        passthrough = (len(invocations) - creates) / counted_runs
-        results["runtime calls per docker run besides create"] = passthrough
-        print(f"  (per docker run containerd ran the runtime {len(invocations) / counted_runs:.1f}"
-              f" times, {creates / counted_runs:.1f} of them create)")
+        runs = variants(anchor)
+        rl, cl = Log(runc_log), Log(cli_log)
+        run_rounds(daemon, runs, 1, rl, cl)  # warm-up, not counted
+        summaries = []
+        for n in range(args.repeat):
+            results = run_rounds(daemon, runs, args.rounds, rl, cl)
+            summary = summarize(results)
+            summaries.append(summary)
+            print_table(summary, f"run {n + 1} of {args.repeat}: {args.rounds} rounds, "
+                        "medians (CPU in ms, net of the recorder's start)")
+            for name, fig in summary.items():
+                calls = ", ".join(f"{k} {v:.2f}" for k, v in fig["cpu ms by call"].items())
+                print(f"    {name:20s} CPU by runtime call: {calls}", flush=True)
+        total = spread(summaries)
+        print_table(total, f"over {args.repeat} runs: median [lowest-highest] of the runs' "
+                    "medians")
+        if args.json:
+            print(json.dumps({"rounds": args.rounds, "repeat": args.repeat,
+                              "anchor": str(anchor) if anchor else None, "figures": total,
+                              "runs": summaries}, indent=2))
     finally:
-        daemon.cleanup()
+        if daemon is not None:
+            daemon.cleanup()
         remove_rootfs_tar()
-
-    # Per invocation.
-    state_root = work / "runc-root"
-    state_root.mkdir()
-    bundle = work / "bundle"
-    (bundle / "rootfs").mkdir(parents=True)
-    (bundle / "config.json").write_text(json.dumps({
-        "ociVersion": "1.0.2", "root": {"path": "rootfs"},
-        "process": {"args": ["true"], "env": ["NVIDIA_VISIBLE_DEVICES=all"]}}))
-    hook_config = work / "hook.toml"
-    hook_config.write_text('[nvidia-container-cli]\npath = "/bin/true"\n')
-    state = json.dumps({"ociVersion": "1.0.2", "id": "x", "status": "creating",
-                        "pid": os.getpid(), "bundle": str(bundle)}).encode()
-    runc = shutil.which("runc")
-    plain = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
-    state_args = ["--root", str(state_root), "state", "nonexistent"]
-    # `create` through the shim up to the exec of the low-level runtime (a stand-in that exits).
-    fake = work / "fake-runc"
-    fake.mkdir()
-    (fake / "runc").write_text("#!/bin/sh\nexit 0\n")
-    (fake / "runc").chmod(0o755)
-    spec_bytes = (bundle / "config.json").read_bytes()
-
-    def fresh_spec():
-        (bundle / "config.json").write_bytes(spec_bytes)
-
-    create_env = {"PATH": f"{fake}:/usr/bin:/bin", "NVIDIA_CONTAINER_RUNTIME_CONFIG": str(config)}
-    create_args = ["create", "--bundle", str(bundle), "ctr"]
-    runs = {
-        "stand-in runc (sh, exit 0)": loop([str(fake / "runc"), *create_args], args.calls,
-                                           create_env),
-        "runtime create (launcher)": loop([str(bindir / "nvidia-container-runtime"),
-                                           *create_args], args.calls, create_env,
-                                          before=fresh_spec),
-        "runtime create (pip install)": loop([str(pip_bin / "nvidia-container-runtime"),
-                                             *create_args], args.calls, create_env,
-                                            before=fresh_spec),
-        "runc state": loop([runc, *state_args], args.calls, plain),
-        "runtime state (launcher)": loop([str(bindir / "nvidia-container-runtime"), *state_args],
-                                         args.calls, plain),
-        "runtime state (pip install)": loop(
-            [str(pip_bin / "nvidia-container-runtime"), *state_args], args.calls, plain),
-        "hook prestart (launcher)": loop(
-            [str(bindir / "nvidia-container-runtime-hook"), "--config", str(hook_config),
-             "prestart"], args.calls, {}, state),
-        "hook prestart (pip install)": loop(
-            [str(pip_bin / "nvidia-container-runtime-hook"), "--config", str(hook_config),
-             "prestart"], args.calls, {}, state),
-        "/bin/true": loop(["/bin/true"], args.calls, plain),
-    }
-    base = statistics.median(runs["runc state"][0])
-    print(f"\nper invocation, {args.calls} calls, medians: wall (ratio to runc state), CPU")
-    for name, (wall, cpu) in runs.items():
-        results[name + " wall ms"] = statistics.median(wall) * 1000
-        results[name + " cpu ms"] = statistics.median(cpu) * 1000
-        print(f"  {name:30s} {ms(wall)} (x{statistics.median(wall) / base:.2f})"
-              f"  cpu {ms(cpu)}")
-    cpu = {name: statistics.median(c) * 1000 for name, (_, c) in runs.items()}
-    k = results["runtime calls per docker run besides create"]
-    print(f"\nshim + hook CPU per GPU container start (create + prestart + {k:.1f} pass-throughs"
-          " less runc's own CPU):")
-    for kind in ("launcher", "pip install"):
-        total = (cpu[f"runtime create ({kind})"] + cpu[f"hook prestart ({kind})"]
-                 + k * max(0.0, cpu[f"runtime state ({kind})"] - cpu["runc state"]))
-        results[f"shim + hook cpu ms per GPU container start ({kind})"] = total
-        print(f"  {kind:12s} {total:6.1f} ms")
-    shutil.rmtree(work, ignore_errors=True)
-    if args.json:
-        print(json.dumps(results, indent=2))
+        shutil.rmtree(work, ignore_errors=True)
     return 0
 
 

@@ -342,102 +342,79 @@ def bench_dockerd(report: Report, runs: int, work: Path) -> None:
         pd.remove_rootfs_tar()
 
 
-def bench_docker_run(report: Report, runs: int) -> None:
-    """docker run through the nvidia runtime + hook vs runc, and the shim and hook per call,
-    from bench/bench_runtime.py (which starts its own private dockerd, with this package's
-    runtime and hook and the TEST FIXTURE nvidia-container-cli standing in for the GPU)."""
-    names = ("GPU docker run: --runtime=nvidia + hook / --runtime=runc",
-             "runtime pass-through (state) / runc state", "hook prestart alone / runc state")
+def bench_docker_run(report: Report, rounds: int, repeat: int, anchor: Path | None) -> None:
+    """GPU `docker run`s through runc, nvdocker2 (pip install and the packages' launchers,
+    and `--gpus all`) and, with `anchor`, NVIDIA's Go runtime and hook, interleaved in the same
+    rounds on one private dockerd (bench/bench_runtime.py, which see): wall time ratios paired
+    per round, and the CPU of the shim and the hook from getrusage of the real processes."""
     script = REPO / "bench" / "bench_runtime.py"
-    if not script.exists():
-        for name in names:
-            target = "≤ 1.05" if "GPU" in name else ""
-            report.add(Figure("docker run", name, None, "x", "", target,
-                              None, "bench/bench_runtime.py is not in this build"))
-        return
-    print("docker run and per-call costs (bench/bench_runtime.py):", flush=True)
-    calls = max(60, runs)
-    pairs = max(15, runs)  # the ratio of two docker runs is noisy: more pairs than other figures
-    r = subprocess.run([sys.executable, str(script), "--pairs", str(pairs), "--calls",
-                        str(calls), "--json"], capture_output=True, text=True, timeout=3600)
+    print("docker run: bench/bench_runtime.py", flush=True)
+    argv = [sys.executable, str(script), "--rounds", str(rounds), "--repeat", str(repeat),
+            "--json"]
+    if anchor is not None:
+        argv += ["--anchor", str(anchor)]
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=7200)
     out = r.stdout
     try:
         if r.returncode != 0:
             raise ValueError(f"exited {r.returncode}: {(r.stderr or out).strip()[-300:]}")
-        fig = json.loads(out[out.index("\n{") + 1:])
+        data = json.loads(out[out.index("\n{") + 1:])
     except ValueError as e:
-        for name in names:
-            report.add(Figure("docker run", name, None, "x", "", "", None,
-                              f"bench_runtime.py failed: {e}"))
+        report.add(Figure("docker run", "GPU docker run / runc", None, "x", "", "≤ 1.04", None,
+                          f"bench_runtime.py failed: {e}"))
         return
-    fixture = "no GPU here: the TEST FIXTURE nvidia-container-cli (a sh script) stands in for " \
-              "libnvidia-container, so this is the cost of our shim and hook only"
-    report.notes.append("docker run figures: " + fixture)
-    for line in out[:out.index("\n{")].splitlines():
-        if " vs " in line and " ms" in line:
-            report.notes.append("bench_runtime.py: " + " ".join(line.split()))
-    def fastest(k: str) -> str:
-        f = fig.get(k + " (fastest runs)")
-        return f"; fastest run against fastest run: {f:.3f}" if f is not None else ""
+    print(out[:out.index("\n{")], flush=True)
+    fig = data["figures"]
+    how = f"median of {rounds} interleaved rounds, ×{repeat} runs"
 
-    key = "runtime=nvidia (launcher) + hook vs runc"
-    if key in fig:
-        report.add(Figure("docker run", names[0], fig[key], "x",
-                          f"median of {pairs} alternating pairs' ratios", "≤ 1.05",
-                          fig[key] <= 1.05, "launcher (the packaged runtime)" + fastest(key)))
-    else:
-        report.add(Figure("docker run", names[0], None, "x", "", "≤ 1.05", None,
-                          f"bench_runtime.py --json has no {key!r}"))
-    key = "runtime=nvidia-pip (pip install) + hook vs runc"
-    if key in fig:
-        report.add(Figure("docker run", "GPU docker run on a pip install: --runtime=nvidia + hook "
-                          "/ --runtime=runc", fig[key], "x",
-                          f"median of {pairs} alternating pairs' ratios", "≤ 1.05",
-                          fig[key] <= 1.05, "the launchers `pip install .` puts on PATH"
-                          + fastest(key)))
-    for kind in ("pip install", "launcher"):
-        key = f"shim + hook cpu ms per GPU container start ({kind})"
-        if key in fig:
-            k = fig.get("runtime calls per docker run besides create", float("nan"))
-            report.add(Figure("docker run", f"shim + hook CPU per GPU container start ({kind})",
-                              fig[key], "ms", "CPU (getrusage of the children): create + hook "
-                              f"prestart + {k:.1f} pass-throughs less runc's own, medians of "
-                              f"{calls} calls", "≤ 35 ms", fig[key] <= 35,
-                              "pass-throughs per docker run counted through a wrapper runtime"))
-    for k, note in (("--gpus all (dockerd adds the hook) vs runc",
-                     "no --runtime: dockerd runs our hook itself; against runc with no GPU "
-                     "request"),):
-        if k in fig:
-            report.add(Figure("docker run", k, fig[k], "x",
-                              f"median of {pairs} alternating pairs' ratios",
-                              note=note + fastest(k)))
-    runc_state = fig.get("runc state wall ms")
-    for name, key in ((names[1], "runtime state (launcher) wall ms"),
-                      (names[2], "hook prestart (launcher) wall ms")):
-        if runc_state and key in fig:
-            report.add(Figure("docker run", name, fig[key] / runc_state, "x",
-                              f"ratio of medians of {calls} calls",
-                              note=f"{fig[key]:.1f} ms vs runc state {runc_state:.1f} ms (wall); "
-                              f"CPU {fig.get(key.replace('wall', 'cpu'), float('nan')):.1f} ms"))
-        else:
-            report.add(Figure("docker run", name, None, "x", "", note="bench_runtime.py --json "
-                              f"has no {key!r} or 'runc state wall ms'"))
-    for key in sorted(fig):
-        if key.endswith(" wall ms"):
-            base = key[:-len(" wall ms")]
-            report.add(Figure("per call", base, fig[key], "ms", f"median of {calls} calls",
-                              note=f"CPU {fig.get(base + ' cpu ms', float('nan')):.1f} ms"))
+    def cell(name: str, key: str) -> tuple[float, str]:
+        f = fig[name][key]
+        return f["median"], f"runs: {', '.join(f'{v:.3f}' for v in f['runs'])}"
+
+    ours = ("nvdocker2 (pip)", "nvdocker2 (packages)")
+    for name in fig:
+        if name == "runc":
+            continue
+        ratio, spread = cell(name, "ratio to runc")
+        target = "≤ 1.04" if name in ours else ""
+        report.add(Figure("docker run", f"GPU docker run / runc: {name}", ratio, "x", how,
+                          target, ratio <= 1.04 if target else None,
+                          f"{spread}; {fig[name]['wall ms']['median']:.0f} ms vs runc "
+                          f"{fig['runc']['wall ms']['median']:.0f} ms"))
+        if anchor is not None and name != "NVIDIA Go":
+            ratio, spread = cell(name, "ratio to NVIDIA Go")
+            target = "≤ 0.97" if name in ours else ""
+            report.add(Figure("docker run", f"GPU docker run / NVIDIA Go: {name}", ratio, "x",
+                              how, target, ratio <= 0.97 if target else None, spread))
+        total, spread = cell(name, "shim + hook cpu ms")
+        target = "≤ 15 ms" if name in ours else ""
+        report.add(Figure("docker run", f"shim + hook CPU per GPU container start: {name}",
+                          total, "ms", "getrusage of the real processes, " + how, target,
+                          total <= 15 if target else None,
+                          f"shim {fig[name]['shim cpu ms']['median']:.2f} ms (all "
+                          f"{fig[name]['runtime calls']['median']:.0f} runtime calls), hook "
+                          f"{fig[name]['hook cpu ms']['median']:.2f} ms; {spread}"))
+    for n, summary in enumerate(data["runs"], 1):
+        for name, f in summary.items():
+            calls = ", ".join(f"{k} {v:.2f} ms" for k, v in f["cpu ms by call"].items())
+            report.notes.append(f"run {n}, {name}: CPU by runtime call {calls}; hook "
+                                f"{f['hook cpu ms']:.2f} ms; wall {f['wall ms']:.0f} ms")
+    report.notes.append(
+        "docker run figures: no GPU here; a static recorder (bench/recorder.c) stands in for "
+        "runc (it then execs the real one) and for nvidia-container-cli, and logs the CPU the "
+        "runtime or hook had used when it exec'd it; the recorder's own start, measured on the "
+        "runc runs, is subtracted from each call")
 
 
 # --- the report ----------------------------------------------------------------------------------
 
 
-def _version(argv: list[str]) -> str:
+def _version(argv: list[str], lines: int = 1) -> str:
     try:
         out = subprocess.run(argv, capture_output=True, text=True, timeout=20).stdout
     except (OSError, subprocess.TimeoutExpired):
         return "not installed"
-    return (out.strip().splitlines() or ["?"])[0]
+    return "\n".join(out.strip().splitlines()[:lines]) or "?"
 
 
 def _load() -> str:
@@ -480,6 +457,24 @@ def machine() -> list[tuple[str, str]]:
     ]
 
 
+def _load_warning(info: list[tuple[str, str]]) -> list[str]:
+    """A paragraph saying so when other work loaded the machine during the run."""
+    facts = dict(info)
+    cores = int(facts.get("cores") or 1)
+    loads = [facts.get(k, "?").split()[0] for k in ("load average at the start (1, 5, 15 min)",
+                                                    "load average at the end")]
+    try:
+        loaded = max(float(x) for x in loads) >= cores
+    except ValueError:
+        return []
+    if not loaded:
+        return []
+    return [f"**Measured on a loaded machine**: the 1-minute load average was {loads[0]} at the "
+            f"start and {loads[1]} at the end, on {cores} cores. Wall and CPU times are inflated "
+            "and spread widely; read the ratios measured in the same rounds (docker run), and "
+            "rerun on a quiet machine for the absolute figures.", ""]
+
+
 def write_results(path: Path, report: Report, info: list[tuple[str, str]], runs: int,
                   elapsed: float) -> None:
     lines = [
@@ -492,6 +487,7 @@ def write_results(path: Path, report: Report, info: list[tuple[str, str]], runs:
         "shows the cost itself when the machine is shared (see the load average). Targets are "
         "judged on wall time. Do not edit by hand: rerun.",
         "",
+        *_load_warning(info),
         "| machine | |",
         "|---|---|",
         *[f"| {k} | {v} |" for k, v in info],
@@ -524,6 +520,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--settle", type=float, default=300, metavar="SECONDS",
                     help="first wait up to this long for the 1-minute load average to drop "
                     "below the number of cores (a shared machine skews wall times)")
+    ap.add_argument("--rounds", type=int, default=30,
+                    help="docker run: interleaved rounds per run (default 30)")
+    ap.add_argument("--repeat", type=int, default=3,
+                    help="docker run: runs of all the rounds, for the spread (default 3)")
+    ap.add_argument("--anchor", type=Path, metavar="DIR",
+                    help="docker run: NVIDIA's nvidia-container-runtime and "
+                    "nvidia-container-runtime-hook, run in the same rounds")
     ap.add_argument("--only", choices=("installer", "scaling", "dockerd", "docker-run"),
                     action="append",
                     help="run only these sections (repeatable)")
@@ -532,6 +535,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         ap.error("--runs must be at least 10: every figure is a median of at least 10 runs")
     settle(args.settle)
     info = machine()
+    if args.anchor is not None and "docker-run" in (args.only or ["docker-run"]):
+        info.append(("NVIDIA Go toolkit (--anchor)", " ".join(_version(
+            [str(args.anchor / "nvidia-container-runtime"), "--version"], lines=2).split())))
     for k, v in info:
         print(f"{k}: {v}")
     report = Report()
@@ -553,7 +559,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             if args.no_dockerd:
                 report.notes.append("docker run figures not measured: --no-dockerd")
             else:
-                bench_docker_run(report, args.runs)
+                bench_docker_run(report, args.rounds, args.repeat, args.anchor)
     info.append(("load average at the end", _load()))
     write_results(args.out, report, info, args.runs, time.monotonic() - t0)
     print(f"wrote {args.out}")

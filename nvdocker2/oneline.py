@@ -20,10 +20,14 @@ def _escape(code: int) -> str:
 
 
 # C0 controls, DEL, C1 controls (U+0085 is a line break to some readers) and the Unicode line
-# and paragraph separators, which str.splitlines() also breaks on.
-_TABLE = {code: _escape(code) for code in (*range(0x20), *range(0x7F, 0xA0), 0x2028, 0x2029)}
+# and paragraph separators, which str.splitlines() also breaks on. Made at the first error, not
+# at import: the runtime imports this module on every container start and rarely needs it.
+_CONTROLS = (*range(0x20), *range(0x7F, 0xA0), 0x2028, 0x2029)
+_table: dict[int, str] = {}
 
 
 def one_line(text: object) -> str:
     """`text` (any object, as str()) with every control character written as an escape."""
-    return str(text).translate(_TABLE)
+    if not _table:
+        _table.update((code, _escape(code)) for code in _CONTROLS)
+    return str(text).translate(_table)

@@ -289,6 +289,8 @@ def _read_toml(text: str, path: str) -> dict:
 
 _BARE = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
 _DIGITS = frozenset("0123456789")
+# Control characters but tab, newline and carriage return (which the reader looks at itself).
+_CONTROLS = dict.fromkeys((*range(9), *range(11, 13), *range(14, 32), 127))
 
 
 def _read_plain_toml(text: str) -> dict | None:
@@ -304,11 +306,14 @@ def _read_plain_toml(text: str) -> dict | None:
     table = doc
     seen_tables: set = set()
     lines = text.split("\n")
+    # One pass in C over the whole text; the per-character look only where it may find one.
+    controls = len(text.translate(_CONTROLS)) != len(text)
     for number, raw in enumerate(lines):
         line = raw[:-1] if raw.endswith("\r") and number < len(lines) - 1 else raw
-        for ch in line:
-            if (ch < " " and ch != "\t") or ch == "\x7f":
-                return None
+        if controls or "\r" in line:
+            for ch in line:
+                if (ch < " " and ch != "\t") or ch == "\x7f":
+                    return None
         line = line.strip(" \t")
         if not line or line[0] == "#":
             continue

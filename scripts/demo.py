@@ -115,14 +115,14 @@ def demo(daemon: PrivateDockerd, env: dict, proved: dict[str, bool]) -> None:
     print(f"  the container started before the install: {state_of}")
     proved["kept_running"] = state_of == "running"
 
-    step("a container through the nvidia runtime (no GPU requested: the hook does nothing)")
+    step("a container through the nvidia runtime (no GPU requested: no hook is added)")
     hello = "hello from a container started by nvidia-container-runtime"
     out = daemon.docker("run", "--rm", "--network=none", "--runtime=nvidia", daemon.image,
                         "echo", hello, check=False)
     print(out.stdout, end="")
     proved["ran"] = out.returncode == 0 and out.stdout.strip() == hello
 
-    step("a hostile GPU request is refused by the hook, with its reason")
+    step("a hostile GPU request is refused before the container starts, with its reason")
     bad = daemon.docker("run", "--rm", "--network=none", "--runtime=nvidia",
                         "-e", "NVIDIA_VISIBLE_DEVICES=0,--root=/tmp", daemon.image, "true",
                         check=False)

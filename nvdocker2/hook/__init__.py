@@ -18,8 +18,6 @@ from __future__ import annotations
 import os
 import sys
 
-from nvdocker2.oneline import one_line
-
 PROG = "nvidia-container-runtime-hook"
 MAX_STATE_BYTES = 4 * 1024 * 1024
 MAX_SPEC_BYTES = 16 * 1024 * 1024
@@ -105,6 +103,12 @@ def load_spec(bundle: str) -> tuple[dict, str]:
     spec = _load_json(data, path)
     if not isinstance(spec, dict):
         raise HookError(f"{path}: not a JSON object")
+    return spec, spec_rootfs(spec, path, bundle)
+
+
+def spec_rootfs(spec: dict, path: str, bundle: str) -> str:
+    """The absolute rootfs of an OCI spec read from `path` in `bundle`, after checking that the
+    spec has what the hook needs; the runtime checks a bundle at `create` with the same words."""
     for key in ("ociVersion", "process", "root"):
         if key not in spec:
             raise HookError(f"{path}: missing '{key}'; not an OCI runtime spec")
@@ -112,7 +116,7 @@ def load_spec(bundle: str) -> tuple[dict, str]:
     rootfs = root.get("path") if isinstance(root, dict) else None
     if not isinstance(rootfs, str) or not rootfs:
         raise HookError(f"{path}: 'root.path' must be a non-empty string")
-    return spec, os.path.normpath(os.path.join(bundle, rootfs))
+    return os.path.normpath(os.path.join(bundle, rootfs))
 
 
 def _debug(enabled: bool, message: str) -> None:
@@ -164,6 +168,8 @@ def main(argv: list[str] | None = None) -> int:
 
         print(f"{PROG} version {__version__} (nvdocker2)")
         return 0
+    from nvdocker2.oneline import one_line  # here: the runtime imports this package too
+
     try:
         config_file, debug, command = _parse_argv(args)
     except _Usage as e:

@@ -50,6 +50,12 @@ def build_argv(cli: str, request: Request, config: ToolkitConfig, pid: int, root
         raise ValueError(f"rootfs must be absolute, got {rootfs!r}")
     if isinstance(pid, bool) or not isinstance(pid, int) or pid <= 0:
         raise ValueError(f"pid must be a positive integer, got {pid!r}")
+    return [*argv_before_pid(cli, request, config), f"--pid={pid}", rootfs]
+
+
+def argv_before_pid(cli: str, request: Request, config: ToolkitConfig) -> list[str]:
+    """`nvidia-container-cli [global flags] configure [flags]`: all of the command line but
+    `--pid=PID ROOTFS`, which is what the runtime can decide before the container exists."""
     c = config.cli
     argv = [cli]
     if c.root:
@@ -76,8 +82,6 @@ def build_argv(cli: str, request: Request, config: ToolkitConfig, pid: int, root
         argv.append(f"--mig-monitor={mig_monitor}")
     argv.extend(f"--{cap}" for cap in request.capabilities)
     argv.extend(f"--require={req}" for req in request.requirements)
-    argv.append(f"--pid={pid}")
-    argv.append(rootfs)
     return argv
 
 

@@ -9,7 +9,12 @@ itself) decide exactly the same way, and tests can walk the whole decision table
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+# collections.abc imports the whole collections package (a millisecond at every GPU container
+# start); os has already loaded the module that defines its ABCs.
+try:
+    from _collections_abc import Mapping
+except ImportError:  # pragma: no cover - a Python without it
+    from collections.abc import Mapping
 
 from nvdocker2.device_ids import (  # noqa: F401 - re-exported: the hook's one validator
     MAX_DEVICE_IDS,

@@ -1,8 +1,10 @@
 """nvidia-container-runtime: the OCI runtime shim (SPEC §3).
 
 containerd-shim runs it for every step of every container (create, start, state, kill,
-delete, …). Only `create` is ours to change: the bundle's config.json gets the prestart hook,
-then the low-level runtime (runc/crun) is exec'd with the untouched argv. Every other
+delete, …). Only `create` is ours to change: it decides what the container asks of the GPUs
+(or refuses it) and gives the bundle's config.json a prestart hook that only has to read the
+container's pid and exec nvidia-container-cli (nvdocker2.runtime.prestart), then execs the
+low-level runtime (runc/crun) with the untouched argv. Every other
 subcommand is exec'd at once, importing as little as possible: this module imports only os and
 sys, and reads config.toml with tomllib only when the file sets something a pass-through needs.
 """
@@ -12,30 +14,42 @@ from __future__ import annotations
 import os
 import sys
 
-from nvdocker2.oneline import one_line
-
 PROG = "nvidia-container-runtime"
 HOOK_NAME = "nvidia-container-runtime-hook"
 CONFIG_ENV = "NVIDIA_CONTAINER_RUNTIME_CONFIG"
 DEFAULT_CONFIG_PATH = "/etc/nvidia-container-runtime/config.toml"
 DEFAULT_RUNTIMES = ("docker-runc", "runc", "crun")
 DIRECT_HOOK = "direct-hook"
+# Left in the bundle by `create` when config.toml asked nothing of a pass-through (default
+# runtimes, no debug log). containerd runs every call of a container from its bundle, so the
+# calls after `create` find it there and need not read config.toml again.
+PLAIN_MARK = ".nvidia-container-runtime-plain"
 # What a pass-through needs from config.toml; a file whose non-comment lines never mention
 # these (nor a backslash, which could spell them as an escape) needs no TOML parser.
 _PASSTHROUGH_KEYS = (b"runtimes", b"debug", b"log-level", b"\\")
 
 
 class RuntimeFailure(Exception):
-    """The shim cannot do its job; reported as one `error:` line (and a `hint:`), exit 1."""
+    """The shim cannot do its job; reported as one `error:` line (and a `hint:`), exit 1.
 
-    def __init__(self, message: str, hint: str | None = None) -> None:
+    `prog` names who refuses: the hook's refusals, made at `create` now, keep the hook's name
+    and words (`nvidia-container-runtime-hook: error: ...`), in docker's error too."""
+
+    def __init__(self, message: str, hint: str | None = None, prog: str = PROG) -> None:
         super().__init__(message)
         self.hint = hint
+        self.prog = prog
+
+    def engine_line(self) -> str:
+        """The line containerd reads from runc's log and docker shows."""
+        if self.prog == PROG:
+            return f"{PROG}: {self}"
+        return f"{self.prog}: error: {self}"
 
 
 def main(args: list[str] | None = None, self_path: str | None = None) -> int:
-    """Entry point. `args` excludes argv[0]; `self_path` is this executable (for finding the
-    hook installed beside it and for never exec'ing itself). Returns only on failure."""
+    """Entry point. `args` excludes argv[0]; `self_path` is this executable (never exec'd as
+    the low-level runtime; direct mode's hook entry runs it). Returns only on failure."""
     if args is None:
         args = sys.argv[1:]
     if self_path is None:
@@ -71,18 +85,23 @@ def main(args: list[str] | None = None, self_path: str | None = None) -> int:
         log_path = config.runtime.debug
         runtime = find_low_level_runtime(config.runtime.runtimes, self_path)
         _prepare_bundle(config, bundle, self_path, log_path)
+        _mark_bundle(bundle, config)
         _log(log_path, f"exec {runtime} {' '.join(args)}")
         return _exec(runtime, args)
     except RuntimeFailure as e:
-        print(f"{PROG}: error: {one_line(e)}", file=sys.stderr)
+        from nvdocker2.oneline import one_line  # only on errors: one module less per start
+
+        print(f"{e.prog}: error: {one_line(e)}", file=sys.stderr)
         if e.hint:
-            print(f"{PROG}: hint: {one_line(e.hint)}", file=sys.stderr)
+            print(f"{e.prog}: hint: {one_line(e.hint)}", file=sys.stderr)
         _log(log_path, f"error: {one_line(e)}")
-        _report_to_runtime_log(args, f"{PROG}: {e}")
+        _report_to_runtime_log(args, e.engine_line())
         return 1
     except Exception as e:  # one line, never a traceback on the start path (unless debugging)
         if os.environ.get("NVDOCKER2_DEBUG") == "1":
             raise
+        from nvdocker2.oneline import one_line
+
         message = one_line(f"internal error: {type(e).__name__}: {str(e)[:300]}")
         print(f"{PROG}: error: {message}", file=sys.stderr)
         _log(log_path, f"error: {message}")
@@ -122,7 +141,7 @@ def _report_to_runtime_log(args: list[str], message: str) -> None:
 
 
 def _prepare_bundle(config, bundle: str, self_path: str, log_path: str | None) -> None:
-    from nvdocker2.runtime.spec import SpecError, add_prestart_hook, read_spec, write_spec
+    from nvdocker2.runtime.spec import SpecError, read_spec, write_spec
 
     spec_path = os.path.join(bundle, "config.json")
     try:
@@ -130,9 +149,7 @@ def _prepare_bundle(config, bundle: str, self_path: str, log_path: str | None) -
         if config.runtime.mode == "direct":
             changed = _direct_mode(spec, bundle, config, self_path)
         else:
-            hook = hook_path(config, self_path)
-            config_file = config.path if config.from_env else None
-            changed = add_prestart_hook(spec, hook, config_file)
+            changed = _legacy_mode(spec, spec_path, bundle, config)
         if changed:
             write_spec(spec_path, spec)
     except SpecError as e:
@@ -159,19 +176,41 @@ def _direct_mode(spec: dict, bundle: str, config, self_path: str) -> bool:
     return True
 
 
-def hook_path(config, self_path: str) -> str:
-    """`[nvidia-container-runtime-hook] path`, else the hook installed beside this runtime."""
+def _mark_bundle(bundle: str, config) -> None:
+    """Leave PLAIN_MARK in the bundle when the pass-throughs of this container can skip
+    config.toml, remove it otherwise. Best effort: without it they read config.toml."""
+    path = os.path.join(bundle, PLAIN_MARK)
+    try:
+        if tuple(config.runtime.runtimes) == DEFAULT_RUNTIMES and not config.runtime.debug:
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
+                             0o644))
+        else:
+            os.unlink(path)
+    except OSError:
+        pass
+
+
+def _legacy_mode(spec: dict, spec_path: str, bundle: str, config) -> bool:
+    """SPEC §3 and §4 at `create`: the hook's whole decision is made here and written into
+    config.json as the finished nvidia-container-cli command line (nvdocker2.runtime.prestart);
+    a refused request fails `create`. With `[nvidia-container-runtime-hook] path` set, that
+    program is the prestart hook and decides at prestart. True when `spec` changed."""
+    from nvdocker2.runtime.prestart import Refusal, gpu_prestart_hook
+    from nvdocker2.runtime.spec import add_prestart_hook, append_prestart, has_gpu_hook
+
     if config.hook.path:
-        return config.hook.path
-    here = os.path.dirname(os.path.abspath(self_path))
-    for directory in (here, os.path.dirname(os.path.realpath(self_path))):
-        candidate = os.path.join(directory, HOOK_NAME)
-        if os.access(candidate, os.X_OK):
-            return candidate
-    raise RuntimeFailure(
-        f"{HOOK_NAME} not found beside {self_path}; set [nvidia-container-runtime-hook] path"
-        f" in {config.path}"
-    )
+        return add_prestart_hook(spec, config.hook.path,
+                                 config.path if config.from_env else None)
+    if has_gpu_hook(spec):
+        return False
+    try:
+        entry = gpu_prestart_hook(spec, spec_path, bundle, config)
+    except Refusal as e:
+        raise RuntimeFailure(str(e), prog=HOOK_NAME) from None
+    if entry is None:
+        return False
+    append_prestart(spec, entry)
+    return True
 
 
 def find_low_level_runtime(names, self_path: str | None = None, path: str | None = None) -> str:
@@ -209,7 +248,11 @@ def _passthrough_settings() -> tuple[tuple[str, ...], str | None, str]:
     """(runtimes, debug log, log level) for a pass-through, parsing TOML only when needed.
 
     A broken config.toml must not keep anyone from stopping and deleting running containers,
-    so here it falls back to the defaults with a warning; `create` refuses it."""
+    so here it falls back to the defaults with a warning; `create` refuses it. In a bundle
+    that `create` marked (PLAIN_MARK: the cwd containerd runs each call in), config.toml asked
+    nothing of a pass-through when the container was created, and is not read again."""
+    if os.path.isfile(PLAIN_MARK):
+        return DEFAULT_RUNTIMES, None, "info"
     path = os.environ.get(CONFIG_ENV) or DEFAULT_CONFIG_PATH
     try:
         with open(path, "rb") as f:

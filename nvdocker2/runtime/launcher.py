@@ -6,7 +6,8 @@ These launchers cut that cost:
 
 - `nvidia-container-runtime` is a POSIX sh script. When no argument is `create`, the first
   is not `direct-hook` (direct mode's hook role, SPEC §7), and
-  config.toml does not set `runtimes` or `debug`, it execs the first of docker-runc, runc,
+  config.toml does not set `runtimes` or `debug` (or `create` marked the bundle, the current
+  directory, as created under such a config), it execs the first of docker-runc, runc,
   crun on PATH itself (as nvdocker2.runtime would), so state/start/kill/delete start no
   Python at all. Otherwise it runs `python3 -I -S` with nvdocker2.runtime.
 - `nvidia-container-runtime-hook` is a Python script run with `-I -S`: no site, no PYTHON*
@@ -43,12 +44,23 @@ for arg do
     if [ "$arg" = create ]; then slow=1; break; fi
 done
 conf=${NVIDIA_CONTAINER_RUNTIME_CONFIG:-/etc/nvidia-container-runtime/config.toml}
-if [ -z "$slow" ] && [ -e "$conf" ]; then
+# `create` left this in the bundle (containerd's cwd for every call) when config.toml asked
+# nothing of a pass-through: no need to read it again.
+if [ -f ./.nvidia-container-runtime-plain ]; then
+    :
+elif [ -z "$slow" ] && [ -e "$conf" ]; then
     if [ -f "$conf" ] && [ -r "$conf" ]; then
+        # sh reads a file a byte at a time: stop where nothing later can set these keys, at
+        # the hook's or the cli's table after [nvidia-container-runtime] (a multi-line string,
+        # the one thing that could hide a table line, sends us to Python first).
+        seen=
         while read -r line || [ -n "$line" ]; do
             case $line in
                 '#'*) ;;
-                *runtimes*|*debug*|*log-level*|*'\'*) slow=1; break ;;
+                '[nvidia-container-runtime]') seen=1 ;;
+                '[nvidia-container-runtime-hook]'|'[nvidia-container-cli]')
+                    [ -z "$seen" ] || break ;;
+                *runtimes*|*debug*|*log-level*|*'\'*|*\"\"\"*|*"'''"*) slow=1; break ;;
             esac
         done < "$conf"
     else

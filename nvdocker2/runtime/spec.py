@@ -14,6 +14,7 @@ import os
 
 from nvdocker2.runtime import jsonio
 
+HOOK_NAME = "nvidia-container-runtime-hook"
 HOOK_ENV = ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"]
 MAX_SPEC_BYTES = 16 * 1024 * 1024
 
@@ -33,25 +34,50 @@ def hook_entry(hook_path: str, config_file: str | None = None) -> dict:
 
 
 def add_prestart_hook(spec: dict, hook_path: str, config_file: str | None = None) -> bool:
-    """Append our prestart hook unless one with the same basename is there (dockerd adds one
-    for `--gpus`; a second run would configure the container twice). True when changed."""
+    """Append the hook program's prestart entry unless a GPU hook is there already. True when
+    changed."""
+    if has_gpu_hook(spec, os.path.basename(hook_path)):
+        return False
+    append_prestart(spec, hook_entry(hook_path, config_file))
+    return True
+
+
+def has_gpu_hook(spec: dict, name: str = HOOK_NAME) -> bool:
+    """Whether `hooks.prestart` holds an nvidia-container-runtime-hook (or a program named
+    `name`) already: dockerd's for `--gpus`, NVIDIA's, or the one this runtime wrote (a second
+    one would configure the container twice). Raises SpecError for a `hooks` of the wrong
+    shape."""
     hooks = spec.get("hooks")
     if hooks is None:
-        hooks = spec["hooks"] = {}
+        return False
     if not isinstance(hooks, dict):
         raise SpecError("config.json: 'hooks' must be an object")
     prestart = hooks.get("prestart")
     if prestart is None:
-        prestart = hooks["prestart"] = []
+        return False
     if not isinstance(prestart, list):
         raise SpecError("config.json: 'hooks.prestart' must be a list")
-    name = os.path.basename(hook_path)
     for hook in prestart:
-        if isinstance(hook, dict) and isinstance(hook.get("path"), str) \
-                and os.path.basename(hook["path"]) == name:
-            return False
-    prestart.append(hook_entry(hook_path, config_file))
-    return True
+        if not isinstance(hook, dict):
+            continue
+        path, args = hook.get("path"), hook.get("args")
+        if isinstance(path, str) and os.path.basename(path) in (HOOK_NAME, name):
+            return True
+        if isinstance(args, list) and args[1:2] == ["-c"] and args[3:4] == [HOOK_NAME]:
+            return True  # ours: sh -c SCRIPT nvidia-container-runtime-hook ...
+    return False
+
+
+def append_prestart(spec: dict, entry: dict) -> None:
+    """Append `entry` to `hooks.prestart`, making both when absent (has_gpu_hook checked their
+    shape)."""
+    hooks = spec.get("hooks")
+    if hooks is None:
+        hooks = spec["hooks"] = {}
+    prestart = hooks.get("prestart")
+    if prestart is None:
+        prestart = hooks["prestart"] = []
+    prestart.append(entry)
 
 
 def read_spec(path: str) -> dict:

@@ -13,7 +13,7 @@ import nvdocker2
 ROOT = str(Path(nvdocker2.__file__).resolve().parent.parent)
 MODULES = ["nvdocker2.runtime", "nvdocker2.runtime.args", "nvdocker2.runtime.spec",
            "nvdocker2.oneline", "nvdocker2.device_ids",
-           "nvdocker2.runtime.jsonio",
+           "nvdocker2.runtime.jsonio", "nvdocker2.runtime.prestart",
            "nvdocker2.runtime.launcher", "nvdocker2.hook", "nvdocker2.hook.request",
            "nvdocker2.hook.cli_argv", "nvdocker2.toolkit_config"]
 ALLOWED_NVDOCKER2 = {"nvdocker2", *MODULES}

@@ -12,6 +12,7 @@ import pytest
 from nvdocker2.runtime.spec import (
     SpecError,
     add_prestart_hook,
+    has_gpu_hook,
     hook_entry,
     read_spec,
     write_spec,
@@ -132,3 +133,15 @@ def test_unwritable_bundle_is_an_error_naming_the_file(tmp_path):
     path = tmp_path / "missing-dir" / "config.json"
     with pytest.raises(SpecError, match=f"cannot write {path}: No such file or directory"):
         write_spec(str(path), spec_with())
+
+
+@pytest.mark.parametrize("name,present", [("nvidia-container-runtime-hook", True),
+                                          ("another-hook", False)])
+def test_the_entry_create_writes_counts_as_the_gpu_hook(name, present):
+    """`sh -c SCRIPT nvidia-container-runtime-hook ...` is ours from an earlier create: no
+    second hook; an sh hook of another name is someone else's."""
+    sh_entry = {"path": "/bin/sh", "args": ["sh", "-c", ": script", name, "/rootfs",
+                                            "/usr/bin/nvidia-container-cli", "configure"]}
+    spec = spec_with(hooks={"prestart": [sh_entry]})
+    assert has_gpu_hook(spec) is present
+    assert add_prestart_hook(spec, HOOK) is not present
