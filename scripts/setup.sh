@@ -28,6 +28,7 @@ if [ "$profile" = tests ]; then
     groups+=(
         "the test runner and its property-based tests: python3-pytest python3-hypothesis"
         "building and checking the .deb and the .rpm (tests/packaging): dpkg-dev debhelper dh-python pybuild-plugin-pyproject python3-all rpm lintian equivs devscripts make git"
+        "a private rootful Podman that reads CDI specs, to run hostile images against the CDI hook (tests/e2e/test_cdi_podman_e2e.py): podman"
     )
 fi
 

@@ -1,36 +1,52 @@
-"""The runtime's hook role in direct mode: `nvidia-container-runtime direct-hook update-ldcache`.
+"""The runtime's hook role in direct and CDI mode: `nvidia-container-runtime direct-hook
+update-ldcache`.
 
-runc runs it as a createContainer hook, inside the container's namespaces before pivot_root,
-with the OCI state on stdin and only the environment the spec lists. It makes the soname
-links of the mounted driver libraries inside the root file system (never following a symlink
-of the image out of it), then refreshes the image's ld cache with the HOST's
-`ldconfig -r ROOTFS DIR...`: ldconfig chroots into the image itself, and no binary of the
-image is ever run.
+runc runs it as a createContainer hook, inside the container's mount namespace before
+pivot_root, with the OCI state on stdin and only the environment the spec lists, once every
+mount of the spec is in place. It makes the soname links of the driver's libraries inside the
+root file system, then refreshes the image's ld cache with the HOST's `ldconfig` (no binary of
+the image is ever run). Its threat model is in docs/security.md; in short:
 
-A chroot does not confine /proc magic links: at this point the container's /proc is mounted
-in the rootfs and its pid 1 (runc init) still has the host's root, so an image symlink to
-`/proc/1/root/...` (for ldconfig's aux cache, or a directory in its ld.so.conf) would let
-ldconfig write on the host. ldconfig therefore runs in a mount namespace of its own in which
-every procfs under the rootfs is detached (`_hide_proc`, between fork and exec).
+- links and ldconfig folders are resolved inside the image (never following a symlink out of
+  it) and refused when they are on any mount but the root file system's own (a volume);
+- ldconfig runs in a mount namespace of the hook's own where, below the root file system, only
+  the image's files and the driver's read-only files are left (`confine.private_view`), with
+  no aux cache to read (`-i`) or to write (its directory covered read-only), making no links
+  (`-X`), with CAP_SYS_CHROOT as its only capability under no_new_privs, and for at most
+  `LDCONFIG_TIMEOUT` seconds.
+
+This runs on every GPU container start, so it imports little: no subprocess (ldconfig is
+forked and exec'd directly), ctypes only to confine ldconfig (in the child, between fork and
+exec, so the hook process itself keeps what it had).
 """
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
 import sys
-from typing import IO
 
 from nvdocker2.direct.errors import DirectError
-from nvdocker2.direct.rootfs import link_in_root
-from nvdocker2.direct.spec import HOOK_ACTION, HOOK_ENV, rootfs_of
+from nvdocker2.direct.rootfs import link_in_root, open_dir_checked, rootfs_of
 from nvdocker2.oneline import one_line
 
+TYPE_CHECKING = False  # typing itself costs every container start a few milliseconds
+if TYPE_CHECKING:
+    from typing import IO, Callable
+
+HOOK_SUBCOMMAND = "direct-hook"
+HOOK_ACTION = "update-ldcache"
+HOOK_ENV = ("PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",)
 USAGE = (
     "usage: nvidia-container-runtime direct-hook update-ldcache --ldconfig PATH"
     " [--link DIR/NAME::TARGET]... [--folder DIR]..."
 )
+# ldconfig takes well under a second on real images; an image can make it block for ever
+# (a FIFO as ld.so.conf) and hang the container start with it.
+LDCONFIG_TIMEOUT = 60.0
+_SIGKILL = 9
+_OUTPUT_LIMIT = 65536
+_CHILD_STATUS = 126
+_CHILD_FAILED = "nvdocker2 direct-hook child: "
 
 
 def parse_args(argv: list[str]) -> tuple[str, list[tuple[str, str]], list[str]]:
@@ -53,6 +69,8 @@ def parse_args(argv: list[str]) -> tuple[str, list[tuple[str, str]], list[str]]:
                 raise DirectError(f"direct-hook: bad --link {value!r}", USAGE)
             links.append((link, target))
         elif arg == "--folder":
+            if not value.startswith("/"):
+                raise DirectError(f"direct-hook: bad --folder {value!r}", USAGE)
             folders.append(value)
         else:
             raise DirectError(f"direct-hook: unknown option {arg!r}", USAGE)
@@ -61,122 +79,199 @@ def parse_args(argv: list[str]) -> tuple[str, list[tuple[str, str]], list[str]]:
     return ldconfig, links, folders
 
 
-def read_rootfs(stdin: IO[str]) -> str:
-    """The container's rootfs from the OCI state on stdin (bundle → config.json → root.path)."""
+def read_state(stdin: IO[str]) -> tuple[str, dict]:
+    """(the container's rootfs, its config.json) from the OCI state on stdin."""
+    from nvdocker2.runtime.jsonio import loads  # json without importing re
+
     try:
-        state = json.load(stdin)
+        state = loads(stdin.read())
         bundle = state.get("bundle") or state.get("bundlePath")
-        with open(os.path.join(bundle, "config.json"), encoding="utf-8") as f:
-            spec = json.load(f)
-    except (OSError, ValueError, TypeError, AttributeError) as err:
-        raise DirectError(f"direct-hook: cannot read the container state or config.json: {err}")
-    return rootfs_of(spec, bundle)
+        with open(os.path.join(bundle, "config.json"), "rb") as f:
+            spec = loads(f.read())
+        return rootfs_of(spec, bundle), spec
+    except (OSError, ValueError, TypeError, AttributeError, RecursionError) as err:
+        raise DirectError(f"direct-hook: cannot read the container state or config.json: {err}"
+                          ) from None
 
 
-CLONE_NEWNS = 0x00020000
-MS_REC = 0x4000
-MS_PRIVATE = 1 << 18
-MNT_DETACH = 2
-ISOLATION_FAILED = 126
-# ldconfig takes well under a second on real images; an image can make it block for ever
-# (a FIFO as ld.so.conf) and hang the container start with it.
-LDCONFIG_TIMEOUT = 60.0
-_ISOLATION_PREFIX = "direct-hook: cannot hide /proc from ldconfig: "
+def _same_mount_as_root(rootfs: str) -> Callable[[str, str, int], None]:
+    """A check for `open_dir_checked`: the directory is on the root file system's own mount."""
+    from nvdocker2.direct.confine import mount_id
 
-
-def _unescape_mountinfo(field: str) -> str:
-    r"""Mount points in mountinfo have space, tab, newline and backslash as \NNN octal."""
-    if "\\" not in field:
-        return field
-    out, i = [], 0
-    while i < len(field):
-        if field[i] == "\\" and field[i + 1 : i + 4].isdigit():
-            out.append(chr(int(field[i + 1 : i + 4], 8)))
-            i += 4
-        else:
-            out.append(field[i])
-            i += 1
-    return "".join(out)
-
-
-def proc_mounts_under(root: str, mountinfo: str) -> list[str]:
-    """Mount points of procfs at or below `root` in a /proc/self/mountinfo text, deepest first."""
-    found = []
-    for line in mountinfo.splitlines():
-        fields = line.split(" ")
-        if "-" not in fields[6:]:
-            continue
-        fstype = fields[fields.index("-", 6) + 1]
-        point = _unescape_mountinfo(fields[4])
-        if fstype == "proc" and (point == root or point.startswith(root.rstrip("/") + "/")):
-            found.append(point)
-    return sorted(found, key=len, reverse=True)
-
-
-def _hide_proc(rootfs: str) -> None:
-    """In the child, before exec'ing ldconfig: a private mount namespace in which no procfs is
-    mounted under `rootfs`. On failure, one line on stderr and exit ISOLATION_FAILED."""
+    fd = os.open(rootfs, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
-        import ctypes
+        root_mount = mount_id(fd)
+    finally:
+        os.close(fd)
 
-        libc = ctypes.CDLL(None, use_errno=True)
+    def check(path: str, resolved: str, fd: int) -> None:
+        if mount_id(fd) == root_mount:
+            return
+        where = f"resolves to {resolved}, which is" if resolved != path else "is"
+        raise DirectError(
+            f"{path} in the container {where} on another mount than the container image"
+            " (a volume?); refusing to make links or run ldconfig there",
+            "keep the image's library directories in the image, and mount volumes elsewhere",
+        )
 
-        def check(result: int, what: str) -> None:
-            if result != 0:
-                raise OSError(ctypes.get_errno(), f"{what}: {os.strerror(ctypes.get_errno())}")
+    return check
 
-        root = os.path.realpath(rootfs)
+
+def driver_files(spec: dict, folders: list[str]) -> set[tuple[int, int]]:
+    """(st_dev, st_ino) of the sources of the read-only bind mounts the spec puts straight
+    into one of `folders`: the driver's libraries, which ldconfig may see."""
+    keep = set()
+    wanted = set(folders)
+    mounts = spec.get("mounts")
+    for m in mounts if isinstance(mounts, list) else ():
+        if not isinstance(m, dict) or "ro" not in (m.get("options") or ()):
+            continue
+        dest, source = m.get("destination"), m.get("source")
+        if not (isinstance(dest, str) and isinstance(source, str)):
+            continue
+        if os.path.dirname(os.path.normpath(dest)) in wanted:
+            try:
+                st = os.stat(source)
+            except OSError:
+                continue
+            keep.add((st.st_dev, st.st_ino))
+    return keep
+
+
+def _folders_in_image(rootfs: str, folders: list[str],
+                      check: Callable[[str, str, int], None]) -> list[str]:
+    """The folders that exist, each checked to be on the root file system's own mount."""
+    found = []
+    for folder in folders:
         try:
-            check(libc.unshare(CLONE_NEWNS), "unshare(CLONE_NEWNS)")
-        except OSError:
-            if os.geteuid() != 0:
-                # Without privileges ldconfig cannot chroot either and resolves paths under
-                # ROOT itself, where magic links do not lead out.
-                return
-            raise
-        check(libc.mount(None, b"/", None, MS_REC | MS_PRIVATE, None), "making mounts private")
-        for _ in range(64):  # stacked mounts: detach until none is left
-            with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as f:
-                points = proc_mounts_under(root, f.read())
-            if not points:
-                return
-            for point in points:
-                check(libc.umount2(os.fsencode(point), MNT_DETACH), f"detaching {point}")
-        raise OSError(0, f"procfs keeps reappearing under {root}")
-    except Exception as err:  # noqa: BLE001 - reported by the parent as one line
-        os.write(2, f"{_ISOLATION_PREFIX}{err}\n".encode("utf-8", "replace"))
-        os._exit(ISOLATION_FAILED)
+            _resolved, fd = open_dir_checked(rootfs, folder, check)
+        except FileNotFoundError:
+            continue
+        os.close(fd)
+        found.append(folder)
+    return found
+
+
+def _refuse_a_mounted_cache(rootfs: str, check: Callable[[str, str, int], None]) -> None:
+    """ldconfig writes /etc/ld.so.cache~ and renames it to /etc/ld.so.cache. Where either is a
+    mount point in the container, the container would see that mount move onto (or vanish
+    from) its ld cache: refused, like a foreign /etc."""
+    from nvdocker2.direct.confine import mount_id
+
+    try:
+        etc, fd = open_dir_checked(rootfs, "/etc", check)
+    except FileNotFoundError:
+        return  # ldconfig cannot write a cache; it says so
+    try:
+        here = mount_id(fd)
+        for name in ("ld.so.cache", "ld.so.cache~"):
+            try:
+                f = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+            except FileNotFoundError:
+                continue
+            try:
+                if mount_id(f) != here:
+                    raise DirectError(
+                        f"{etc.rstrip('/')}/{name} in the container is a mount point (a volume"
+                        " that the image's symlinks put there?); refusing to write the ld"
+                        " cache over it",
+                        "remove that symlink from the image, or mount the volume elsewhere",
+                    )
+            finally:
+                os.close(f)
+    finally:
+        os.close(fd)
+
+
+def run_ldconfig(argv: list[str], env: dict[str, str], timeout: float, shown: str,
+                 prepare: Callable[[], None] | None = None) -> tuple[int, bytes]:
+    """(exit status, output) of argv, killed after `timeout` seconds (then DirectError naming
+    the command as `shown`). `prepare` runs in the child before the exec (confinement, which
+    must not touch this process); its failure is reported as one line."""
+    import select
+    import time
+
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: stdin /dev/null, stdout and stderr into the pipe, then ldconfig
+        try:
+            os.close(r)
+            null = os.open("/dev/null", os.O_RDONLY)
+            os.dup2(null, 0)
+            os.dup2(w, 1)
+            os.dup2(w, 2)
+            if prepare is not None:
+                prepare()
+            os.execve(argv[0], argv, env)
+        except BaseException as err:  # noqa: BLE001 - reported by the parent as one line
+            os.write(2, f"{_CHILD_FAILED}{err}\n".encode("utf-8", "replace"))
+        os._exit(_CHILD_STATUS)
+    os.close(w)
+    deadline = time.monotonic() + timeout
+    output = b""
+    try:
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([r], [], [], left)[0]:
+                os.kill(pid, _SIGKILL)
+                os.waitpid(pid, 0)
+                raise DirectError(
+                    f"{shown} did not finish within {timeout:g} seconds; stopped it",
+                    "the image's /etc/ld.so.conf (or a file it includes) may be a FIFO or"
+                    " a device",
+                )
+            chunk = os.read(r, 65536)
+            if not chunk:
+                break
+            output = (output + chunk)[-_OUTPUT_LIMIT:]
+    finally:
+        os.close(r)
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        if time.monotonic() > deadline:
+            os.kill(pid, _SIGKILL)
+            os.waitpid(pid, 0)
+            raise DirectError(f"{shown} did not exit within {timeout:g} seconds; stopped it")
+        time.sleep(0.002)
+    code = os.waitstatus_to_exitcode(status)
+    if code == _CHILD_STATUS and output.startswith(_CHILD_FAILED.encode()):
+        message = output.decode("utf-8", "replace").splitlines()[0]
+        raise DirectError(f"direct-hook: cannot run {shown}: {message[len(_CHILD_FAILED):]}")
+    return code, output
 
 
 def run(argv: list[str], stdin: IO[str]) -> None:
     """Do the hook's work or raise `DirectError`."""
     ldconfig, links, folders = parse_args(argv)
-    rootfs = read_rootfs(stdin)
+    rootfs, spec = read_state(stdin)
+    check = _same_mount_as_root(rootfs)
+    folders = _folders_in_image(rootfs, folders, check)
     for link, target in links:
-        link_in_root(rootfs, link, target)
+        link_in_root(rootfs, link, target, check)
+    _refuse_a_mounted_cache(rootfs, check)
+    prepare = None
+    if os.geteuid() == 0:
+        # (Without root ldconfig cannot chroot either, and reads and writes with this user's
+        # rights alone.)
+        from nvdocker2.direct.confine import drop_privileges, private_view
+
+        keep = driver_files(spec, folders)
+
+        def prepare() -> None:
+            private_view(rootfs, keep)
+            drop_privileges()
+
     env = dict(e.split("=", 1) for e in HOOK_ENV)
-    command = f"{ldconfig} -r {rootfs}"
-    try:
-        proc = subprocess.run(
-            [ldconfig, "-r", rootfs, *folders],
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            timeout=LDCONFIG_TIMEOUT,
-            check=False,
-            preexec_fn=lambda: _hide_proc(rootfs),  # noqa: PLW1509 - single-threaded hook
-        )
-    except subprocess.TimeoutExpired:
-        raise DirectError(
-            f"{command} did not finish within {LDCONFIG_TIMEOUT:g} seconds; stopped it",
-            "the image's /etc/ld.so.conf (or a file it includes) may be a FIFO or a device",
-        ) from None
-    if proc.returncode != 0:
+    shown = f"{ldconfig} -r {rootfs}"
+    status, output = run_ldconfig([ldconfig, "-i", "-X", "-r", rootfs, *folders], env,
+                                  LDCONFIG_TIMEOUT, shown, prepare)
+    if status != 0:
         # ldconfig names the image's files, whose names are bytes
-        output = proc.stdout.decode("utf-8", "backslashreplace")
-        last = (output.strip().splitlines() or ["no output"])[-1]
-        raise DirectError(f"{command} failed (exit {proc.returncode}): {last[:500]}")
+        text = output.decode("utf-8", "backslashreplace")
+        last = (text.strip().splitlines() or ["no output"])[-1]
+        raise DirectError(f"{shown} failed (exit {status}): {last[:500]}")
 
 
 def main(argv: list[str], stdin: IO[str] | None = None) -> int:

@@ -15,9 +15,12 @@ from __future__ import annotations
 import errno
 import os
 import stat
-from collections import deque
 
 from nvdocker2.direct.errors import DirectError
+
+TYPE_CHECKING = False  # typing itself costs the hook's start a few milliseconds
+if TYPE_CHECKING:
+    from typing import Callable
 
 MAX_SYMLINKS = 40
 
@@ -40,12 +43,12 @@ def resolve_in_root(root: str, path: str, *, follow_final: bool, refuse_escape: 
     host would have left the root there); otherwise it is clamped at the root, as the kernel
     does with RESOLVE_IN_ROOT.
     """
-    parts = deque(_components(path))
+    parts = _components(path)[::-1]  # a stack: the next component last
     resolved: list[str] = []
     links = 0
     last_link: tuple[str, str] | None = None
     while parts:
-        name = parts.popleft()
+        name = parts.pop()
         if name == "..":
             if resolved:
                 resolved.pop()
@@ -79,7 +82,7 @@ def resolve_in_root(root: str, path: str, *, follow_final: bool, refuse_escape: 
             last_link = (shown, target)
             if target.startswith("/"):
                 resolved = []
-            parts.extendleft(reversed(_components(target)))
+            parts.extend(reversed(_components(target)))
             continue
         if parts and not stat.S_ISDIR(st.st_mode):
             raise UnsafePath(
@@ -109,22 +112,54 @@ def open_dir_in_root(root: str, resolved: str) -> int:
     return fd
 
 
-def link_in_root(root: str, link: str, target: str) -> str:
+def rootfs_of(spec: dict, bundle: str) -> str:
+    """The container's root directory on the host (`root.path`, relative to the bundle)."""
+    root = spec.get("root")
+    path = root.get("path") if isinstance(root, dict) else None
+    if not isinstance(path, str) or not path:
+        raise DirectError(f"{bundle}/config.json has no root.path")
+    return os.path.normpath(os.path.join(bundle, path))
+
+
+def open_dir_checked(root: str, path: str, on_mount: Callable[[str, str, int], None] | None = None
+                     ) -> tuple[str, int]:
+    """(the symlink-free in-root path, an open descriptor) of the directory `path` names in the
+    image; `on_mount(path, resolved, fd)` may refuse it by raising. The caller closes the
+    descriptor; a missing directory raises FileNotFoundError naming the resolved path."""
+    resolved = resolve_in_root(root, path, follow_final=True, refuse_escape=True)
+    try:
+        fd = open_dir_in_root(root, resolved)
+    except FileNotFoundError:
+        raise FileNotFoundError(errno.ENOENT, "does not exist", resolved) from None
+    except OSError as err:
+        if err.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise UnsafePath(f"{resolved} in the container image changed under us; refusing"
+                             ) from err
+        raise
+    if on_mount is not None:
+        try:
+            on_mount(path, resolved, fd)
+        except BaseException:
+            os.close(fd)
+            raise
+    return resolved, fd
+
+
+def link_in_root(root: str, link: str, target: str,
+                 on_mount: Callable[[str, str, int], None] | None = None) -> str:
     """Make `link` (absolute, in-root) a symlink to `target`, without following image symlinks.
 
     An existing symlink is replaced; an existing file or directory is left alone (the image
-    ships its own). Returns what was done: "created", "replaced", "kept" or "exists".
+    ships its own). `on_mount` checks the parent directory as `open_dir_checked` does.
+    Returns what was done: "created", "replaced", "kept" or "exists".
     """
     parent, name = os.path.split(link)
-    parent = resolve_in_root(root, parent, follow_final=True, refuse_escape=True)
     try:
-        fd = open_dir_in_root(root, parent)
-    except FileNotFoundError:
-        raise DirectError(f"cannot create {link}: {parent} does not exist in the container") from None
-    except OSError as err:
-        if err.errno in (errno.ELOOP, errno.ENOTDIR):
-            raise UnsafePath(f"{parent} in the container image changed under us; refusing") from err
-        raise
+        parent, fd = open_dir_checked(root, parent, on_mount)
+    except FileNotFoundError as err:
+        raise DirectError(
+            f"cannot create {link}: {err.filename} does not exist in the container"
+        ) from None
     try:
         try:
             st = os.lstat(name, dir_fd=fd)

@@ -28,11 +28,9 @@ from nvdocker2.direct.discover import (
     discover,
 )
 from nvdocker2.direct.errors import DirectError
-from nvdocker2.direct.rootfs import resolve_in_root
+from nvdocker2.direct.hook import HOOK_ACTION, HOOK_ENV, HOOK_SUBCOMMAND
+from nvdocker2.direct.rootfs import resolve_in_root, rootfs_of
 
-HOOK_SUBCOMMAND = "direct-hook"
-HOOK_ACTION = "update-ldcache"
-HOOK_ENV = ("PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",)
 MOUNT_OPTIONS = ("nosuid", "nodev", "bind", "ro")
 DEFAULT_LDCONFIG = "/sbin/ldconfig"
 
@@ -164,15 +162,6 @@ def hook_entry(
     for folder in folders:
         args += ["--folder", folder]
     return {"path": runtime_path, "args": args, "env": list(HOOK_ENV)}
-
-
-def rootfs_of(spec: dict[str, Any], bundle: str) -> str:
-    """The container's root directory on the host (`root.path`, relative to the bundle)."""
-    root = spec.get("root")
-    path = root.get("path") if isinstance(root, dict) else None
-    if not isinstance(path, str) or not path:
-        raise DirectError(f"{bundle}/config.json has no root.path")
-    return os.path.normpath(os.path.join(bundle, path))
 
 
 def edit_spec(

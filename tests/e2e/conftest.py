@@ -17,14 +17,18 @@ sys.path.insert(0, str(Path(__file__).parent))
 from privatedockerd import PrivateDockerd, missing_prerequisites, remove_rootfs_tar  # noqa: E402
 
 
-def _require_prerequisites() -> None:
-    missing = missing_prerequisites()
+def require(what: str, missing: list[str]) -> None:
+    """Skip, or fail under CI=true, when `missing` names anything `what` needs."""
     if not missing:
         return
-    message = "private dockerd needs: " + ", ".join(missing)
+    message = f"{what} needs: " + ", ".join(missing)
     if os.environ.get("CI") == "true":
         pytest.fail(message + " (run bash scripts/test.sh as root)", pytrace=False)
     pytest.skip(message)
+
+
+def _require_prerequisites() -> None:
+    require("private dockerd", missing_prerequisites())
 
 
 def pytest_sessionfinish(session, exitstatus):
@@ -42,6 +46,14 @@ def e2e_prerequisites():
     """Skip (fail under CI=true) when a private dockerd cannot run here; for module fixtures
     that start their own daemon."""
     _require_prerequisites()
+
+
+@pytest.fixture(scope="session")
+def podman_prerequisites():
+    """Skip (fail under CI=true) when a private Podman cannot run here (privatepodman.py)."""
+    import privatepodman
+
+    require("private podman", privatepodman.missing_prerequisites())
 
 
 @pytest.fixture(scope="session")

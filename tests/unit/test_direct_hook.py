@@ -80,3 +80,22 @@ def test_hook_refuses_bad_arguments(tmp_path, capsys):
     assert "error: direct-hook: bad --link 'a/b'" in capsys.readouterr().err
     assert main(["frobnicate"], _state(bundle)) == 1
     assert "unknown direct-hook action ['frobnicate']" in capsys.readouterr().err
+
+
+def test_debians_nvidia_current_layout_gets_its_links_and_cache_entries_there(tmp_path, capsys):
+    """Debian's driver packages keep the libraries in nvidia/current/ and link the sonames
+    into the library directory; the container gets the libraries at their real place, the
+    links beside them, and that directory in its ld cache."""
+    driver = build_fake_driver(tmp_path / "driver", layout="debian")
+    bundle, rootfs, spec = make_bundle(tmp_path)
+    new = direct_edit(spec, str(bundle), ["0"], {"compute", "utility"},
+                      driver_root=str(driver.root), runtime_path="/x/nvidia-container-runtime")
+    (bundle / "config.json").write_text(json.dumps(new))
+    _mount_like_runc(new, rootfs)
+    current = f"{LIB64_DIR}/nvidia/current"
+    assert main(new["hooks"]["createContainer"][0]["args"][2:], _state(bundle)) == 0
+    assert capsys.readouterr().err == ""
+    assert os.readlink(rootfs / current.lstrip("/") / "libcuda.so.1") == f"libcuda.so.{V}"
+    names = {(e.name, e.path) for e in parse_ld_cache((rootfs / "etc/ld.so.cache").read_bytes())}
+    assert ("libcuda.so.1", f"{current}/libcuda.so.1") in names
+    assert ("libnvidia-ml.so.1", f"{current}/libnvidia-ml.so.1") in names

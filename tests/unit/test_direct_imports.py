@@ -13,7 +13,7 @@ RUNTIME_SIDE = ["nvdocker2.direct", "nvdocker2.direct.discover", "nvdocker2.dire
                 "nvdocker2.direct.hook", "nvdocker2.direct.cdi", "nvdocker2.direct.ldcache",
                 "nvdocker2.direct.rootfs", "nvdocker2.direct.toml_edit",
                 "nvdocker2.direct.errors", "nvdocker2.direct.create", "nvdocker2.toolkit_config",
-                "nvdocker2.oneline"]
+                "nvdocker2.oneline", "nvdocker2.direct.confine"]
 
 
 def test_direct_mode_imports_only_the_standard_library():
@@ -34,3 +34,24 @@ def test_direct_mode_imports_only_the_standard_library():
         foreign = {m for m in loaded if m.split(".")[0] not in sys.stdlib_module_names
                    and not m.startswith(("_", "nvdocker2"))}
         assert foreign == set()
+
+
+def test_the_hook_role_starts_without_json_re_subprocess_typing_or_discovery(tmp_path):
+    """The createContainer hook runs on every GPU container start: what it imports is what it
+    costs. It reads JSON with the C scanner, forks ldconfig itself, and loads ctypes only in
+    the child that confines ldconfig."""
+    import json
+
+    from fixtures.fake_driver import make_bundle
+
+    bundle, _rootfs, _spec = make_bundle(tmp_path)
+    code = (f"import sys; sys.path.append({ROOT!r}); from nvdocker2.runtime import main; "
+            "rc = main(['direct-hook', 'update-ldcache', '--ldconfig', '/bin/true'], 'x'); "
+            "print(rc); print('\\n'.join(sorted(sys.modules)))")
+    proc = subprocess.run([sys.executable, "-I", "-S", "-c", code], capture_output=True,
+                          text=True, timeout=60, input=json.dumps({"bundle": str(bundle)}))
+    rc, *loaded = proc.stdout.split()
+    assert rc == "0", proc.stderr
+    heavy = {"json", "re", "subprocess", "typing", "dataclasses", "ctypes",
+             "nvdocker2.direct.discover", "nvdocker2.direct.spec", "nvdocker2.direct.ldcache"}
+    assert heavy & set(loaded) == set()

@@ -13,6 +13,7 @@ import io
 import json
 import os
 import subprocess
+from pathlib import Path
 
 import pytest
 from fixtures.fake_driver import make_bundle
@@ -111,3 +112,120 @@ def test_a_deeply_nested_state_is_one_error_line(capsys):
     err = capsys.readouterr().err
     assert err.startswith("error: direct-hook: ")
     assert err.count("\n") == 1
+
+
+@pytest.fixture
+def mounted_rootfs(tmp_path):
+    """A bundle as runc leaves it for the hook: below the rootfs a read-write volume (at a path
+    with a space, which mountinfo escapes), a tmpfs, procfs, and the driver's libcuda
+    bind-mounted read-only into the library folder (listed in config.json as the spec would
+    list it)."""
+    from fixtures.fake_driver import DRIVER_VERSION, LIB64_DIR, build_fake_driver
+
+    driver = build_fake_driver(tmp_path / "driver")
+    bundle, rootfs, spec = make_bundle(tmp_path)
+    libdir = rootfs / LIB64_DIR.lstrip("/")
+    libdir.mkdir(parents=True)
+    cuda = f"{LIB64_DIR}/libcuda.so.{DRIVER_VERSION}"
+    (rootfs / cuda.lstrip("/")).touch()
+    volume = tmp_path / "volume"
+    volume.mkdir()
+    for d in ("data dir", "proc", "dev"):
+        (rootfs / d).mkdir(exist_ok=True)
+    spec["mounts"].append({"destination": cuda, "type": "bind", "source": str(driver.path(cuda)),
+                           "options": ["nosuid", "nodev", "bind", "ro"]})
+    (bundle / "config.json").write_text(json.dumps(spec))
+    mounts = [
+        ["mount", "--bind", str(volume), str(rootfs / "data dir")],
+        ["mount", "-t", "tmpfs", "tmpfs", str(rootfs / "dev")],
+        ["mount", "-t", "proc", "proc", str(rootfs / "proc")],
+        ["mount", "--bind", "-o", "ro", str(driver.path(cuda)), str(rootfs / cuda.lstrip("/"))],
+    ]
+    done = []
+    try:
+        for argv in mounts:
+            subprocess.run(argv, check=True)
+            done.append(argv[-1])
+        yield bundle, rootfs, cuda
+    finally:
+        for point in reversed(done):
+            subprocess.run(["umount", "-l", point], check=False)
+
+
+def _recording_ldconfig(tmp_path):
+    """A stand-in for ldconfig that writes down what it was given: its argv, capabilities,
+    no_new_privs and the mounts it sees."""
+    out = tmp_path / "seen"
+    script = tmp_path / "recording-ldconfig"
+    script.write_text(f"#!/bin/sh\necho \"$@\" > {out}.argv\n"
+                      f"grep -E '^(Cap|NoNewPrivs)' /proc/self/status > {out}.status\n"
+                      f"cat /proc/self/mountinfo > {out}.mounts\n")
+    script.chmod(0o755)
+    return script, out
+
+
+@needs_root
+def test_ldconfig_sees_only_the_image_and_the_drivers_read_only_files(mounted_rootfs, tmp_path):
+    bundle, rootfs, cuda = mounted_rootfs
+    script, out = _recording_ldconfig(tmp_path)
+    folder = os.path.dirname(cuda)
+    assert main(["update-ldcache", "--ldconfig", str(script), "--folder", folder],
+                _state(bundle)) == 0
+    assert _points_below(rootfs, Path(f"{out}.mounts").read_text()) == [f"{rootfs}{cuda}"]
+    assert Path(f"{out}.argv").read_text() == f"-i -X -r {rootfs} {folder}\n"
+    # the container's own mounts are all still there
+    assert _points_below(rootfs, Path("/proc/self/mountinfo").read_text()) == sorted(
+        [f"{rootfs}{cuda}", f"{rootfs}/data dir", f"{rootfs}/dev", f"{rootfs}/proc"])
+
+
+def _points_below(rootfs, mountinfo):
+    points = (line.split(" ")[4].replace("\\040", " ") for line in mountinfo.splitlines())
+    return sorted(p for p in points if p.startswith(f"{rootfs}/"))
+
+
+@needs_root
+def test_ldconfig_runs_with_cap_sys_chroot_alone_and_no_new_privs(mounted_rootfs, tmp_path):
+    bundle, _rootfs, _cuda = mounted_rootfs
+    script, out = _recording_ldconfig(tmp_path)
+    assert main(["update-ldcache", "--ldconfig", str(script)], _state(bundle)) == 0
+    status = dict(line.split(":\t") for line in Path(f"{out}.status").read_text().splitlines())
+    chroot_only = f"{1 << 18:016x}"
+    assert {k: status[k] for k in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb")} == {
+        "CapInh": "0" * 16, "CapPrm": chroot_only, "CapEff": chroot_only,
+        "CapBnd": chroot_only, "CapAmb": "0" * 16}
+    assert status["NoNewPrivs"] == "1"
+    # the hook's own process (here: the test's) keeps what it had
+    own = dict(line.split(":\t") for line in Path("/proc/self/status").read_text().splitlines()
+               if line.startswith("Cap"))
+    assert own["CapEff"] != chroot_only
+
+
+@needs_root
+def test_an_image_aux_cache_dir_is_read_only_for_ldconfig(mounted_rootfs, tmp_path):
+    """The image's /var/cache/ldconfig is covered by an empty read-only tmpfs for ldconfig:
+    the host's real ldconfig neither reads the image's aux cache nor writes one."""
+    bundle, rootfs, _cuda = mounted_rootfs
+    aux = rootfs / "var/cache/ldconfig"
+    aux.mkdir(parents=True)
+    (aux / "aux-cache").write_bytes(b"glibc-ld.so.auxcache-2.0 planted by the image")
+    assert main(["update-ldcache", "--ldconfig", "/sbin/ldconfig"], _state(bundle)) == 0
+    assert os.listdir(aux) == ["aux-cache"]
+    assert (aux / "aux-cache").read_bytes() == b"glibc-ld.so.auxcache-2.0 planted by the image"
+    assert (rootfs / "etc/ld.so.cache").is_file()
+
+
+@needs_root
+def test_an_etc_that_is_another_mount_is_refused_and_not_written(tmp_path, capsys):
+    """ldconfig writes /etc/ld.so.cache~ and /etc/ld.so.cache: not into a volume at /etc."""
+    bundle, rootfs, _spec = make_bundle(tmp_path)
+    volume = tmp_path / "etc-volume"
+    volume.mkdir()
+    subprocess.run(["mount", "--bind", str(volume), str(rootfs / "etc")], check=True)
+    try:
+        assert main(["update-ldcache", "--ldconfig", "/sbin/ldconfig"], _state(bundle)) == 1
+    finally:
+        subprocess.run(["umount", "-l", str(rootfs / "etc")], check=False)
+    assert capsys.readouterr().err.splitlines()[0] == (
+        "error: /etc in the container is on another mount than the container image (a volume?);"
+        " refusing to make links or run ldconfig there")
+    assert os.listdir(volume) == []

@@ -1,0 +1,200 @@
+"""A private rootful Podman for end-to-end tests of CDI specs (Podman reads /etc/cdi itself).
+
+Everything Podman writes lives under one temp dir: its storage (graphroot, runroot), its
+containers.conf (cgroupfs, runc, a file events log, the ulimits this VM needs), its tmp and
+volume dirs. Podman 4.3 reads CDI specs only from /etc/cdi and /var/run/cdi and, as root, keeps
+a blob cache in /var/lib/containers, and runc keeps its state in /run/runc; so Podman runs
+inside a mount namespace of our own (a holder process made by `unshare -m`, entered with
+`nsenter -m`) in which /etc and /var/lib are overlays whose writes land in the temp dir and
+/run is an empty tmpfs. The machine's /etc, /var/lib, /run and Podman storage are never
+written. Stopping: `podman rm -af`, then SIGKILL to each process still in our
+namespace (found by comparing /proc/PID/ns/mnt with the holder's), the holder last.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import shutil
+import signal
+import subprocess
+import tarfile
+import tempfile
+import time
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+from privatedockerd import BUSYBOX, busybox_rootfs_tar
+
+REQUIRED = ("podman", "runc", "unshare", "nsenter")
+
+CONTAINERS_CONF = """\
+[containers]
+default_ulimits = ["nofile=1024:1024", "nproc=1024:1024"]
+[engine]
+cgroup_manager = "cgroupfs"
+runtime = "runc"
+events_logger = "file"
+events_logfile_path = "{root}/events.log"
+tmp_dir = "{root}/tmp"
+image_copy_tmp_dir = "{root}/tmp"
+static_dir = "{root}/storage/libpod"
+volume_path = "{root}/storage/volumes"
+"""
+
+STORAGE_CONF = """\
+[storage]
+driver = "overlay"
+graphroot = "{root}/storage"
+runroot = "{root}/run"
+"""
+
+
+def missing_prerequisites() -> list[str]:
+    """What this machine lacks to run a private Podman (empty when it can)."""
+    missing = [f"{tool} (on PATH)" for tool in REQUIRED if shutil.which(tool) is None]
+    if "podman (on PATH)" in missing:
+        missing[missing.index("podman (on PATH)")] = "podman (Debian package podman)"
+    if not os.path.exists(BUSYBOX):
+        missing.append(f"{BUSYBOX} (Debian package busybox-static)")
+    if os.geteuid() != 0:
+        missing.append("root")
+    return missing
+
+
+class PrivatePodman:
+    """Rootful Podman with all of its state under `root`, in a mount namespace of our own."""
+
+    def __init__(self, root: Path | None = None) -> None:
+        self.root = Path(root or tempfile.mkdtemp(prefix="nvd2-podman-"))
+        self.holder: subprocess.Popen | None = None
+        self.env = dict(os.environ)
+        self.env.update(
+            CONTAINERS_CONF=str(self.root / "containers.conf"),
+            CONTAINERS_STORAGE_CONF=str(self.root / "storage.conf"),
+        )
+
+    def start(self) -> None:
+        for d in ("tmp", "storage", "run", "ovl/etc/up", "ovl/etc/work", "ovl/var-lib/up",
+                  "ovl/var-lib/work"):
+            (self.root / d).mkdir(parents=True, exist_ok=True)
+        (self.root / "containers.conf").write_text(CONTAINERS_CONF.format(root=self.root))
+        (self.root / "storage.conf").write_text(STORAGE_CONF.format(root=self.root))
+        ovl = self.root / "ovl"
+        script = (
+            "set -e\n"
+            f"mount -t overlay nvd2-etc -o lowerdir=/etc,upperdir={ovl}/etc/up,"
+            f"workdir={ovl}/etc/work /etc\n"
+            f"mount -t overlay nvd2-var-lib -o lowerdir=/var/lib,upperdir={ovl}/var-lib/up,"
+            f"workdir={ovl}/var-lib/work /var/lib\n"
+            "mount -t tmpfs -o mode=0755 nvd2-run /run\n"
+            "mkdir -p /etc/cdi\n"
+            "echo ready\n"
+            "exec sleep 86400\n"
+        )
+        self.holder = subprocess.Popen(
+            ["unshare", "--mount", "--propagation", "private", "sh", "-c", script],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
+        )
+        line = self.holder.stdout.readline()
+        if line.strip() != "ready":
+            err = self.holder.stderr.read() if self.holder.poll() is not None else ""
+            self.cleanup()
+            raise RuntimeError(f"private podman namespace did not start: {line!r} {err}")
+
+    # --- running things inside the namespace -------------------------------------------------
+
+    def sh(self, command: str, *, check: bool = True, timeout: float = 60):
+        """`sh -c command` in our mount namespace (where /etc/cdi is ours)."""
+        return self._run(["sh", "-c", command], check=check, timeout=timeout)
+
+    def podman(self, *args: str, check: bool = True, timeout: float = 120, input=None):
+        return self._run(["podman", *args], check=check, timeout=timeout, input=input)
+
+    def _run(self, argv: Sequence[str], *, check: bool, timeout: float, input=None):
+        assert self.holder is not None and self.holder.poll() is None, "namespace not running"
+        proc = subprocess.run(
+            ["nsenter", "-t", str(self.holder.pid), "-m", "--", *argv],
+            capture_output=True, text=True, timeout=timeout, env=self.env, input=input,
+            check=False, cwd="/",
+        )
+        if check and proc.returncode != 0:
+            raise AssertionError(
+                f"{' '.join(argv)}: exit {proc.returncode}\nstdout: {proc.stdout}\n"
+                f"stderr: {proc.stderr}"
+            )
+        return proc
+
+    def write_cdi_spec(self, name: str, text: str) -> None:
+        """Put a spec into /etc/cdi as Podman in our namespace sees it."""
+        self._run(["sh", "-c", f"cat > /etc/cdi/{name}"], check=True, timeout=30, input=text)
+
+    def import_image(self, tag: str, extra: Iterable[tuple[str, object]] = ()) -> str:
+        """`podman import` of the busybox-static rootfs plus `extra` entries.
+
+        `extra` holds (path, what): what is bytes (a file, 0644), ("symlink", target),
+        ("dir",) or ("file", bytes, mode). Returns the tag.
+        """
+        buf = io.BytesIO()
+        with tarfile.open(busybox_rootfs_tar()) as base, tarfile.open(fileobj=buf, mode="w") as out:
+            for member in base.getmembers():
+                data = base.extractfile(member) if member.isfile() else None
+                out.addfile(member, data)
+            for path, what in extra:
+                info = tarfile.TarInfo(path.lstrip("/"))
+                info.mtime = int(time.time())
+                data = None
+                if isinstance(what, bytes):
+                    what = ("file", what, 0o644)
+                if what[0] == "symlink":
+                    info.type = tarfile.SYMTYPE
+                    info.linkname = what[1]
+                elif what[0] == "dir":
+                    info.type = tarfile.DIRTYPE
+                    info.mode = 0o755
+                else:
+                    info.size = len(what[1])
+                    info.mode = what[2]
+                    data = io.BytesIO(what[1])
+                out.addfile(info, data)
+        tar = self.root / f"{tag.replace('/', '_').replace(':', '_')}.tar"
+        tar.write_bytes(buf.getvalue())
+        self.podman("import", str(tar), tag)
+        return tag
+
+    # --- stopping ----------------------------------------------------------------------------
+
+    def _namespace_pids(self) -> list[int]:
+        if self.holder is None:
+            return []
+        try:
+            ours = os.readlink(f"/proc/{self.holder.pid}/ns/mnt")
+        except OSError:
+            return []
+        pids = []
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit() or int(entry) == self.holder.pid:
+                continue
+            try:
+                if os.readlink(f"/proc/{entry}/ns/mnt") == ours:
+                    pids.append(int(entry))
+            except OSError:
+                continue
+        return pids
+
+    def cleanup(self) -> None:
+        if self.holder is not None and self.holder.poll() is None:
+            self.podman("rm", "-af", "-t", "0", check=False)
+            for pid in self._namespace_pids():
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            self.holder.kill()
+        if self.holder is not None:
+            self.holder.wait(timeout=30)
+            for stream in (self.holder.stdout, self.holder.stderr):
+                if stream:
+                    stream.close()
+            self.holder = None
+        shutil.rmtree(self.root, ignore_errors=True)
