@@ -48,6 +48,8 @@ def test_file_list_has_no_docker_file_and_a_noreplace_config(packages):
     files = run(["rpm", "-qlp", str(packages.rpm)]).stdout.split()
     assert not [f for f in files if f.startswith("/etc/docker")]
     assert "/usr/lib/systemd/system/nvdocker2-cdi-refresh.service" in files
+    assert "/usr/lib/systemd/system/nvdocker2-cdi-refresh.path" in files
+    assert "/usr/lib/udev/rules.d/70-nvdocker2-cdi-refresh.rules" in files
     for program in PROGRAMS:
         assert f"/usr/bin/{program}" in files
         assert (
