@@ -50,6 +50,16 @@ runroot = "{root}/run"
 """
 
 
+def runtime_launcher(root: Path) -> str:
+    """This checkout's nvidia-container-runtime launcher, written into ROOT/bin; its path."""
+    from nvdocker2.runtime.launcher import write_launchers
+
+    bindir = root / "bin"
+    bindir.mkdir()
+    write_launchers(str(bindir))
+    return str(bindir / "nvidia-container-runtime")
+
+
 def missing_prerequisites() -> list[str]:
     """What this machine lacks to run a private Podman (empty when it can)."""
     missing = [f"{tool} (on PATH)" for tool in REQUIRED if shutil.which(tool) is None]

@@ -19,9 +19,7 @@ from pathlib import Path
 
 import pytest
 from fixtures.fake_driver import DRIVER_VERSION, LIB64_DIR, build_fake_driver
-from privatepodman import PrivatePodman
-
-from nvdocker2.runtime.launcher import write_launchers
+from privatepodman import PrivatePodman, runtime_launcher
 
 REPO = Path(__file__).resolve().parents[2]
 LIBCUDA = f"{LIB64_DIR}/libcuda.so.{DRIVER_VERSION}"
@@ -35,14 +33,12 @@ def nvdocker2(*args: str, env=None) -> subprocess.CompletedProcess:
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory, podman_prerequisites):
     root = tmp_path_factory.mktemp("podman-devices")
-    bindir = root / "bin"
-    bindir.mkdir()
-    write_launchers(str(bindir))
+    runtime = runtime_launcher(root)
     driver = build_fake_driver(root / "driver")
     out = root / "nvidia.yaml"
     env = dict(os.environ, NVIDIA_CONTAINER_RUNTIME_CONFIG=str(root / "none.toml"))
     r = nvdocker2("cdi", "generate", "--output", str(out), "--driver-root", str(driver.root),
-                  "--runtime-path", str(bindir / "nvidia-container-runtime"), env=env)
+                  "--runtime-path", runtime, env=env)
     assert r.returncode == 0, r.stderr
     pod = PrivatePodman(root / "podman")
     pod.start()
