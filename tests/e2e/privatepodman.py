@@ -28,7 +28,8 @@ from privatedockerd import BUSYBOX, busybox_rootfs_tar
 
 REQUIRED = ("podman", "runc", "unshare", "nsenter")
 
-CONTAINERS_CONF = """\
+# What this VM needs of any Podman (rootless too): cgroupfs, runc, ulimits, a file event log.
+ENGINE_CONF = """\
 [containers]
 default_ulimits = ["nofile=1024:1024", "nproc=1024:1024"]
 [engine]
@@ -36,6 +37,8 @@ cgroup_manager = "cgroupfs"
 runtime = "runc"
 events_logger = "file"
 events_logfile_path = "{root}/events.log"
+"""
+CONTAINERS_CONF = ENGINE_CONF + """\
 tmp_dir = "{root}/tmp"
 image_copy_tmp_dir = "{root}/tmp"
 static_dir = "{root}/storage/libpod"
@@ -208,3 +211,67 @@ class PrivatePodman:
                     stream.close()
             self.holder = None
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+class RootlessUser:
+    """A throwaway user running rootless Podman inside a started `PrivatePodman`'s namespace.
+
+    The user, its subuid/subgid ranges and its runtime directory are made in the namespace,
+    whose /etc is an overlay: the machine's /etc/passwd and /etc/subuid never hold it, and it
+    is gone with the namespace. Rootless Podman 4.3 bind-mounts each device node from its
+    container `path`, so the namespace's /dev becomes a tmpfs copy of /dev plus `nodes`
+    (name -> (major, minor)). Its pause process starts with its first command, inside the
+    namespace, and dies with it.
+    """
+
+    def __init__(self, pod: PrivatePodman, home: Path, nodes: dict[str, tuple[int, int]]):
+        self.pod = pod
+        self.name = "nvd2rl" + os.urandom(3).hex()
+        self.home = home
+        dev = pod.root / "dev"
+        dev.mkdir()
+        mknods = "".join(f"mknod -m 0666 /dev/{n} c {ma} {mi}\n" for n, (ma, mi) in nodes.items())
+        pod.sh(
+            "set -e\n"
+            f"useradd -M -d {home} -s /bin/sh {self.name}\n"
+            f"mkdir -p {home} && chown {self.name}: {home}\n"
+            f"grep -q '^{self.name}:' /etc/subuid 2>/dev/null || "
+            f"echo {self.name}:300000:65536 >> /etc/subuid\n"
+            f"grep -q '^{self.name}:' /etc/subgid 2>/dev/null || "
+            f"echo {self.name}:300000:65536 >> /etc/subgid\n"
+            f"mount -t tmpfs -o mode=0755 nvd2-dev {dev}\n"
+            f"cp -a /dev/. {dev}/ 2>/dev/null || true\n"
+            f"mount --bind {dev} /dev\n"
+            "mount -t devpts -o newinstance,ptmxmode=0666 devpts /dev/pts\n"
+            "mount -t tmpfs -o mode=1777 nvd2-shm /dev/shm\n"
+            + mknods
+        )
+        self.uid = int(pod.sh(f"id -u {self.name}").stdout)
+        self.gid = int(pod.sh(f"id -g {self.name}").stdout)
+        pod.sh(f"mkdir -m 0700 -p /run/user/{self.uid} && chown {self.name}: /run/user/{self.uid}")
+        conf = home / "containers.conf"
+        conf.write_text(ENGINE_CONF.format(root=home))
+        os.chown(conf, self.uid, self.gid)
+        self.env = (f"HOME={home} XDG_RUNTIME_DIR=/run/user/{self.uid} CONTAINERS_CONF={conf} "
+                    "PATH=/usr/sbin:/usr/bin:/sbin:/bin")
+
+    def podman(self, *args: str, check: bool = True, timeout: float = 180):
+        """`podman ARGS` as the user, with nothing of root's environment."""
+        import shlex
+
+        return self.pod.sh(
+            f"cd / && exec setpriv --reuid={self.uid} --regid={self.gid} --init-groups "
+            f"env -i {self.env} podman {shlex.join(args)}", check=check, timeout=timeout)
+
+    def stop(self) -> None:
+        """Kill the user's processes: its pause process (and so its containers' namespaces)."""
+        pid_file = f"/run/user/{self.uid}/libpod/tmp/pause.pid"
+        found = self.pod.sh(f"cat {pid_file} 2>/dev/null || true").stdout.split()
+        for pid in found:
+            try:
+                with open(f"/proc/{pid}/environ", "rb") as f:
+                    ours = f"HOME={self.home}".encode() in f.read().split(b"\0")
+                if ours:
+                    os.kill(int(pid), signal.SIGKILL)
+            except (OSError, ValueError):
+                continue
