@@ -263,15 +263,27 @@ class RootlessUser:
             f"cd / && exec setpriv --reuid={self.uid} --regid={self.gid} --init-groups "
             f"env -i {self.env} podman {shlex.join(args)}", check=check, timeout=timeout)
 
-    def stop(self) -> None:
-        """Kill the user's processes: its pause process (and so its containers' namespaces)."""
-        pid_file = f"/run/user/{self.uid}/libpod/tmp/pause.pid"
-        found = self.pod.sh(f"cat {pid_file} 2>/dev/null || true").stdout.split()
-        for pid in found:
+    def processes(self) -> list[int]:
+        """Every process whose environment says HOME is this user's (all it started: Podman's
+        pause process, a rootless dockerd and its helpers), found from outside."""
+        found = []
+        for pid in filter(str.isdigit, os.listdir("/proc")):
             try:
                 with open(f"/proc/{pid}/environ", "rb") as f:
-                    ours = f"HOME={self.home}".encode() in f.read().split(b"\0")
-                if ours:
-                    os.kill(int(pid), signal.SIGKILL)
-            except (OSError, ValueError):
+                    if f"HOME={self.home}".encode() in f.read().split(b"\0"):
+                        found.append(int(pid))
+            except OSError:
                 continue
+        return found
+
+    def stop(self) -> None:
+        """SIGKILL every process of the user's (they live in namespaces of their own, which
+        PrivatePodman.cleanup does not see) and wait until they are gone."""
+        deadline = time.monotonic() + 10
+        while self.processes() and time.monotonic() < deadline:
+            for pid in self.processes():
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            time.sleep(0.1)

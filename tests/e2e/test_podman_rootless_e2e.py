@@ -15,7 +15,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import pytest
@@ -61,10 +60,7 @@ def rl(podman_prerequisites):
         user.podman("import", str(tar), IMAGE)
         yield user, driver
         user.stop()
-        deadline = time.monotonic() + 10
-        while pause_processes(home) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert pause_processes(home) == [], "the user's pause process outlived the test"
+        assert user.processes() == [], "the user's pause process outlived the test"
     finally:
         pod.cleanup()
         shutil.rmtree(root, ignore_errors=True)
@@ -73,19 +69,6 @@ def rl(podman_prerequisites):
 def run(user, device: str, script: str):
     return user.podman("run", "--rm", "--network=none", "--device", device, IMAGE, "sh", "-c",
                        script, check=False)
-
-
-def pause_processes(home: Path) -> list[int]:
-    """Processes whose environment says HOME=home (the user's pause process, its children)."""
-    found = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{pid}/environ", "rb") as f:
-                if f"HOME={home}".encode() in f.read().split(b"\0"):
-                    found.append(int(pid))
-        except OSError:
-            continue
-    return found
 
 
 def test_the_user_exists_only_in_the_namespace_and_maps_subordinate_ids(rl):
