@@ -78,6 +78,10 @@ def test_install_edits_the_users_daemon_json_reloads_its_dockerd_and_uninstall_u
     assert json.loads(config.read_text()) == {"runtimes": {"nvidia": {"path": runtime}}}
     info = as_user(f"docker -H unix://{sock} info --format '{{{{json .Runtimes}}}}'")
     assert json.loads(info.stdout)["nvidia"] == {"path": runtime}
+    status = json.loads(as_user(f"{nvdocker2} status --json").stdout)
+    assert status["dockerd"]["host"] == f"unix://{sock}"
+    assert status["dockerd"]["runtimes"]["nvidia"] == runtime
+    assert status["dockerd"]["agrees_with_file"] is True
     # Nothing of it in /etc: the namespace's overlay has no docker/ in its upper layer.
     assert not (root / "ns/ovl/etc/up/docker").exists()
 
