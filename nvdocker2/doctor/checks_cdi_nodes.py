@@ -111,13 +111,13 @@ def fix_command(name: str, data: bytes) -> str:
 
 @check("cdi.nodes", "NVIDIA CDI specs in /etc/cdi and /var/run/cdi match the host")
 def cdi_nodes(ctx: Context) -> Outcome:
-    from nvdocker2.cdi_validate import SpecError, parse
-
     checked, stale, fixes = [], [], []
     for name in _spec_files(ctx):
         data = ctx.root.read_bytes(name)
         if data is None:
             continue
+        from nvdocker2.cdi_validate import SpecError, parse  # only where a spec is
+
         try:
             spec = parse(data, name)
         except SpecError as err:
