@@ -113,12 +113,13 @@ def test_an_image_linking_out_of_its_rootfs_changes_nothing_on_the_host(setup, t
         (LIB64_DIR, ("symlink", str(host_dir))),
         ("/etc/ld.so.cache", ("symlink", str(host_file))),
     ])
-    r = in_container(pod, image, "nvidia.com/gpu=all", f"ls {LIB64_DIR}/ | head -3")
+    r = in_container(pod, image, "nvidia.com/gpu=all", f"ls {LIB64_DIR}/")
     assert sorted(os.listdir(host_dir)) == []
     assert host_file.read_bytes() == b"operator's bytes\n"
-    if r.returncode != 0:
-        errors = [ln for ln in r.stderr.splitlines() if "error: " in ln]
-        assert len(errors) == 1, r.stderr
+    # The links resolve inside the container's root: the driver files and the hook's soname
+    # links are there, in the container.
+    assert r.returncode == 0, r.stderr
+    assert {"libcuda.so.1", f"libcuda.so.{DRIVER_VERSION}"} <= set(r.stdout.split())
 
 
 # --- validate --for podman-4.3 against Podman 4.3 itself --------------------------------------
