@@ -35,6 +35,7 @@ def test_scriptlets_install_on_post_and_uninstall_only_on_erase(packages):
     assert preun.index('if [ "$1" -eq 0 ]') < preun.index("nvdocker2 uninstall")
     assert "/usr/bin/nvdocker2 uninstall --mode cdi --json --no-verify --reload none" in preun
     assert "systemctl enable nvdocker2-cdi-refresh.service" in scripts["postinstall"]
+    assert "systemctl start nvdocker2-cdi-refresh.path" in scripts["postinstall"]
     assert "rm -rf /var/lib/nvdocker2 /usr/share/nvdocker2" in scripts["postuninstall"]
 
 
