@@ -23,14 +23,13 @@ esac
 groups=(
     "a private dockerd and a tiny busybox image to run containers in: docker.io containerd runc busybox-static iproute2"
     "the virtual environment nvdocker2 is installed into: python3 python3-venv python3-pip python3-setuptools"
-    "nvdocker2's libraries, at the versions the .deb depends on: python3-typer python3-rich python3-jsonschema python3-filelock python3-packaging python3-tomli python3-tomlkit"
+    "nvdocker2's libraries, at the versions the .deb depends on: python3-typer python3-rich python3-jsonschema python3-filelock python3-packaging python3-tomli python3-tomlkit python3-yaml"
 )
 if [ "$profile" = tests ]; then
     groups+=(
         "the test runner and its property-based tests: python3-pytest python3-hypothesis"
-        "reading the Kubernetes manifests and the Helm chart (tests/unit/test_deploy.py): python3-yaml"
         "building and checking the .deb and the .rpm (tests/packaging): dpkg-dev debhelper dh-python pybuild-plugin-pyproject python3-all rpm lintian equivs devscripts make git"
-        "a private rootful Podman that reads CDI specs, to run hostile images against the CDI hook (tests/e2e/test_cdi_podman_e2e.py): podman"
+        "a private Podman, rootful and rootless, that reads CDI specs (tests/e2e/test_cdi_podman_e2e.py, test_podman_devices_e2e.py, test_podman_rootless_e2e.py) and a rootless dockerd (test_docker_rootless_e2e.py): podman uidmap rootlesskit slirp4netns"
     )
 fi
 

@@ -14,7 +14,6 @@ import json
 import os
 import sys
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Optional
 
 from nvdocker2.host import files

@@ -1,15 +1,17 @@
-"""`nvdocker2 cdi generate|refresh`: CDI specs for this host's GPUs."""
+"""`nvdocker2 cdi generate|refresh|validate`: CDI specs for this host's GPUs."""
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Any, Optional
 
 from nvdocker2 import locations
-from nvdocker2.cli.app import _Command, _emit_json, _Out, _run, _typer, typer
+from nvdocker2.cli.app import _Command, _emit_json, _Out, _run, _stderr, _typer, typer
 from nvdocker2.cli.options import COMMON, config_option, to_typer
 from nvdocker2.engines import registry
+from nvdocker2.errors import BadInput
 
 
 def _common(param: str) -> Any:
@@ -92,3 +94,71 @@ def cdi_refresh(
 
     _run(json_, go)
 
+
+
+_READERS = ("podman-4.3", "docker-25", "docker-26.1", "docker-28.0", "docker-28.1")
+
+
+@cdi_app.command("validate", cls=_Command)
+def cdi_validate(
+    file: str = typer.Argument(
+        "/etc/cdi/nvidia.yaml", metavar="[FILE]", show_default=False,
+        help="The spec to check [default: /etc/cdi/nvidia.yaml].",
+    ),
+    for_: Optional[str] = typer.Option(
+        None, "--for", metavar="READER",
+        help="Check for one reader only: " + ", ".join(_READERS) + " (the CDI library each "
+        "was built with: 0.5.2, 0.6.2, 0.7.1, 0.8.0, 1.0.1) [default: all of them].",
+    ),
+    json_: bool = _common("json"),
+) -> None:
+    """Check a CDI spec as the readers' CDI library loads it: fields, cdiVersion, names, device
+    nodes, hooks and mounts. Exit 0 when every reader asked accepts it, 2 when one refuses it."""
+
+    def go() -> int:
+        from nvdocker2 import cdi_validate as cv
+        from nvdocker2.store.atomic import os_error
+
+        if for_ is not None and for_ not in cv.READERS:
+            raise BadInput(f"--for {for_}: not a reader this command knows",
+                           "use one of: " + ", ".join(cv.READERS))
+        readers = [cv.READERS[for_]] if for_ else list(cv.READERS.values())
+        try:
+            with open(file, "rb") as f:
+                data = f.read()
+                mode = os.fstat(f.fileno()).st_mode
+        except FileNotFoundError:
+            raise BadInput(f"{file}: no such file",
+                           "write one with: nvdocker2 cdi generate --output " + file) from None
+        except IsADirectoryError:
+            raise BadInput(f"{file}: a directory, not a spec file",
+                           "name the spec file itself, e.g. /etc/cdi/nvidia.yaml") from None
+        except OSError as err:
+            raise os_error(err, file) from None
+        report = cv.validate(os.path.abspath(file), data, readers, mode)
+        for note in report.notes:
+            _stderr(f"warning: {note}")
+        refused = [v for v in report.verdicts if not v.ok]
+        if _Out.json:
+            _emit_json(report.to_json())
+        if not refused:
+            if not _Out.json:
+                names = ", ".join(f"{v.reader.name} (CDI {v.reader.library.version})"
+                                  for v in report.verdicts)
+                sys.stdout.write(f"ok: {report.path}: cdiVersion {report.version}, "
+                                 f"{len(report.devices)} device(s) of {report.kind}; "
+                                 f"accepted by {names}\n")
+            return 0
+        first = refused[0]
+        also = "".join(f"; also by {', '.join(v.reader.name for v in refused[1:])}"
+                       if len(refused) > 1 else "")
+        accepted = [v.reader.name for v in report.verdicts if v.ok]
+        hint = ("fix that field (nvdocker2 cdi generate writes a spec every reader accepts)"
+                if not accepted else f"accepted by {', '.join(accepted)}: if only those read "
+                "it, check with --for; else fix that field")
+        _stderr(f"error: {report.path}: {first.reader.name} (CDI "
+                f"{first.reader.library.version}) refuses it: {first.error}{also}")
+        _stderr(f"hint: {hint}")
+        return 2
+
+    _run(json_, go)

@@ -15,10 +15,10 @@ import os
 from collections.abc import Iterable
 from typing import Any
 
+from nvdocker2.direct.cdi_versions import GENERATED_FLOOR, minimum_version
 from nvdocker2.direct.discover import ALL_CAPABILITIES, DeviceNode, Discovery
 from nvdocker2.direct.spec import MOUNT_OPTIONS, hook_entry, make_plan
 
-CDI_VERSION = "0.5.0"
 CDI_KIND = "nvidia.com/gpu"
 DEFAULT_OUTPUT = "/etc/cdi/nvidia.yaml"
 
@@ -77,12 +77,10 @@ def cdi_spec(
     if folders:
         hook = hook_entry(runtime_path, ldconfig, links, folders)
         common["hooks"] = [{"hookName": "createContainer", **hook}]
-    return {
-        "cdiVersion": CDI_VERSION,
-        "kind": CDI_KIND,
-        "devices": devices,
-        "containerEdits": common,
-    }
+    spec = {"cdiVersion": "", "kind": CDI_KIND, "devices": devices, "containerEdits": common}
+    # The lowest version that defines what is written: older readers refuse newer ones.
+    spec["cdiVersion"] = minimum_version(spec, GENERATED_FLOOR)
+    return spec
 
 
 def render(spec: dict[str, Any], output: str) -> str:

@@ -28,7 +28,8 @@ from privatedockerd import BUSYBOX, busybox_rootfs_tar
 
 REQUIRED = ("podman", "runc", "unshare", "nsenter")
 
-CONTAINERS_CONF = """\
+# What this VM needs of any Podman (rootless too): cgroupfs, runc, ulimits, a file event log.
+ENGINE_CONF = """\
 [containers]
 default_ulimits = ["nofile=1024:1024", "nproc=1024:1024"]
 [engine]
@@ -36,6 +37,8 @@ cgroup_manager = "cgroupfs"
 runtime = "runc"
 events_logger = "file"
 events_logfile_path = "{root}/events.log"
+"""
+CONTAINERS_CONF = ENGINE_CONF + """\
 tmp_dir = "{root}/tmp"
 image_copy_tmp_dir = "{root}/tmp"
 static_dir = "{root}/storage/libpod"
@@ -48,6 +51,16 @@ driver = "overlay"
 graphroot = "{root}/storage"
 runroot = "{root}/run"
 """
+
+
+def runtime_launcher(root: Path) -> str:
+    """This checkout's nvidia-container-runtime launcher, written into ROOT/bin; its path."""
+    from nvdocker2.runtime.launcher import write_launchers
+
+    bindir = root / "bin"
+    bindir.mkdir()
+    write_launchers(str(bindir))
+    return str(bindir / "nvidia-container-runtime")
 
 
 def missing_prerequisites() -> list[str]:
@@ -198,3 +211,79 @@ class PrivatePodman:
                     stream.close()
             self.holder = None
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+class RootlessUser:
+    """A throwaway user running rootless Podman inside a started `PrivatePodman`'s namespace.
+
+    The user, its subuid/subgid ranges and its runtime directory are made in the namespace,
+    whose /etc is an overlay: the machine's /etc/passwd and /etc/subuid never hold it, and it
+    is gone with the namespace. Rootless Podman 4.3 bind-mounts each device node from its
+    container `path`, so the namespace's /dev becomes a tmpfs copy of /dev plus `nodes`
+    (name -> (major, minor)). Its pause process starts with its first command, inside the
+    namespace, and dies with it.
+    """
+
+    def __init__(self, pod: PrivatePodman, home: Path, nodes: dict[str, tuple[int, int]]):
+        self.pod = pod
+        self.name = "nvd2rl" + os.urandom(3).hex()
+        self.home = home
+        dev = pod.root / "dev"
+        dev.mkdir()
+        mknods = "".join(f"mknod -m 0666 /dev/{n} c {ma} {mi}\n" for n, (ma, mi) in nodes.items())
+        pod.sh(
+            "set -e\n"
+            f"useradd -M -d {home} -s /bin/sh {self.name}\n"
+            f"mkdir -p {home} && chown {self.name}: {home}\n"
+            f"grep -q '^{self.name}:' /etc/subuid 2>/dev/null || "
+            f"echo {self.name}:300000:65536 >> /etc/subuid\n"
+            f"grep -q '^{self.name}:' /etc/subgid 2>/dev/null || "
+            f"echo {self.name}:300000:65536 >> /etc/subgid\n"
+            f"mount -t tmpfs -o mode=0755 nvd2-dev {dev}\n"
+            f"cp -a /dev/. {dev}/ 2>/dev/null || true\n"
+            f"mount --bind {dev} /dev\n"
+            "mount -t devpts -o newinstance,ptmxmode=0666 devpts /dev/pts\n"
+            "mount -t tmpfs -o mode=1777 nvd2-shm /dev/shm\n"
+            + mknods
+        )
+        self.uid = int(pod.sh(f"id -u {self.name}").stdout)
+        self.gid = int(pod.sh(f"id -g {self.name}").stdout)
+        pod.sh(f"mkdir -m 0700 -p /run/user/{self.uid} && chown {self.name}: /run/user/{self.uid}")
+        conf = home / "containers.conf"
+        conf.write_text(ENGINE_CONF.format(root=home))
+        os.chown(conf, self.uid, self.gid)
+        self.env = (f"HOME={home} XDG_RUNTIME_DIR=/run/user/{self.uid} CONTAINERS_CONF={conf} "
+                    "PATH=/usr/sbin:/usr/bin:/sbin:/bin")
+
+    def podman(self, *args: str, check: bool = True, timeout: float = 180):
+        """`podman ARGS` as the user, with nothing of root's environment."""
+        import shlex
+
+        return self.pod.sh(
+            f"cd / && exec setpriv --reuid={self.uid} --regid={self.gid} --init-groups "
+            f"env -i {self.env} podman {shlex.join(args)}", check=check, timeout=timeout)
+
+    def processes(self) -> list[int]:
+        """Every process whose environment says HOME is this user's (all it started: Podman's
+        pause process, a rootless dockerd and its helpers), found from outside."""
+        found = []
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                with open(f"/proc/{pid}/environ", "rb") as f:
+                    if f"HOME={self.home}".encode() in f.read().split(b"\0"):
+                        found.append(int(pid))
+            except OSError:
+                continue
+        return found
+
+    def stop(self) -> None:
+        """SIGKILL every process of the user's (they live in namespaces of their own, which
+        PrivatePodman.cleanup does not see) and wait until they are gone."""
+        deadline = time.monotonic() + 10
+        while self.processes() and time.monotonic() < deadline:
+            for pid in self.processes():
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            time.sleep(0.1)

@@ -21,12 +21,12 @@ from pathlib import Path
 
 import pytest
 from fixtures.fake_driver import DRIVER_VERSION, LIB64_DIR, build_fake_driver, elf_shared_object
-from privatepodman import PrivatePodman
+from privatepodman import PrivatePodman, runtime_launcher
 
+from nvdocker2.cdi_validate import READERS, validate
 from nvdocker2.direct import discover
 from nvdocker2.direct.cdi import cdi_spec
 from nvdocker2.direct.ldcache import parse_ld_cache
-from nvdocker2.runtime.launcher import write_launchers
 
 GPU = "nvidia.com/gpu=all"
 DEBIAN_GPU = "debian.test/gpu=all"
@@ -36,10 +36,7 @@ USER = "1000"
 @pytest.fixture(scope="module")
 def pod(tmp_path_factory, podman_prerequisites):
     root = tmp_path_factory.mktemp("podman")
-    bindir = root / "bin"
-    bindir.mkdir()
-    write_launchers(str(bindir))
-    runtime = str(bindir / "nvidia-container-runtime")
+    runtime = runtime_launcher(root)
     podman = PrivatePodman(root / "podman")
     podman.start()
     try:
@@ -50,7 +47,10 @@ def pod(tmp_path_factory, podman_prerequisites):
                             ldconfig="/sbin/ldconfig")
             if kind:
                 spec["kind"] = kind
-            podman.write_cdi_spec(f"{name}.json", json.dumps(spec, indent=2))
+            text = json.dumps(spec, indent=2)
+            report = validate(f"/etc/cdi/{name}.json", text.encode(), list(READERS.values()))
+            assert report.ok, [str(v.error) for v in report.verdicts if not v.ok]
+            podman.write_cdi_spec(f"{name}.json", text)
         yield podman
     finally:
         podman.cleanup()

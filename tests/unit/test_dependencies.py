@@ -14,7 +14,10 @@ from packaging.requirements import Requirement
 REPO = Path(__file__).resolve().parents[2]
 STDLIB = set(sys.stdlib_module_names) | {"tomllib", "_json"}
 DIST = {"typer": "typer", "rich": "rich", "jsonschema": "jsonschema", "filelock": "filelock",
-        "packaging": "packaging", "tomli": "tomli", "tomlkit": "tomlkit"}
+        "packaging": "packaging", "tomli": "tomli", "tomlkit": "tomlkit", "yaml": "PyYAML"}
+# Package names where Debian's or Fedora's differ from python3-<distribution>.
+DEB = {"PyYAML": "python3-yaml"}
+RPM = {"PyYAML": "python3-pyyaml"}
 
 
 def third_party_imports() -> set[str]:
@@ -46,8 +49,9 @@ def test_every_imported_library_is_declared_everywhere():
     spec = (REPO / "rpm" / "nvdocker2.spec").read_text()
     for module in imports:
         assert DIST[module] in deps, module
-        assert f"python3-{DIST[module]}" in control, module
-        assert f"python3-{DIST[module]}" in spec, module
+        dist = DIST[module]
+        assert DEB.get(dist, f"python3-{dist}") in control, module
+        assert RPM.get(dist, f"python3-{dist}") in spec, module
 
 
 def test_bounds_admit_debian_12_and_have_no_upper_cap():

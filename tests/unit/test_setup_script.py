@@ -16,12 +16,12 @@ REPO = Path(__file__).resolve().parents[2]
 DEMO_PACKAGES = {
     "docker.io", "containerd", "runc", "busybox-static", "iproute2", "python3", "python3-venv",
     "python3-pip", "python3-setuptools", "python3-typer", "python3-rich", "python3-jsonschema",
-    "python3-filelock", "python3-packaging", "python3-tomli", "python3-tomlkit",
+    "python3-filelock", "python3-packaging", "python3-tomli", "python3-tomlkit", "python3-yaml",
 }
 TEST_ONLY = {
     "python3-pytest", "python3-hypothesis", "dpkg-dev", "debhelper", "dh-python",
     "pybuild-plugin-pyproject", "python3-all", "rpm", "lintian", "equivs", "devscripts", "make",
-    "git", "podman", "python3-yaml",
+    "git", "podman", "uidmap", "rootlesskit", "slirp4netns",
 }
 
 FAKE_APT = """#!/bin/sh

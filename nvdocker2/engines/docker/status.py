@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -132,6 +133,10 @@ def _query_dockerd(docker_host: Optional[str], runtimes: dict, default: Any) -> 
         parse_docker_host,
     )
 
+    if docker_host is None and not os.environ.get("DOCKER_HOST"):
+        # A rootless Docker's user asks its own dockerd, as install does (locations).
+        sock = locations.rootless_socket()
+        docker_host = f"unix://{sock}" if sock is not None else None
     host = parse_docker_host(docker_host)
     try:
         data = EngineClient(host, timeout=5.0).info()
