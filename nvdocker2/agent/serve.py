@@ -10,6 +10,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Optional
 
+from nvdocker2.host import files
+
 
 class Readiness:
     """The agent's one ready/not-ready state, mirrored to the ready file and to /healthz."""
