@@ -4,6 +4,7 @@ by real engine transactions through the CLI (no containerd or CRI-O is asked: --
 
 from __future__ import annotations
 
+import hashlib
 import json
 
 import pytest
@@ -105,3 +106,49 @@ def test_crio_lists_the_dropin_backups_and_names_crio_in_the_hint(tmp_path, monk
     _ok("rollback", out["backups"][0]["id"], "--engine", "crio", "--config", str(drop),
         "--reload", "none")
     assert "nvidia-cdi" not in drop.read_text() and 'runtimes.nvidia]' in drop.read_text()
+
+
+def test_a_backup_keeps_its_files_extension(env, tmp_path):
+    """A TOML file's backup ends in .toml, daemon.json's in .json, CRI-O's drop-in's in .conf; each
+    holds the exact bytes the change replaced."""
+    daemon = tmp_path / "daemon.json"
+    daemon.write_bytes(b'{"debug": true}\n')
+    drop = tmp_path / "crio.conf.d" / "99-nvidia.conf"
+    drop.parent.mkdir()
+    _ok("install", "--engine", "containerd", "--config", str(env), "--runtime-path", RT,
+        "--reload", "none")
+    _ok("install", "--config", str(daemon), "--reload", "none", "--runtime-path", RT)
+    for name in ("nvidia", "nvidia-cdi"):
+        _ok("install", "--engine", "crio", "--config", str(drop), "--runtime-path", RT,
+            "--runtime-name", name, "--reload", "none")
+        if name == "nvidia":
+            first = drop.read_bytes()
+    saved = {}
+    for cfg, engine in ((env, "containerd"), (daemon, "docker"), (drop, "crio")):
+        for b in _listed(cfg, engine)["backups"]:
+            if b["existed"]:
+                saved[b["config"]] = b["file"]
+    assert saved[str(env)].endswith(".toml") and saved[str(daemon)].endswith(".json")
+    assert saved[str(drop)].endswith(".conf")
+    assert open(saved[str(env)], "rb").read() == V3
+    assert open(saved[str(daemon)], "rb").read() == b'{"debug": true}\n'
+    assert open(saved[str(drop)], "rb").read() == first
+
+
+def test_a_backup_made_before_extensions_is_listed_and_restored(env, tmp_path):
+    """Backups of 0.1 saved every file as ID.json, with no "file" in the metadata."""
+    bid = "20250101T000000Z-0a1b2c"
+    backups = tmp_path / "state" / "backups"
+    backups.mkdir(parents=True, mode=0o700)
+    (backups / f"{bid}.json").write_bytes(V3)
+    meta = {"id": bid, "time": "2025-01-01T00:00:00.000000Z", "reason": "install runtime nvidia",
+            "sha256": hashlib.sha256(V3).hexdigest(), "config": str(env), "existed": True,
+            "size": len(V3)}
+    (backups / f"{bid}.meta.json").write_text(json.dumps(meta))
+    for p in backups.iterdir():
+        p.chmod(0o600)
+    env.write_bytes(b"version = 3\n# changed since\n")
+    listed = _listed(env)["backups"]
+    assert [(b["id"], b["file"]) for b in listed] == [(bid, str(backups / f"{bid}.json"))]
+    _ok("rollback", bid, "--engine", "containerd", "--config", str(env), "--reload", "none")
+    assert env.read_bytes() == V3
