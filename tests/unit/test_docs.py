@@ -41,6 +41,19 @@ def test_readme_is_a_short_front_door_that_starts_with_the_two_commands():
         assert f"\n## {title}\n" in README, title
 
 
+def test_readme_says_what_the_test_command_downloads_and_what_pipx_needs():
+    first_block = README.split("```bash\n", 1)[1].split("```", 1)[0]
+    test_line = next(line for line in first_block.splitlines() if "scripts/test.sh" in line)
+    # scripts/test.sh builds pip venvs and ansible-core's venv, from PyPI unless cached
+    script = (REPO / "scripts/test.sh").read_text()
+    assert "scripts/test-venvs.sh" in script and "scripts/ansible-test.sh" in script
+    assert "pip install" in (REPO / "scripts/test-venvs.sh").read_text()
+    assert '"ansible-core==' in (REPO / "scripts/ansible-test.sh").read_text()
+    assert "PyPI" in test_line and "ansible-core" in test_line and "pip test venvs" in test_line
+    pipx = README[:README.index("pipx install .")].rsplit("\n#", 1)[1]
+    assert "pipx must be installed first" in pipx
+
+
 def commands_table() -> list[tuple[str, str]]:
     rows = []
     for line in section(README, "Commands").splitlines():
