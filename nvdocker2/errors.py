@@ -39,6 +39,16 @@ class EnvironmentProblem(NvDockerError):
     exit_code = EXIT_ENVIRONMENT
 
 
+class DaemonUnreachable(EnvironmentProblem):
+    """The engine's daemon cannot be asked (not running, no systemd): a change that is to be
+    verified stops before anything is written (exit 3); a dry run reports `unchecked`, what it
+    could not check without the daemon, and goes on (unless --require-daemon)."""
+
+    def __init__(self, message: str, hint: str | None = None, unchecked: str = "") -> None:
+        super().__init__(message, hint)
+        self.unchecked = unchecked or "whether the running engine takes the change"
+
+
 class DockerdRejected(NvDockerError):
     """dockerd did not accept the change; the old file was restored and verified."""
 

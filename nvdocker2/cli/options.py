@@ -70,7 +70,12 @@ COMMON = [
     _flag("set_default", ("--set-default",), ("install",),
           "Also make it dockerd's default-runtime.", 50),
     _flag("dry_run", ("--dry-run",), CHANGING,
-          "Print a unified diff of the change; touch nothing.", 60),
+          "Print a unified diff of the change; touch nothing. Runs every check of the change; "
+          "those that need the engine's daemon are listed as unchecked when it is not "
+          "running.", 60),
+    _flag("require_daemon", ("--require-daemon",), CHANGING,
+          "With --dry-run: fail (exit 3) when the engine's daemon cannot be asked, as the "
+          "change itself would, instead of listing its checks as unchecked.", 62),
     CliOption("reload", ("--reload",), CHANGING, RELOAD_HELP, rank=70, kind=ReloadMode,
               default=ReloadMode.auto, metavar="MODE"),
     _flag("no_verify", ("--no-verify",), CHANGING,

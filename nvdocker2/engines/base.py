@@ -145,6 +145,11 @@ class Service:
     # reload (a signal) means the engine never saw the new files: only the files go back.
     reapply_after_failed_apply = True
 
+    def ready(self) -> None:
+        """Raise DaemonUnreachable when the engine cannot take and verify the change (checked
+        before anything is written; a dry run reports it as unchecked)."""
+        return None
+
     def apply(self) -> None:
         """Make the engine read its files; raise VerifyFailed when it cannot come back."""
         return None
@@ -174,6 +179,30 @@ class Service:
 
 class NoService(Service):
     """`--reload none`: files are written, the engine is neither restarted nor asked."""
+
+
+class Unreachable(NoService):
+    """`--reload auto` found no running engine and the change is to be verified: `ready`
+    refuses with `problem` (exit 3) before anything is written, as Docker does."""
+
+    def __init__(self, problem: Exception) -> None:
+        self.problem = problem
+
+    def ready(self) -> None:
+        raise self.problem
+
+
+def systemd_booted() -> bool:
+    """Whether systemd is the init system here (sd_booted(3): /run/systemd/system exists)."""
+    return os.path.isdir("/run/systemd/system")
+
+
+def systemctl_failure(unit: str, stderr: str) -> str:
+    """What a failed `systemctl restart UNIT` means, in one line of ours."""
+    if "not been booted with systemd" in stderr or "Failed to connect to bus" in stderr:
+        return f"systemd is not running on this host, so it cannot restart {unit}"
+    return f"systemctl restart {unit} failed: " + (stderr.strip().splitlines()
+                                                    or ["no reason given"])[-1]
 
 
 class Engine(Protocol):

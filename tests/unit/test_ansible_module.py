@@ -107,7 +107,7 @@ def test_options_become_flags_of_the_command_for_the_state():
         "nvdocker2", "uninstall", "--json", "--engine", "docker", "--runtime-name", "nvidia",
         "--config", "/c/daemon.json", "--reload", "signal", "--no-verify",
         "--docker-host", "unix:///d.sock", "--pidfile", "/p.pid", "--timeout", "12.5",
-        "--dry-run",
+        "--dry-run", "--require-daemon",
     ]
 
 

@@ -31,9 +31,9 @@ def _listed(cfg, engine="containerd"):
 
 def test_containerd_lists_root_and_dropin_backups_by_transaction(env):
     dropin = env.parent / "conf.d" / "99-nvidia.toml"
-    _ok("install", "--engine", "containerd", "--config", str(env), "--runtime-path", RT)
+    _ok("install", "--engine", "containerd", "--no-verify", "--config", str(env), "--runtime-path", RT)
     assert dropin.exists() and b"conf.d" in env.read_bytes()  # both files written
-    _ok("install", "--engine", "containerd", "--config", str(env), "--runtime-path",
+    _ok("install", "--engine", "containerd", "--no-verify", "--config", str(env), "--runtime-path",
         "/opt/bin/nvidia-container-runtime")  # the drop-in alone changes
     out = _listed(env)
     assert out["engine"] == "containerd" and out["config"] == str(env)
@@ -62,12 +62,12 @@ def test_containerd_lists_root_and_dropin_backups_by_transaction(env):
                          f"{env} (the other files of its transaction come back too)")
 
     # the hint is a command that works: the first transaction's backups give the original back
-    _ok("rollback", ids[2], "--engine", "containerd", "--config", str(env))
+    _ok("rollback", ids[2], "--engine", "containerd", "--no-verify", "--config", str(env))
     assert env.read_bytes() == V3 and not dropin.exists()
 
 
 def test_listing_survives_a_root_config_that_no_longer_parses(env):
-    _ok("install", "--engine", "containerd", "--config", str(env), "--runtime-path", RT)
+    _ok("install", "--engine", "containerd", "--no-verify", "--config", str(env), "--runtime-path", RT)
     env.write_bytes(b"version = 3\n[plugins\n")
     out = _listed(env)
     assert {b["config"] for b in out["backups"]} == {str(env), str(env.parent / "conf.d" /
@@ -81,7 +81,7 @@ def test_other_files_backups_are_not_listed(env, tmp_path):
     daemon = tmp_path / "daemon.json"
     daemon.write_text("{}\n")
     _ok("install", "--config", str(daemon), "--reload", "none", "--runtime-path", RT)
-    _ok("install", "--engine", "containerd", "--config", str(other), "--runtime-path", RT)
+    _ok("install", "--engine", "containerd", "--no-verify", "--config", str(other), "--runtime-path", RT)
     out = _listed(env)
     assert out["backups"] == []
     text = _ok("backups", "--engine", "containerd", "--config", str(env))

@@ -291,6 +291,7 @@ class Run:
     config_reason: str = ""
     state: Path | None = None
     dockerd_log: Path | None = None
+    require_daemon: bool = False
 
 
 def _begin(config: Path, run: Run) -> tuple[DockerFacts, CdiDaemon, DockerEngine]:
@@ -303,7 +304,8 @@ def _begin(config: Path, run: Run) -> tuple[DockerFacts, CdiDaemon, DockerEngine
 
 def _run(engine: DockerEngine, action: str, planner: Any, run: Run) -> Result:
     return run_transaction(engine, action, planner, dry_run=run.dry_run, reporter=run.reporter,
-                           timeout=run.timeout, state=run.state)
+                           timeout=run.timeout, state=run.state,
+                           require_daemon=run.require_daemon)
 
 
 def _expect(new: dict, old: dict, **cdi: Any) -> Expectation:

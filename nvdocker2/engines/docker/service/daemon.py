@@ -45,7 +45,7 @@ from nvdocker2.engines.docker.service.process import (
     read_process,
 )
 from nvdocker2.engines.docker.service.progress import Reporter, SilentReporter
-from nvdocker2.errors import BadInput, EnvironmentProblem
+from nvdocker2.errors import BadInput, DaemonUnreachable, EnvironmentProblem
 from nvdocker2.engines.docker.service import (
     Expectation,
     VerifyFailed,
@@ -243,17 +243,18 @@ class Dockerd:
             try:
                 version = self.client.info().get("ServerVersion")
             except (EngineUnavailable, EngineError) as exc:
-                raise EnvironmentProblem(
+                raise DaemonUnreachable(
                     f"dockerd does not answer on {self.client.host.describe()} ({exc}); "
                     "the change could not be verified",
                     "start dockerd (systemctl start docker), point --docker-host at its socket, "
-                    "or pass --no-verify to only write the file",
+                    "or pass --no-verify to only write the file", UNCHECKED_FLAGS,
                 ) from exc
         hint = self.manager.main_pid()
         if hint is None and isinstance(self.manager, SignalManager):
-            raise EnvironmentProblem(
+            raise DaemonUnreachable(
                 f"{self.manager.pidfile} names no running dockerd, so there is nothing to signal",
                 "start dockerd, give its pidfile with --pidfile, or use --reload systemd",
+                UNCHECKED_FLAGS,
             )
         served = identify(self.client.host, hint, self._hint_name(), self.proc)
         self.served = served
@@ -426,6 +427,9 @@ class Dockerd:
         return pid is not None and pid != self._old_pid
 
 
+UNCHECKED_FLAGS = "the running dockerd's flags (dockerd refuses a key also given as a flag)"
+
+
 class NoReload:
     """Strategy "none": the file is written and dockerd is left alone (the transaction tells
     the user what to run). `reason` says why nothing is reloaded.
@@ -441,7 +445,7 @@ class NoReload:
         self,
         reason: str,
         *,
-        pending: EnvironmentProblem | None = None,
+        pending: DaemonUnreachable | None = None,
         pidfile: Path = DEFAULT_PIDFILE,
         proc: Path = Path("/proc"),
     ) -> None:
@@ -524,10 +528,10 @@ def make_daemon(
     if manager is None:
         pending = None
         if options.mode == "auto" and options.verify:
-            pending = EnvironmentProblem(
+            pending = DaemonUnreachable(
                 f"{reason}; the change could not be verified",
                 "start dockerd (systemctl start docker), give its pidfile with --pidfile, "
-                "or pass --no-verify to only write the file",
+                "or pass --no-verify to only write the file", UNCHECKED_FLAGS,
             )
         return NoReload(reason, pending=pending, pidfile=pidfile, proc=proc)
 
