@@ -319,3 +319,20 @@ def test_status_follows_the_file_after_rollback_and_hand_edits(cfg):
     assert "installed by nvdocker2: nvidia (journal" in cli("status", "--config", str(cfg))[1]
     cfg.write_bytes(b'{"debug": true, "runtimes": {"nvidia": {"path": "/opt/other"}}}\n')
     assert json.loads(cli("status", "--config", str(cfg), "--json")[1])["installed"] is False
+
+
+@pytest.mark.parametrize("original", [
+    b'\xef\xbb\xbf{\r\n    "debug": true\r\n}\r\n',
+    b'\xef\xbb\xbf{"runtimes": {"other": {"path": "/opt/other"}}, "debug": true}',
+])
+def test_uninstall_gives_back_the_byte_order_mark_install_dropped(cfg, original):
+    cfg.write_bytes(original)
+    code, out, err = cli("install", "--config", str(cfg), "--runtime-path", RT, "--set-default",
+                         *NONE)
+    assert code == 0, err
+    assert "UTF-8 byte order mark dropped" in err
+    assert not cfg.read_bytes().startswith(b"\xef\xbb\xbf") and RT.encode() in cfg.read_bytes()
+    code, out, err = cli("uninstall", "--config", str(cfg), *NONE)
+    assert code == 0, err
+    assert cfg.read_bytes() == original
+    assert "note: put back the UTF-8 byte order mark that install dropped" in out

@@ -196,6 +196,8 @@ class DockerEngine(EngineBase):
         rts = dict(rec.get("runtimes") or {})
         if not rts:
             rec["file"] = {"existed": doc.existed}
+            if doc.had_bom:  # dropped by this install (dockerd 20.10 refuses it); uninstall
+                rec["file"]["bom"] = True  # puts it back with the rest of the bytes
             rec["runtimes_key"] = {"present": edit.RUNTIMES in doc.data}
         prev = rts.get(runtime_name)
         before = edit.runtimes(doc.data).get(runtime_name, ABSENT)
@@ -275,6 +277,10 @@ class DockerEngine(EngineBase):
         created_by_install = isinstance(file_rec, dict) and file_rec.get("existed") is False
         if not doc.existed or (created_by_install and not rts_rec and new == {}):
             new_bytes = None
+        if (new_bytes is not None and data_changed and not rts_rec and isinstance(file_rec, dict)
+                and file_rec.get("bom") and not new_bytes.startswith(document.BOM)):
+            new_bytes = document.BOM + new_bytes
+            ctx.notes.append("put back the UTF-8 byte order mark that install dropped")
         if data_changed:
             self.schema_check(ctx, new)
         record = rec if (rec is not None and not ctx.dry_run) else None
