@@ -1,4 +1,4 @@
-"""The one error type of the installer side, and its exit codes (SPEC §2).
+"""The one error type of the installer side, and its exit codes (docs/reference.md §2).
 
 Every failure a user can cause or meet is raised as an `NvDockerError` subclass carrying the
 exit code and a hint; `nvdocker2.cli` alone turns it into the two stderr lines.

@@ -1,10 +1,10 @@
-"""The `nvdocker2` command (SPEC §2): one module per command group, each parsing its flags,
+"""The `nvdocker2` command (reference §2): one module per command group, each parsing its flags,
 resolving the engine by name (nvdocker2.engines.registry) and rendering what it returns.
 
 `app` holds the typer plumbing and the one place errors become output; `options` the
 options (the CLI's own and those the engines declare); `render` how results look;
 `install` (install, uninstall, rollback), `state` (backups, status), `doctor` and `cdi` the
-commands. `main` is the console script: it maps every outcome to a SPEC exit code.
+commands. `main` is the console script: it maps every outcome to an exit code (reference §2).
 """
 
 from __future__ import annotations
@@ -87,7 +87,8 @@ def _aborts() -> tuple:
 
 
 def main(argv: Optional[List[str]] = None) -> None:
-    """Console-script entry point: runs the app and maps every outcome to a SPEC exit code."""
+    """Console-script entry point: runs the app and maps every outcome to an exit code
+    (reference §2)."""
     redact.mask_standard_streams()  # no URL password reaches a terminal or a log
     for sig in (signal.SIGTERM, signal.SIGHUP):
         with contextlib.suppress(ValueError, OSError):

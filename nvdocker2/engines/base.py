@@ -1,4 +1,4 @@
-"""The engine protocol: what an engine brings to the transaction (SPEC §2, §8, §11).
+"""The engine protocol: what an engine brings to the transaction (docs/reference.md §2, §8, §11).
 
 An engine turns a request and the bytes of the files it owns into a `Plan`: the bytes each file
 should end with, the changes a person reads, the journal record, and what its service must
@@ -156,7 +156,7 @@ class Service:
 
     def verify(self, expect: Any, timeout: float) -> str | None:
         """Raise VerifyFailed(reason) unless the engine reports `expect` within `timeout`;
-        return a warning when it does but its taking the files is not proven (SPEC §8)."""
+        return a warning when it does but its taking the files is not proven (reference §8)."""
         return None
 
     def settle(self, ctx: "Context", expect: Any) -> bool:

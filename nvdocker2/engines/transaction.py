@@ -1,4 +1,4 @@
-"""The one transaction of every engine (SPEC §2, §8, §11), knowing nothing of file formats.
+"""The one transaction of every engine (reference §2, §8, §11), knowing nothing of file formats.
 
     lock → read → engine plans → stage every new file → engine checks the candidates
          → backup (each file) → journal → compare before replace → write (the `via` bytes
@@ -6,13 +6,13 @@
          → (on failure: restore every file written, apply again, verify the old state: exit 4;
             exit 5 naming the backups when that fails too)
 
-SPEC §8: "compare" checks, right before each rename, that the file is still what was read;
+reference §8: "compare" checks, right before each rename, that the file is still what was read;
 when another program changed it, nothing more is written and the transaction is redone from the
 read (ATTEMPTS times, then exit 3). A file that cannot be renamed over is written in place,
 with a warning.
 
 Nothing here prints: a transaction returns a `Result` (or raises an `NvDockerError` with the
-SPEC exit code) and reports live progress only through a `Reporter`. The engine (Docker's
+exit code of reference §2) and reports live progress only through a `Reporter`. The engine (Docker's
 daemon.json, containerd's config.toml, CRI-O's drop-in) brings the plan and the candidate
 check; its `Service` brings apply and verify.
 """

@@ -1,4 +1,4 @@
-"""install / uninstall on a private containerd through the CLI (SPEC §11).
+"""install / uninstall on a private containerd through the CLI (docs/reference.md §11).
 
 Three releases: this machine's containerd 1.6 (Debian 12), and containerd 1.7 and 2.1 taken
 from the Debian 13 and sid trees of tests/platforms (their binaries link only libc, so they run

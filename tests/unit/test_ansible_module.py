@@ -1,4 +1,4 @@
-"""The mapping of nvdocker2's exit codes and --json to the Ansible module's result (SPEC §10),
+"""The mapping of nvdocker2's exit codes and --json to the Ansible module's result (reference §10),
 for every exit code, run in the Ansible virtual environment's Python (the module imports
 ansible.module_utils, which nvdocker2's own environment does not have)."""
 

@@ -1,5 +1,5 @@
 """`nvdocker2 backups --engine containerd|crio`: the backups of every file of the engine, one
-group per transaction, and a rollback hint that names the engine (SPEC §11). Backups are made
+group per transaction, and a rollback hint that names the engine (reference §11). Backups are made
 by real engine transactions through the CLI (no containerd or CRI-O is asked: --reload none)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""`--engine` on the CLI: flags, output and exit codes for containerd and CRI-O (SPEC §11)."""
+"""`--engine` on the CLI: flags, output and exit codes for containerd and CRI-O (reference §11)."""
 
 from __future__ import annotations
 
@@ -80,6 +80,6 @@ def test_crio_install_and_doctor(tmp_path, monkeypatch):
     assert r.exit_code == 0, r.stderr
     assert 'runtime_path = "/usr/bin/nvidia-container-runtime"' in drop.read_text()
     r = _invoke("doctor", "--engine", "crio", "--config", str(drop), "--json")
-    checks = {c["id"]: c["status"] for c in json.loads(r.stdout)}
+    checks = {c["id"]: c["status"] for c in json.loads(r.stdout)["checks"]}
     assert checks["crio-running"] == "warn"  # no CRI-O here
     assert checks["crio-dropin"] == ("ok" if Path(RT).exists() else "fail")

@@ -36,7 +36,7 @@ DEFAULT_UNIT = "containerd"
 
 
 def binary() -> str | None:
-    """containerd on PATH, where no other user could have planted it (SPEC §8)."""
+    """containerd on PATH, where no other user could have planted it (docs/reference.md §8)."""
     return safe_which("containerd")
 
 

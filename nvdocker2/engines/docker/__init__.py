@@ -1,4 +1,4 @@
-"""The Docker engine: daemon.json edits planned for the engine transaction (SPEC §2, §8, §9).
+"""The Docker engine: daemon.json edits planned for the engine transaction (reference §2, §8, §9).
 
 The document format (parse with the style kept, pure edits, schema, `dockerd --validate`) is
 `daemonjson/`; dockerd as the service is `service.DaemonService`. `install`, `uninstall` and
@@ -357,7 +357,7 @@ def install(config: Path, *, runtime_name: str = "nvidia", runtime_path: str,
             dry_run: bool = False, daemon: Any = None, reporter: Reporter | None = None,
             timeout: float = 30.0, config_reason: str = "", state: Path | None = None,
             dockerd_log: Path | None = None, require_daemon: bool = False) -> Result:
-    """Add (or update) the runtime entry, optionally make it the default (SPEC §2)."""
+    """Add (or update) the runtime entry, optionally make it the default (docs/reference.md §2)."""
     edit.check_name(runtime_name, adding=True)
     eng = DockerEngine(config, daemon, config_reason, dockerd_log)
     return run(eng, "install", lambda ctx: eng.plan_install(

@@ -120,7 +120,7 @@ class DockerFront:
     def _cdi(self, action: str, cfg: Path, why: str, o: Mapping[str, Any],
              reporter: Any) -> Outcome:
         """install/uninstall --mode cdi: the spec, its devices and whether dockerd still
-        needs a restart (SPEC §9) beside the transaction's output."""
+        needs a restart (docs/reference.md §9) beside the transaction's output."""
         from nvdocker2.engines.docker import cdi
 
         if action == "install":

@@ -67,7 +67,7 @@ Manager = Union[SystemdManager, SysvManager, SignalManager]
 
 @dataclass(frozen=True)
 class DaemonOptions:
-    """The CLI's daemon flags (SPEC §2), as given; None means "the default for this setup"."""
+    """The CLI's daemon flags (reference §2), as given; None means "the default for this setup"."""
 
     mode: str = "auto"
     restart: bool = False
@@ -94,7 +94,7 @@ def detect_setup(
     config: Path | None, environ: Mapping[str, str] | None = None, euid: int | None = None
 ) -> Setup:
     """Rootful, rootless (not root, `$XDG_RUNTIME_DIR/docker.sock` exists) or snap (the
-    daemon.json is the snap's), with the locations of DOCKERD-FACTS' table."""
+    daemon.json is the snap's), with the locations of Docker's rootful, rootless and snap setups."""
     if config is not None and str(config) == locations.SNAP_CONFIG:
         return Setup(
             "snap", "snap.docker.dockerd", False, Path("/run/snap.docker/docker.pid"), None
@@ -118,7 +118,7 @@ def _stderr_log(pid: int | None, proc: Path) -> LogSource:
 
 def _dockerd_major(server_version: str | None) -> int | None:
     """dockerd's major version: from /info, else from `dockerd --version` of a dockerd binary
-    that only root can have put there (never /proc/PID/exe of a process, SPEC §8)."""
+    that only root can have put there (never /proc/PID/exe of a process, docs/reference.md §8)."""
     text = server_version
     if not text:
         exe = run.find("dockerd", locations.DOCKERD_PLACES)
@@ -260,7 +260,7 @@ class Dockerd:
         self.served = served
         check_candidate_against(served.process, config_path, candidate, candidate_file, version)
         # The flags check ran on the dockerd behind the socket and passed: positive evidence
-        # that it takes this file (SPEC §8), even when /info already showed the change.
+        # that it takes this file (docs/reference.md §8), even when /info already showed the change.
         self._flags_checked = served.process is not None and served.by_socket
 
     def _hint_name(self) -> str:
@@ -346,7 +346,7 @@ class Dockerd:
         reload (the transaction's way back) /info alone decides: dockerd keeping the previous
         state is exactly what the way back needs, whichever file it refused on the way.
 
-        Returns None when dockerd is proven to run the file (SPEC §8: its log's reload line,
+        Returns None when dockerd is proven to run the file (reference §8: its log's reload line,
         the flags check of the dockerd behind the socket, /info changing as expected, a new
         dockerd after a restart), else the warning that its acceptance could not be seen.
         """
@@ -475,7 +475,7 @@ def make_daemon(
     proc: Path = Path("/proc"),
     environ: Mapping[str, str] | None = None,
 ) -> Dockerd | NoReload:
-    """Pick how to reload dockerd (SPEC §2 `--reload`) and say why in `.reason`.
+    """Pick how to reload dockerd (docs/reference.md §2 `--reload`) and say why in `.reason`.
 
     Raises BadInput for flags that cannot work together (before anything is written).
     """

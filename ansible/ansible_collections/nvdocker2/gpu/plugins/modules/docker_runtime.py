@@ -408,7 +408,7 @@ def _hint_line(obj, stderr):
 def map_result(rc, stdout, stderr, diff_mode):
     """How one nvdocker2 run becomes the module's outcome: (failed, result, warnings).
 
-    The one place the CLI's exit code and --json fields are translated (SPEC §10): success
+    The one place the CLI's exit code and --json fields are translated (reference §10): success
     puts the --json fields at the top level, the unified diff in `unified_diff` and the file's
     text in `diff`; a failure has the `error:` line as msg, the exit code as rc, and
     rolled_back exactly when the code is 4.
