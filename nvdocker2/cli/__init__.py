@@ -10,6 +10,7 @@ commands. `main` is the console script: it maps every outcome to an exit code (r
 from __future__ import annotations
 
 import contextlib
+import re
 import signal
 import sys
 import traceback
@@ -65,11 +66,24 @@ def _empty_path(argv: List[str]) -> Optional[str]:
     return None
 
 
+def _plain_words(message: str, argv: List[str]) -> str:
+    """typer >= 0.20 words some errors in pydantic's terms; say them as click does."""
+    message = message.replace(": Value error, ", ": ")
+    m = re.match(r"Invalid value for '(--[\w-]+)': Input should be a valid number", message)
+    if m:
+        flag = m.group(1)
+        given = [a.partition("=")[2] for a in argv if a.startswith(flag + "=")]
+        given += [argv[i + 1] for i, a in enumerate(argv[:-1]) if a == flag]
+        if given:
+            message = f"Invalid value for '{flag}': {given[-1]!r} is not a valid float."
+    return message
+
+
 def _usage_error(e: Any, argv: List[str]) -> int:
     """A usage error (unknown option or command, bad value, missing argument): our two lines,
     exit 2, the same on every typer version."""
     message = " ".join(e.format_message().split()) or "bad usage"
-    message = message.replace(": Value error, ", ": ")  # typer >= 0.20 validates with pydantic
+    message = _plain_words(message, argv)
     ctx = getattr(e, "ctx", None)
     where = ctx.command_path if ctx is not None else _command(argv)[0]
     _stderr(f"error: {message}")
