@@ -197,12 +197,12 @@ def systemd_booted() -> bool:
     return os.path.isdir("/run/systemd/system")
 
 
-def systemctl_failure(unit: str, stderr: str) -> str:
-    """What a failed `systemctl restart UNIT` means, in one line of ours."""
+def systemctl_failure(unit: str, stderr: str, verb: str = "restart") -> str:
+    """What a failed `systemctl VERB UNIT` means, in one line of ours."""
     if "not been booted with systemd" in stderr or "Failed to connect to bus" in stderr:
-        return f"systemd is not running on this host, so it cannot restart {unit}"
-    return f"systemctl restart {unit} failed: " + (stderr.strip().splitlines()
-                                                    or ["no reason given"])[-1]
+        return f"systemd is not running on this host, so it cannot {verb} {unit}"
+    return f"systemctl {verb} {unit} failed: " + (stderr.strip().splitlines()
+                                                   or ["no reason given"])[-1]
 
 
 class Engine(Protocol):

@@ -121,7 +121,7 @@ def test_install_restart_keeps_container_and_uninstall_restores_bytes(containerd
     doc = subprocess.run(NVDOCKER2 + ["doctor", "--engine", "containerd", "--config",
                                       str(c.config), "--containerd-address", c.address,
                                       "--json"], capture_output=True, text=True, env=c.env())
-    checks = {r["id"]: r["status"] for r in json.loads(doc.stdout)}
+    checks = {r["id"]: r["status"] for r in json.loads(doc.stdout)["checks"]}
     assert doc.returncode == 0 and set(checks.values()) == {"ok"}, doc.stdout
     installed = c.config.read_bytes()
     dropin = c.dir / "conf.d" / "99-nvidia.toml"

@@ -112,3 +112,27 @@ def test_systemctls_own_errors_become_one_line_of_ours(engine, tmp_path, monkeyp
     assert f"systemd is not running on this host, so it cannot restart {unit}" in lines[0]
     assert "booted" not in err and "bus" not in err and "\\n" not in err
     assert os.path.exists(tmp_path / "state" / "backups")
+
+
+def test_docker_reload_systemd_where_systemd_is_not_running_says_so_in_our_words(tmp_path,
+                                                                                 monkeypatch):
+    """dockerd's `--reload systemd` through a systemctl that answers as it does where systemd is
+    not PID 1: the file is put back and the error is ours, not systemctl's."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(mode=0o755)
+    systemctl = bin_dir / "systemctl"
+    systemctl.write_text("#!/bin/sh\necho 'Failed to connect to bus: Host is down' >&2\nexit 1\n")
+    systemctl.chmod(0o755)
+    monkeypatch.setenv("PATH", str(bin_dir))
+    monkeypatch.setenv("NVDOCKER2_STATE_DIR", str(tmp_path / "state"))
+    cfg = tmp_path / "daemon.json"
+    cfg.write_bytes(b"{}\n")
+    code, out, err = cli("install", "--config", str(cfg), "--runtime-path", RT, "--reload",
+                         "systemd", "--no-verify")
+    assert code == 3, err
+    lines = err.splitlines()
+    assert lines[0].startswith("error: systemd is not running on this host, so it cannot reload "
+                               "docker; ")
+    assert lines[1] == ("hint: use --reload signal (SIGHUP to the dockerd in --pidfile) or "
+                        "--reload none")
+    assert "bus" not in err and cfg.read_bytes() == b"{}\n"
