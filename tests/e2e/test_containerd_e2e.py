@@ -369,7 +369,7 @@ def test_an_older_nvdocker2s_dropin_is_reported_and_removed(password_config, tmp
     doc = subprocess.run(NVDOCKER2 + ["doctor", "--engine", "containerd", "--config",
                                       str(c.config), "--containerd-address", c.address,
                                       "--json"], capture_output=True, text=True, env=c.env())
-    shadow = next(r for r in json.loads(doc.stdout) if r["id"] == "containerd-shadow")
+    shadow = next(r for r in json.loads(doc.stdout)["checks"] if r["id"] == "containerd-shadow")
     assert doc.returncode == 1 and shadow["status"] == "fail" and str(drop) in shadow["detail"]
     edited = c.config.read_bytes()
 
