@@ -297,19 +297,9 @@ class SystemdContainerd(Service):
         poll(probe, timeout, "containerd did not answer on " + self.address)
 
 
-def unit_active(unit: str) -> bool:
-    """Whether systemctl knows `unit` as active (False without systemd or systemctl)."""
-    if not run.safe_which("systemctl"):
-        return False
-    try:
-        return run.run(["systemctl", "is-active", "--quiet", unit], timeout=15).returncode == 0
-    except OSError:
-        return False
-
-
 def auto_service(unit: str, address: str, verify: bool):
     """systemd when systemctl knows the unit as active, else none (with the reason)."""
-    from nvdocker2.engines.base import NoService
+    from nvdocker2.engines.base import NoService, unit_active
 
     if unit_active(unit):
         return SystemdContainerd(unit, address, verify), f"systemd runs {unit}"

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from nvdocker2.engines import transaction as txn
-from nvdocker2.engines.base import NoService
+from nvdocker2.engines.base import NoService, unit_active
 from nvdocker2.engines.commands import TransactionFront, not_running, systemd_restart
 from nvdocker2.errors import BadInput
 
@@ -35,8 +35,6 @@ class CrioFront(TransactionFront):
                            "use --reload auto, signal, systemd or none")
         unit = unit or "crio"
         if reload == "auto":
-            from nvdocker2.engines.containerd.service import unit_active
-
             if not unit_active(unit):
                 return not_running("CRI-O", unit, f"systemd does not run the {unit} unit here",
                                    verify)
