@@ -4,8 +4,8 @@
 nvdocker2(1) is made from the `--help` output of the built program and each of its commands,
 so it cannot drift from the code; the build fails when a command's help does not run.
 nvidia-container-runtime, its hook and nvidia-docker hand their command line to runc and docker
-(their `--help` is runc's or docker's), so their pages are the short text below, from SPEC §1, §3
-and §4.
+(their `--help` is runc's or docker's), so their pages are the short text below, from
+reference §1, §3 and §4.
 
 Usage: PYTHONPATH=BUILT_TREE manpages.py VERSION OUTDIR
 """

@@ -1,4 +1,4 @@
-"""The one validator of GPU device ids, for the hook, direct mode and `nvidia-docker` (SPEC §4).
+"""The one validator of GPU device ids, for the hook, direct mode and `nvidia-docker` (ref. §4).
 
 A device list reaches nvidia-container-cli's argv, so only ids of a known shape pass: decimal
 indices, `N:M` MIG indices, and `GPU-`/`MIG-` UUIDs of hex digits and dashes, ASCII only (a
@@ -31,7 +31,7 @@ class RequestError(Exception):
 
 
 def is_void(value: str) -> bool:
-    """`void` among the comma separated items: not a GPU container at all (SPEC §4)."""
+    """`void` among the comma separated items: not a GPU container at all (docs/reference.md §4)."""
     return "void" in (item.strip() for item in value.split(","))
 
 

@@ -1,4 +1,4 @@
-"""The one error type of the installer side, and its exit codes (SPEC §2).
+"""The one error type of the installer side, and its exit codes (docs/reference.md §2).
 
 Every failure a user can cause or meet is raised as an `NvDockerError` subclass carrying the
 exit code and a hint; `nvdocker2.cli` alone turns it into the two stderr lines.
@@ -37,6 +37,16 @@ class EnvironmentProblem(NvDockerError):
     """Permission denied, read-only file system, no space, lock timeout, dockerd unreachable."""
 
     exit_code = EXIT_ENVIRONMENT
+
+
+class DaemonUnreachable(EnvironmentProblem):
+    """The engine's daemon cannot be asked (not running, no systemd): a change that is to be
+    verified stops before anything is written (exit 3); a dry run reports `unchecked`, what it
+    could not check without the daemon, and goes on (unless --require-daemon)."""
+
+    def __init__(self, message: str, hint: str | None = None, unchecked: str = "") -> None:
+        super().__init__(message, hint)
+        self.unchecked = unchecked or "whether the running engine takes the change"
 
 
 class DockerdRejected(NvDockerError):

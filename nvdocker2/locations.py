@@ -1,4 +1,4 @@
-"""Where daemon.json lives for the Docker on this host (SPEC §2), and why.
+"""Where daemon.json lives for the Docker on this host (docs/reference.md §2), and why.
 
 Rootful: /etc/docker/daemon.json. Rootless (not root and `$XDG_RUNTIME_DIR/docker.sock`
 exists): `$XDG_CONFIG_HOME/docker/daemon.json`. The snap package:

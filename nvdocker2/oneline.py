@@ -1,4 +1,4 @@
-"""An error is exactly one line (SPEC §8): control characters are escaped.
+"""An error is exactly one line (docs/reference.md §8): control characters are escaped.
 
 Text from files, argv or the environment ends up in error and hint lines; a newline, carriage
 return or escape sequence in it would split the error in two or rewrite the terminal. Every

@@ -1,4 +1,4 @@
-"""config.toml of the runtime shim and the hook (SPEC §3), stdlib only.
+"""config.toml of the runtime shim and the hook (docs/reference.md §3), stdlib only.
 
 The runtime and the hook run on every container start, so this module imports os and sys and
 nothing else at import time. A missing file means defaults; a malformed file or a value of the
@@ -26,7 +26,7 @@ DEFAULT_CONFIG_PATH = "/etc/nvidia-container-runtime/config.toml"
 CONFIG_ENV = "NVIDIA_CONTAINER_RUNTIME_CONFIG"
 MAX_CONFIG_BYTES = 1024 * 1024
 
-# Every driver capability libnvidia-container knows, in the order SPEC §4 gives its flags.
+# Every driver capability libnvidia-container knows, in the order reference §4 gives its flags.
 ALL_CAPABILITIES = ("compute", "utility", "video", "graphics", "display", "compat32", "ngx")
 DEFAULT_SUPPORTED_CAPABILITIES = "compat32,compute,display,graphics,ngx,utility,video"
 DEFAULT_RUNTIMES = ("docker-runc", "runc", "crun")

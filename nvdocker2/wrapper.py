@@ -1,4 +1,4 @@
-"""`nvidia-docker`: the classic wrapper around the docker CLI (SPEC §1).
+"""`nvidia-docker`: the classic wrapper around the docker CLI (docs/reference.md §1).
 
 `nvidia-docker run …` becomes `docker run --runtime=nvidia …` (likewise `create`, and the
 `container run` / `container create` spellings), with `-e NVIDIA_VISIBLE_DEVICES=…` added

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `make ansible-test`: the Ansible collection nvdocker2.gpu (SPEC §10).
+# `make ansible-test`: the Ansible collection nvdocker2.gpu (docs/reference.md §10).
 #   1. .venv-ansible: a virtual environment with the pinned ansible-core from PyPI (pip's
 #      downloads cached in $NVDOCKER2_TEST_CACHE/pip), or the ansible-core in
 #      $NVDOCKER2_ANSIBLE_BIN (e.g. /usr/bin for Debian 12's ansible-core 2.14).

@@ -1,15 +1,16 @@
-"""The `nvdocker2` command (SPEC §2): one module per command group, each parsing its flags,
+"""The `nvdocker2` command (reference §2): one module per command group, each parsing its flags,
 resolving the engine by name (nvdocker2.engines.registry) and rendering what it returns.
 
 `app` holds the typer plumbing and the one place errors become output; `options` the
 options (the CLI's own and those the engines declare); `render` how results look;
 `install` (install, uninstall, rollback), `state` (backups, status), `doctor` and `cdi` the
-commands. `main` is the console script: it maps every outcome to a SPEC exit code.
+commands. `main` is the console script: it maps every outcome to an exit code (reference §2).
 """
 
 from __future__ import annotations
 
 import contextlib
+import re
 import signal
 import sys
 import traceback
@@ -36,12 +37,55 @@ def _on_signal(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 
 
-def _usage_error(e: Any) -> int:
+def _command(argv: List[str]) -> tuple[str, Any]:
+    """`nvdocker2 COMMAND...` for the commands named at the head of `argv`, and the last one's
+    click command (click raises some usage errors, a missing option value among them, before
+    it knows the command)."""
+    path, group = ["nvdocker2"], typer.main.get_command(app)
+    for word in argv:
+        sub = getattr(group, "commands", {}).get(word)
+        if sub is None:
+            break
+        path.append(word)
+        group = sub
+    return " ".join(path), group
+
+
+def _empty_path(argv: List[str]) -> Optional[str]:
+    """The first option taking a path that `argv` gives an empty value (`--config ''`), which
+    would otherwise name the working directory."""
+    if "" not in argv and not any(word.endswith("=") for word in argv):
+        return None  # the common case, without building the commands
+    _, command = _command(argv)
+    flags = {flag for p in getattr(command, "params", ())
+             if getattr(p, "metavar", None) in ("PATH", "DIR") for flag in p.opts}
+    for i, word in enumerate(argv):
+        flag, eq, value = word.partition("=")
+        if flag in flags and ((eq and not value) or (not eq and argv[i + 1:i + 2] == [""])):
+            return flag
+    return None
+
+
+def _plain_words(message: str, argv: List[str]) -> str:
+    """typer >= 0.20 words some errors in pydantic's terms; say them as click does."""
+    message = message.replace(": Value error, ", ": ")
+    m = re.match(r"Invalid value for '(--[\w-]+)': Input should be a valid number", message)
+    if m:
+        flag = m.group(1)
+        given = [a.partition("=")[2] for a in argv if a.startswith(flag + "=")]
+        given += [argv[i + 1] for i, a in enumerate(argv[:-1]) if a == flag]
+        if given:
+            message = f"Invalid value for '{flag}': {given[-1]!r} is not a valid float."
+    return message
+
+
+def _usage_error(e: Any, argv: List[str]) -> int:
     """A usage error (unknown option or command, bad value, missing argument): our two lines,
     exit 2, the same on every typer version."""
     message = " ".join(e.format_message().split()) or "bad usage"
+    message = _plain_words(message, argv)
     ctx = getattr(e, "ctx", None)
-    where = ctx.command_path if ctx is not None else "nvdocker2"
+    where = ctx.command_path if ctx is not None else _command(argv)[0]
     _stderr(f"error: {message}")
     _stderr(f"hint: see '{where} --help' for its options")
     return EXIT_BAD_INPUT
@@ -57,13 +101,19 @@ def _aborts() -> tuple:
 
 
 def main(argv: Optional[List[str]] = None) -> None:
-    """Console-script entry point: runs the app and maps every outcome to a SPEC exit code."""
+    """Console-script entry point: runs the app and maps every outcome to an exit code
+    (reference §2)."""
     redact.mask_standard_streams()  # no URL password reaches a terminal or a log
     for sig in (signal.SIGTERM, signal.SIGHUP):
         with contextlib.suppress(ValueError, OSError):
             signal.signal(sig, _on_signal)
     no_args = getattr(_click_errors, "NoArgsIsHelpError", None)
+    args = sys.argv[1:] if argv is None else list(argv)
     try:
+        empty = _empty_path(args)
+        if empty is not None:
+            raise _click_errors.BadParameter("an empty path names no file",
+                                             param_hint=f"'{empty}'")
         rv = app(args=argv, prog_name="nvdocker2", standalone_mode=False)
     except _exits() as e:
         sys.exit(e.exit_code)
@@ -73,7 +123,7 @@ def main(argv: Optional[List[str]] = None) -> None:
             # help and exits 0, which every version does here.
             typer.echo(e.ctx.get_help())
             sys.exit(0)
-        sys.exit(_usage_error(e))
+        sys.exit(_usage_error(e, args))
     except _click_errors.ClickException as e:
         _stderr(f"error: {' '.join(e.format_message().split())}")
         _stderr("hint: see 'nvdocker2 --help'")

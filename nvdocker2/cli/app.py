@@ -1,6 +1,6 @@
-"""The typer plumbing of the `nvdocker2` command (SPEC §2) and where its output goes.
+"""The typer plumbing of the `nvdocker2` command (docs/reference.md §2) and where its output goes.
 
-Errors are `NvDockerError`s carrying the SPEC exit code; they are turned into one `error:`
+Errors are `NvDockerError`s carrying their exit code (reference §2); they become one `error:`
 line and one `hint:` line in exactly one place (`_fail`), with a traceback only when
 NVDOCKER2_DEBUG=1. With --json, stdout gets one JSON object whatever happens.
 """
@@ -85,7 +85,7 @@ class _Out:
 
 
 def _stderr(line: str) -> None:
-    """One line on stderr; control characters in it are escaped (SPEC §8: one line each)."""
+    """One line on stderr; control characters in it are escaped (reference §8: one line each)."""
     sys.stderr.write(one_line(line) + "\n")
     sys.stderr.flush()
 

@@ -33,7 +33,7 @@ RELOAD_HELP = (
     "the docker unit, else SIGHUP to the dockerd in --pidfile, else none with the command to "
     "run; says what it picked and why), systemd, sysv (service docker reload), signal, none. "
     "containerd: auto, systemd (restart), none. CRI-O: auto (signal from CRI-O 1.25.1, else "
-    "systemd), signal (SIGHUP), systemd (restart), none."
+    "systemd), signal (SIGHUP), systemd (restart), none. [default: auto]"
 )
 
 
@@ -70,9 +70,14 @@ COMMON = [
     _flag("set_default", ("--set-default",), ("install",),
           "Also make it dockerd's default-runtime.", 50),
     _flag("dry_run", ("--dry-run",), CHANGING,
-          "Print a unified diff of the change; touch nothing.", 60),
+          "Print a unified diff of the change; touch nothing. Runs every check of the change; "
+          "those that need the engine's daemon are listed as unchecked when it is not "
+          "running.", 60),
+    _flag("require_daemon", ("--require-daemon",), CHANGING,
+          "With --dry-run: fail (exit 3) when the engine's daemon cannot be asked, as the "
+          "change itself would, instead of listing its checks as unchecked.", 62),
     CliOption("reload", ("--reload",), CHANGING, RELOAD_HELP, rank=70, kind=ReloadMode,
-              default=ReloadMode.auto, metavar="MODE", show_default="auto"),
+              default=ReloadMode.auto, metavar="MODE"),
     _flag("no_verify", ("--no-verify",), CHANGING,
           "Do not ask dockerd (GET /info) whether it runs the change.", 90),
     CliOption("timeout", ("--timeout",), CHANGING,
@@ -94,11 +99,19 @@ def to_typer(opt: CliOption, panel: Optional[str] = None) -> Any:
         kw["metavar"] = opt.metavar
     if isinstance(opt.kind, type) and issubclass(opt.kind, Enum):
         kw["case_sensitive"] = False
-    if opt.minimum is not None:
-        kw["min"] = opt.minimum
+    if opt.minimum is not None:  # checked here: typer's own check words it its own way
+        kw["callback"] = _at_least(opt.minimum)
     if panel and "rich_help_panel" in inspect.signature(typer.Option).parameters:
         kw["rich_help_panel"] = panel  # shown by typer's rich help; ours prints click's plain
     return typer.Option(opt.default, *opt.flags, **kw)
+
+
+def _at_least(minimum: float) -> Callable[[Any], Any]:
+    def check(value: Any) -> Any:
+        if value is not None and value < minimum:
+            raise typer.BadParameter(f"{value:g} is below {minimum:g}")
+        return value
+    return check
 
 
 def _annotation(opt: CliOption) -> Any:
@@ -111,7 +124,10 @@ def engine_option() -> inspect.Parameter:
     choice = Enum("EngineName", [(n, n) for n in names], type=str)  # type: ignore[misc]
     listed = f"{', '.join(names[:-1])} or {names[-1]}" if len(names) > 1 else names[0]
     info = typer.Option(choice[registry.BUILTIN[0]], "--engine", case_sensitive=False,
-                        help=f"Container engine to configure: {listed}.")
+                        show_default=False, metavar="|".join(names),  # typer 0.7 would show
+                        # "EngineName.docker"; click 8.2 writes choices in <>
+                        help=f"Container engine to configure: {listed} "
+                        f"[default: {registry.BUILTIN[0]}].")
     return inspect.Parameter("engine", inspect.Parameter.KEYWORD_ONLY, default=info,
                              annotation=choice)
 

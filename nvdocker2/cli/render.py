@@ -32,6 +32,7 @@ def render(res: Any, extra_notes: list[str], extra_warnings: list[str],
             sys.stdout.write(f"dry run: {res.config} was not changed\n")
         else:
             sys.stdout.write("\n".join(out) + f"\nunchanged: {res.config} already says that (dry run)\n")
+        sys.stdout.write("".join(f"unchecked: {u}\n" for u in res.unchecked))
         sys.stdout.write("".join(f"note: {n}\n" for n in notes))
         return
     # The engine transactions name their engine in config_reason ("containerd engine").

@@ -1,4 +1,4 @@
-"""Direct mode (SPEC §7): give containers GPUs without libnvidia-container.
+"""Direct mode (docs/reference.md §7): give containers GPUs without libnvidia-container.
 
 `discover(driver_root)` reads what the driver offers (also for doctor and `cdi generate`);
 `direct_edit(...)` turns a resolved request into the OCI spec edits; the runtime's hook role

@@ -2,7 +2,7 @@
 
 Unlike the rest of `nvdocker2.direct` (imported on every container start, stdlib only), this
 module belongs to the `nvdocker2` CLI: it writes files through the one atomic-write helper
-and turns `DirectError`s into the installer's `NvDockerError`s with SPEC exit codes.
+and turns `DirectError`s into the installer's `NvDockerError`s with the exit codes of reference §2.
 """
 
 from __future__ import annotations

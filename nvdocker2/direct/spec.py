@@ -1,4 +1,4 @@
-"""The OCI spec edits of direct mode (SPEC §7), computed in full before anything is written.
+"""The OCI spec edits of direct mode (reference §7), computed in full before anything is written.
 
 `direct_edit` takes a bundle's config.json (as a dict), the resolved request (device ids or
 "all", capabilities) and the driver root, and returns a new dict: the GPU device nodes and

@@ -1,4 +1,4 @@
-"""`nvdocker2 doctor`: diagnose a GPU container host and say how to fix each problem (SPEC §5).
+"""`nvdocker2 doctor`: diagnose a GPU container host and say how to fix each problem (reference §5).
 
 `run_doctor` is what the CLI calls; `diagnose` returns the results for other callers.
 """

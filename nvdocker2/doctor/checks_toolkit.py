@@ -220,7 +220,7 @@ def cli_info(ctx: Context) -> Outcome:
 @check("direct.driver", "direct mode finds the driver under driver-root", needs=("toolkit.config",))
 def direct_driver(ctx: Context) -> Outcome:
     """In direct mode the runtime itself reads GPUs, device nodes and driver files from
-    driver-root on every `create` (SPEC §7): the same discovery, run once here."""
+    driver-root on every `create` (docs/reference.md §7): the same discovery, run once here."""
     from nvdocker2.direct.discover import discover
     from nvdocker2.direct.errors import DirectError
 

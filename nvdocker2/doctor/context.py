@@ -42,7 +42,7 @@ EngineInfo = Callable[[str, float], "dict[str, Any]"]
 # Who serves a unix socket (a real path): `SO_PEERCRED`; tests give a fake one.
 PeerOf = Callable[[Path], "Peer | None"]
 # Prefix of the reason `dockerd_process` gives when the process behind the socket is not
-# trusted (SPEC §8): the dockerd.trusted check fails on it.
+# trusted (docs/reference.md §8): the dockerd.trusted check fails on it.
 UNTRUSTED = "untrusted: "
 
 
@@ -201,7 +201,7 @@ class Context:
         """The local dockerd serving `docker_host()`, or None and why it was not found.
 
         Only a dockerd that root (or, rootless, this user) owns is returned: its PATH and
-        flags are read, never those of a process another user started (SPEC §8).
+        flags are read, never those of a process another user started (docs/reference.md §8).
         """
         return self.fact("dockerd_process", lambda: _find_dockerd(self))
 
@@ -333,7 +333,7 @@ def _kind_of(ctx: Context, path: PurePosixPath) -> str:
 
 
 def default_location(ctx: Context) -> ConfigLocation:
-    """SPEC §2's default daemon.json for this user (the installer's own choice)."""
+    """docs/reference.md §2's default daemon.json for this user (the installer's own choice)."""
     from nvdocker2 import locations
 
     path, reason = locations.default_config(ctx.env, ctx.uid, str(ctx.root.root))

@@ -16,7 +16,7 @@ from typing import Callable
 from nvdocker2.host import run
 
 # The PATH the hook and nvidia-container-cli are looked up on when nothing better is known
-# (the same fixed PATH the runtime gives the hook it injects, SPEC §3).
+# (the same fixed PATH the runtime gives the hook it injects, docs/reference.md §3).
 SYSTEM_PATH = run.SYSTEM_PATH
 
 # The most a check reads of one file: /proc files are small, config files stay under this.

@@ -1,5 +1,5 @@
 """Which way this host gives containers GPUs, as `nvdocker2 install` recorded it: the
-runtime entry, CDI mode (SPEC §9), or both. Checks of the one not in use say so instead of
+runtime entry, CDI mode (reference §9), or both. Checks of the one not in use say so instead of
 failing."""
 
 from __future__ import annotations

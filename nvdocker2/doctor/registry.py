@@ -50,7 +50,7 @@ def skip(detail: str) -> Outcome:
 
 @dataclass(frozen=True)
 class CheckResult:
-    """One line of the doctor's report (SPEC §5: id, status, detail, hint)."""
+    """One line of the doctor's report (docs/reference.md §5: id, status, detail, hint)."""
 
     id: str
     title: str

@@ -1,5 +1,5 @@
-"""Two renderings of the same list of `CheckResult`s: a report for people, and JSON (SPEC §5: a
-list of {"id", "status", "detail", "hint"}).
+"""Two renderings of the same list of `CheckResult`s: a report for people, and JSON (a summary
+of counts by status beside the list of {"id", "status", "detail", "hint"}).
 
 The report reads at a glance: one summary line first (the counts and the failure to fix
 first), then failures, warnings and skips with their fixes, then the checks that passed as one
@@ -27,7 +27,13 @@ HINT = "hint: "
 
 
 def render_json(results: Sequence[CheckResult]) -> str:
-    return json.dumps([r.as_json() for r in results], indent=2, ensure_ascii=False) + "\n"
+    """`{"summary": {...}, "checks": [...]}`: the counts by status, the total and the id of
+    the check to fix first (null: none), beside the list of every check's result."""
+    top = first_to_fix(results)
+    counts = {s: sum(1 for r in results if r.status == s) for s in ORDER}
+    out = {"summary": dict(counts, total=len(results), first_to_fix=top.id if top else None),
+           "checks": [r.as_json() for r in results]}
+    return json.dumps(out, indent=2, ensure_ascii=False) + "\n"
 
 
 def _blocked(results: Sequence[CheckResult], check_id: str) -> list[CheckResult]:

@@ -1,4 +1,4 @@
-"""The engine protocol: what an engine brings to the transaction (SPEC §2, §8, §11).
+"""The engine protocol: what an engine brings to the transaction (docs/reference.md §2, §8, §11).
 
 An engine turns a request and the bytes of the files it owns into a `Plan`: the bytes each file
 should end with, the changes a person reads, the journal record, and what its service must
@@ -145,13 +145,18 @@ class Service:
     # reload (a signal) means the engine never saw the new files: only the files go back.
     reapply_after_failed_apply = True
 
+    def ready(self) -> None:
+        """Raise DaemonUnreachable when the engine cannot take and verify the change (checked
+        before anything is written; a dry run reports it as unchecked)."""
+        return None
+
     def apply(self) -> None:
         """Make the engine read its files; raise VerifyFailed when it cannot come back."""
         return None
 
     def verify(self, expect: Any, timeout: float) -> str | None:
         """Raise VerifyFailed(reason) unless the engine reports `expect` within `timeout`;
-        return a warning when it does but its taking the files is not proven (SPEC §8)."""
+        return a warning when it does but its taking the files is not proven (reference §8)."""
         return None
 
     def settle(self, ctx: "Context", expect: Any) -> bool:
@@ -174,6 +179,42 @@ class Service:
 
 class NoService(Service):
     """`--reload none`: files are written, the engine is neither restarted nor asked."""
+
+
+class Unreachable(NoService):
+    """`--reload auto` found no running engine and the change is to be verified: `ready`
+    refuses with `problem` (exit 3) before anything is written, as Docker does."""
+
+    def __init__(self, problem: Exception) -> None:
+        self.problem = problem
+
+    def ready(self) -> None:
+        raise self.problem
+
+
+def systemd_booted() -> bool:
+    """Whether systemd is the init system here (sd_booted(3): /run/systemd/system exists)."""
+    return os.path.isdir("/run/systemd/system")
+
+
+def unit_active(unit: str) -> bool:
+    """Whether systemctl knows `unit` as active (False without systemd or systemctl)."""
+    from nvdocker2.host import run
+
+    if not run.safe_which("systemctl"):
+        return False
+    try:
+        return run.run(["systemctl", "is-active", "--quiet", unit], timeout=15).returncode == 0
+    except OSError:
+        return False
+
+
+def systemctl_failure(unit: str, stderr: str, verb: str = "restart") -> str:
+    """What a failed `systemctl VERB UNIT` means, in one line of ours."""
+    if "not been booted with systemd" in stderr or "Failed to connect to bus" in stderr:
+        return f"systemd is not running on this host, so it cannot {verb} {unit}"
+    return f"systemctl {verb} {unit} failed: " + (stderr.strip().splitlines()
+                                                   or ["no reason given"])[-1]
 
 
 class Engine(Protocol):

@@ -11,9 +11,32 @@ from typing import Any, Mapping, Optional
 
 from nvdocker2 import locations
 from nvdocker2.engines import transaction as txn
-from nvdocker2.engines.base import Request
+from nvdocker2.engines.base import NoService, Request, Service, Unreachable, systemd_booted
 from nvdocker2.engines.front import BackupList, Outcome, Report
-from nvdocker2.errors import NvDockerError
+from nvdocker2.errors import DaemonUnreachable, NvDockerError
+
+
+def not_running(name: str, unit: str, why: str, verify: bool) -> tuple[Service, list[str]]:
+    """`--reload auto` found no running engine: the rule Docker keeps for every engine. A change
+    to be verified stops before anything is written (exit 3; a dry run lists it unchecked);
+    with --no-verify the files are written and the engine left alone."""
+    if verify:
+        return Unreachable(DaemonUnreachable(
+            f"{why}; the change could not be verified",
+            f"start {name} (systemctl start {unit}), or pass --no-verify to only write the file",
+            f"whether {name} runs the change")), []
+    return NoService(), [f"reload mode none: {why}"]
+
+
+def systemd_restart(name: str, unit: str, svc: Service) -> Service:
+    """`svc` (a restart through systemd), or, where systemd is not the init system, a service
+    that stops the change before anything is written."""
+    if systemd_booted():
+        return svc
+    return Unreachable(DaemonUnreachable(
+        f"systemd is not running on this host, so it cannot restart {unit}",
+        f"use --reload none to only write the file, then restart {name} yourself",
+        f"whether {name} runs the change"))
 
 
 def _config(o: Mapping[str, Any]) -> Optional[Path]:
@@ -53,7 +76,8 @@ class TransactionFront:
         eng = self.engine(_config(o))
         svc, notes = self.service(o["reload"].value, not o["no_verify"], o.get("unit"),
                                   o.get("containerd_address"))
-        common = dict(reporter=reporter, timeout=o["timeout"], dry_run=o["dry_run"])
+        common = dict(reporter=reporter, timeout=o["timeout"], dry_run=o["dry_run"],
+                      require_daemon=o["require_daemon"])
         if action == "rollback":
             from nvdocker2.store.lock import state_dir
 

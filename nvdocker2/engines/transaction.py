@@ -1,4 +1,4 @@
-"""The one transaction of every engine (SPEC §2, §8, §11), knowing nothing of file formats.
+"""The one transaction of every engine (reference §2, §8, §11), knowing nothing of file formats.
 
     lock → read → engine plans → stage every new file → engine checks the candidates
          → backup (each file) → journal → compare before replace → write (the `via` bytes
@@ -6,13 +6,13 @@
          → (on failure: restore every file written, apply again, verify the old state: exit 4;
             exit 5 naming the backups when that fails too)
 
-SPEC §8: "compare" checks, right before each rename, that the file is still what was read;
+reference §8: "compare" checks, right before each rename, that the file is still what was read;
 when another program changed it, nothing more is written and the transaction is redone from the
 read (ATTEMPTS times, then exit 3). A file that cannot be renamed over is written in place,
 with a warning.
 
 Nothing here prints: a transaction returns a `Result` (or raises an `NvDockerError` with the
-SPEC exit code) and reports live progress only through a `Reporter`. The engine (Docker's
+exit code of reference §2) and reports live progress only through a `Reporter`. The engine (Docker's
 daemon.json, containerd's config.toml, CRI-O's drop-in) brings the plan and the candidate
 check; its `Service` brings apply and verify.
 """
@@ -46,6 +46,7 @@ from nvdocker2.store.lock import clean_state_temps, locked, state_dir
 from nvdocker2.changes import ABSENT, Change
 from nvdocker2.engines.base import FileEdit, NoService, Plan, Request, Service, VerifyFailed
 from nvdocker2.errors import (
+    DaemonUnreachable,
     BadInput,
     DockerdRejected,
     EnvironmentProblem,
@@ -85,6 +86,7 @@ class Result:
     dry_run: bool = False
     diff: str | None = None
     style: str = ""
+    unchecked: tuple[str, ...] = ()  # a dry run's checks that needed the engine's daemon
     before: str | None = None  # the file's text before (None: no file), credentials masked
     after: str | None = None  # its text after, or what a dry run would write; masked
 
@@ -107,6 +109,7 @@ class Result:
         }
         if self.dry_run:
             out["diff"] = self.diff or ""
+            out["unchecked"] = list(self.unchecked)
         return out
 
 
@@ -140,6 +143,18 @@ class Context:
     warnings: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     stats: dict[Path, os.stat_result] = field(default_factory=dict)
+    require_daemon: bool = False  # a dry run fails, as the change would, without the daemon
+    unchecked: list[str] = field(default_factory=list)
+
+    def unreachable(self, problem: DaemonUnreachable) -> None:
+        """The daemon cannot be asked: a change stops here (nothing written yet, exit 3); a
+        dry run notes what it could not check and goes on, unless `require_daemon`."""
+        if not self.dry_run or self.require_daemon:
+            raise problem
+        why = problem.message.replace("; the change could not be verified", "")
+        line = f"{problem.unchecked}: {why}"
+        if line not in self.unchecked:
+            self.unchecked.append(line)
 
     def read(self, path: Path) -> bytes | None:
         """The bytes of `path` (None: no file), its identity kept for compare before replace."""
@@ -179,10 +194,11 @@ def read(path: Path, stats: dict[Path, os.stat_result] | None = None) -> bytes |
 
 def transact(engine: Any, action: str, planner: Planner, *, service: Service | None = None,
              reporter: Reporter | None = None, timeout: float = 30.0, dry_run: bool = False,
-             state: Path | None = None) -> Result:
+             state: Path | None = None, require_daemon: bool = False) -> Result:
     """Run `planner` (read → edit) and carry its plan out as one transaction."""
     ctx = Context(engine, service or NoService(), reporter or Reporter(), timeout,
-                  state if state is not None else state_dir(), dry_run)
+                  state if state is not None else state_dir(), dry_run,
+                  require_daemon=require_daemon)
     if dry_run:  # nothing locked, nothing written
         return _dry_run(ctx, action, planner(ctx))
     with locked(ctx.state, timeout):
@@ -222,7 +238,7 @@ def _result(ctx: Context, action: str, plan: Plan, *, backup: Backup | None = No
         reload=ctx.service.strategy if changed and not ctx.dry_run else "none",
         verified=verified, warnings=tuple(ctx.warnings) + plan.warnings,
         notes=tuple(ctx.notes) + plan.notes, changes=plan.changes, dry_run=ctx.dry_run,
-        diff=diff, style=plan.style,
+        diff=diff, style=plan.style, unchecked=tuple(ctx.unchecked),
         before=masked_text(main.old) if main else None,
         after=masked_text(main.new) if main else None,
     )
@@ -314,6 +330,10 @@ def _checked(ctx: Context, plan: Plan, where: Path | None) -> list[tuple[Path, b
     staged = _stage(ctx, plan, where)
     try:
         ctx.engine.check_candidate(ctx, plan, [(t, b, s.path) for t, b, s in staged])
+        try:
+            ctx.service.ready()
+        except DaemonUnreachable as e:
+            ctx.unreachable(e)
     except BaseException:
         for _, _, s in staged:
             s.discard()
@@ -506,7 +526,7 @@ def _msg(exc: BaseException) -> str:
 
 def run(engine: Any, action: str, req: Request, *, service: Service | None = None,
         reporter: Reporter | None = None, timeout: float = 30.0, dry_run: bool = False,
-        state: Path | None = None) -> Result:
+        state: Path | None = None, require_daemon: bool = False) -> Result:
     """install or uninstall through an engine that plans from a `Request`."""
     def planner(ctx: Context) -> Plan:
         journal = ctx.journal().load() if ctx.state.exists() else {}
@@ -515,12 +535,14 @@ def run(engine: Any, action: str, req: Request, *, service: Service | None = Non
         return engine.plan_uninstall(ctx.read, req, journal)
 
     return transact(engine, action, planner, service=service, reporter=reporter,
-                    timeout=timeout, dry_run=dry_run, state=state)
+                    timeout=timeout, dry_run=dry_run, state=state,
+                    require_daemon=require_daemon)
 
 
 def rollback(engine: Any, backup_id: str | None, *, service: Service | None = None,
              reporter: Reporter | None = None, timeout: float = 30.0, dry_run: bool = False,
-             state: Path | None = None, files: list[Path] | None = None) -> Result:
+             state: Path | None = None, files: list[Path] | None = None,
+             require_daemon: bool = False) -> Result:
     """Restore the newest transaction's backups of the files of the engine's config (or the
     one with `backup_id`, which must be one of them, and the others of its transaction); the
     current files are backed up first. Another config's backups are never touched. `files`:
@@ -553,4 +575,4 @@ def rollback(engine: Any, backup_id: str | None, *, service: Service | None = No
                     f"rollback to {first.id} ({engine.name})")
 
     return transact(engine, "rollback", planner, service=service, reporter=reporter,
-                    timeout=timeout, dry_run=dry_run, state=st)
+                    timeout=timeout, dry_run=dry_run, state=st, require_daemon=require_daemon)

@@ -1,4 +1,4 @@
-"""nvidia-container-runtime-hook: the OCI prestart hook (SPEC §4).
+"""nvidia-container-runtime-hook: the OCI prestart hook (docs/reference.md §4).
 
 `nvidia-container-runtime-hook [--config FILE] [--debug] prestart|poststart|poststop`
 

@@ -1,4 +1,4 @@
-"""The exact nvidia-container-cli command line and environment for a Request (SPEC §4 rule 6).
+"""The exact nvidia-container-cli command line and environment for a Request (reference §4 rule 6).
 
 Pure functions: the hook execs what they return. Every element that carries a value is written
 as `--flag=VALUE`, so no value (a device id, a requirement, a configured path) can ever become

@@ -1,4 +1,4 @@
-"""What a container asks of the GPU driver: the pure decision of SPEC §4 rules 2–5.
+"""What a container asks of the GPU driver: the pure decision of docs/reference.md §4 rules 2–5.
 
 `container_request` turns a container's environment, privilege, mounts and the toolkit config
 into a frozen `Request`, or `None` when the container is not a GPU container, or raises
@@ -168,7 +168,7 @@ def container_request(
     mounts: Sequence[Mapping],
     config: ToolkitConfig,
 ) -> Request | None:
-    """Decide what a container asks for (SPEC §4 rules 3–5).
+    """Decide what a container asks for (docs/reference.md §4 rules 3–5).
 
     `env` is the OCI `process.env` list, `privileged` whether the bounding set holds
     CAP_SYS_ADMIN, `mounts` the OCI `mounts` list. Returns None for a container that is not a
@@ -225,7 +225,7 @@ def container_request(
 
 
 def is_privileged(spec: Mapping) -> bool:
-    """SPEC §4 rule 2: privileged means CAP_SYS_ADMIN in the bounding set."""
+    """docs/reference.md §4 rule 2: privileged means CAP_SYS_ADMIN in the bounding set."""
     process = spec.get("process")
     caps = process.get("capabilities") if isinstance(process, Mapping) else None
     bounding = caps.get("bounding") if isinstance(caps, Mapping) else None

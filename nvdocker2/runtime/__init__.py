@@ -1,4 +1,4 @@
-"""nvidia-container-runtime: the OCI runtime shim (SPEC §3).
+"""nvidia-container-runtime: the OCI runtime shim (docs/reference.md §3).
 
 containerd-shim runs it for every step of every container (create, start, state, kill,
 delete, …). Only `create` is ours to change: it decides what the container asks of the GPUs
@@ -55,7 +55,7 @@ def main(args: list[str] | None = None, self_path: str | None = None) -> int:
     if self_path is None:
         self_path = sys.argv[0]
     if args[:1] == [DIRECT_HOOK]:
-        # Direct mode's createContainer hook role (SPEC §7): runc runs this executable.
+        # Direct mode's createContainer hook role (docs/reference.md §7): runc runs this executable.
         from nvdocker2.direct.hook import main as direct_hook
 
         return direct_hook(args[1:])
@@ -158,7 +158,7 @@ def _prepare_bundle(config, bundle: str, self_path: str, log_path: str | None) -
 
 
 def _direct_mode(spec: dict, bundle: str, config, self_path: str) -> bool:
-    """SPEC §7: the spec is edited here instead of by the hook (nvdocker2.direct). The whole
+    """reference §7: the spec is edited here instead of by the hook (nvdocker2.direct). The whole
     edit is computed first; `spec` changes only when all of it resolved."""
     from nvdocker2.direct.create import edit_for_create
     from nvdocker2.direct.errors import DirectError

@@ -1,4 +1,4 @@
-"""Reading an OCI runtime command line the way runc/crun do (SPEC §3), without acting on it.
+"""Reading an OCI runtime command line the way runc/crun do (reference §3), without acting on it.
 
 Global options come before the subcommand and some take a value (`--root DIR`, `--log FILE`,
 …), so `runc --log create state ID` is a `state`, and `create --bundle create ID` has a bundle

@@ -5,7 +5,7 @@ pays for the interpreter's `site` set-up (every .pth file of the system) before 
 These launchers cut that cost:
 
 - `nvidia-container-runtime` is a POSIX sh script. When no argument is `create`, the first
-  is not `direct-hook` (direct mode's hook role, SPEC §7), and
+  is not `direct-hook` (direct mode's hook role, docs/reference.md §7), and
   config.toml does not set `runtimes` or `debug` (or `create` marked the bundle, the current
   directory, as created under such a config), it execs the first of docker-runc, runc,
   crun on PATH itself (as nvdocker2.runtime would), so state/start/kill/delete start no

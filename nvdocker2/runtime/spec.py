@@ -1,4 +1,4 @@
-"""Adding the prestart hook to a bundle's config.json (SPEC §3).
+"""Adding the prestart hook to a bundle's config.json (docs/reference.md §3).
 
 `add_prestart_hook` is a pure edit of the spec dict; `read_spec` and `write_spec` move the
 file. The write is atomic (temp file in the bundle, same mode and owner, rename), so runc sees

@@ -7,7 +7,7 @@ directory, fsync, mode/owner/group of the file it replaces, rename, fsync of the
 crash at any instant leaves the old or the new file; a temp file a killed run left behind is
 removed by the next run (`clean_stale_temps`).
 
-SPEC §8: the state directory is trusted only when it and everything in it belong to the
+docs/reference.md §8: the state directory is trusted only when it and everything in it belong to the
 invoking user, writable by no one else (`check_state_dir`); its files are read and written
 without following symlinks, and backup ids read from it are validated. Right before a rename
 the target must still be what was read (`AsRead`), else `ChangedMeanwhile`. A file that cannot
@@ -83,7 +83,7 @@ _fsync_dir = files.fsync_dir
 
 @dataclass(frozen=True)
 class Ownership:
-    """Mode, owner and group a file had, to give a recreated file back (SPEC §8)."""
+    """Mode, owner and group a file had, to give a recreated file back (docs/reference.md §8)."""
 
     mode: int
     uid: int
@@ -124,7 +124,7 @@ def _identity(st: os.stat_result) -> tuple[int, int, int, int]:
 
 def check_unchanged(target: Path, as_read: AsRead) -> None:
     """Raise ChangedMeanwhile unless `target` still has the identity and bytes it was read
-    with (SPEC §8: compare before replace)."""
+    with (docs/reference.md §8: compare before replace)."""
     try:
         with open(target, "rb") as f:
             st = os.fstat(f.fileno())
@@ -194,7 +194,7 @@ class StagedFile:
             pass
 
     def _write_in_place(self, why: OSError) -> None:
-        """SPEC §8: the bytes of the temp file written over the target's own inode, flushed
+        """reference §8: the bytes of the temp file written over the target's own inode, flushed
         and fsynced (not atomic: a crash meanwhile can leave a partial file)."""
         try:
             with open(self.path, "rb") as f:

@@ -1,5 +1,6 @@
-"""Backups of the files a change replaces: `STATE/backups/<id>.json` (metadata) beside the saved
-bytes, newest first, pruned to KEEP_BACKUPS per file."""
+"""Backups of the files a change replaces: `STATE/backups/<id>.meta.json` (metadata) beside the
+saved bytes, `<id>` plus the file's own extension (`.json`, `.toml`, `.conf`), newest first,
+pruned to KEEP_BACKUPS per file."""
 
 from __future__ import annotations
 
@@ -18,8 +19,15 @@ from nvdocker2.store.atomic import Ownership, atomic_write, make_dirs, os_error
 from nvdocker2.store.lock import check_state_dir, read_state_file
 
 KEEP_BACKUPS = 20
-_BACKUP_RE = re.compile(r"(\d{8}T\d{6}Z-[0-9a-f]{6})\.json$")
+_BACKUP_RE = re.compile(r"(\d{8}T\d{6}Z-[0-9a-f]{6})(\.[A-Za-z0-9_-]{1,16})?\Z")
+_EXT_RE = re.compile(r"\.[A-Za-z0-9_-]{1,16}\Z")
 _ID_RE = re.compile(r"\d{8}T\d{6}Z-[0-9a-f]{6}\Z")
+
+
+def extension(config: Path) -> str:
+    """The extension a backup of `config` keeps: its own (`.toml`), else none."""
+    suffix = Path(config).suffix
+    return suffix if _EXT_RE.match(suffix) else ""
 
 
 def sha256(data: bytes) -> str:
@@ -68,7 +76,8 @@ class Backup:
 
 
 class Backups:
-    """`STATE/backups/ID.json` (the bytes) and `ID.meta.json` (what they are); the newest
+    """`STATE/backups/ID.EXT` (the bytes, EXT the file's own extension; `ID.json` for every
+    file in backups made before 0.2) and `ID.meta.json` (what they are); the newest
     KEEP_BACKUPS per config path are kept. The meta file is written last: a backup without it
     is incomplete and ignored."""
 
@@ -85,7 +94,7 @@ class Backups:
             make_dirs(self.dir)
         except OSError as e:
             raise os_error(e, f"backup directory {self.dir}") from None
-        file = self.dir / f"{bid}.json"
+        file = self.dir / f"{bid}{extension(config)}"
         if data is not None:
             atomic_write(file, data, new_mode=0o600, follow=False)
         meta = {
@@ -96,6 +105,7 @@ class Backups:
             "config": str(config),
             "existed": data is not None,
             "size": len(data) if data is not None else 0,
+            "file": file.name,
         }
         if data is not None and ownership is not None:
             meta.update(mode=f"{ownership.mode:04o}", uid=ownership.uid, gid=ownership.gid)
@@ -120,6 +130,10 @@ class Backups:
             isinstance(meta.get(k), int) for k in ("uid", "gid")
         ):
             ownership = Ownership(int(meta["mode"], 8) & 0o7777, meta["uid"], meta["gid"])
+        name = meta.get("file", f"{bid}.json")  # no "file": made before backups kept the extension
+        m = _BACKUP_RE.match(name) if isinstance(name, str) else None
+        if m is None or m.group(1) != bid:
+            raise ValueError(f"not a backup file name: {name!r}")
         return Backup(
             id=bid,
             time=meta["time"],
@@ -128,7 +142,7 @@ class Backups:
             config=meta["config"],
             existed=bool(meta.get("existed")),
             size=int(meta.get("size", 0)),
-            file=self.dir / f"{bid}.json",
+            file=self.dir / name,
             ownership=ownership,
         )
 

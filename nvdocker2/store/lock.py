@@ -1,4 +1,4 @@
-"""The state directory and its lock: where it is, whether it can be trusted (SPEC §8), and the
+"""The state directory and its lock: where it is, whether it can be trusted (reference §8), and the
 exclusive lock every change holds."""
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ def clean_state_temps(state: Path) -> list[Path]:
     return removed
 
 
-# --- trust in the state directory (SPEC §8) -----------------------------------------------------
+# --- trust in the state directory (reference §8) --------------------------------------------------
 
 
 class UntrustedState(EnvironmentProblem):
@@ -145,7 +145,7 @@ def read_state_file(path: Path, what: str) -> bytes | None:
 
 
 def ensure_state_dir(state: Path) -> Path:
-    """Create the state directory (0700) and check that it can be trusted (SPEC §8)."""
+    """Create the state directory (0700) and check that it can be trusted (docs/reference.md §8)."""
     check_state_dir(state)
     try:
         make_dirs(state)

@@ -293,7 +293,7 @@ class PrivateDockerd:
             self.docker("rm", "-f", *ids)
         info = self.info()
         if set(info.get("Runtimes", {})) - BUILTIN_RUNTIMES or info.get("DefaultRuntime") != "runc":
-            # A reload replaces runtimes/default only when the keys are present (SPEC §2).
+            # A reload replaces runtimes/default only when the keys are present (reference §2).
             self.config_file.write_text('{"runtimes": {}, "default-runtime": "runc"}\n')
             self.sighup()
             self.wait_info(

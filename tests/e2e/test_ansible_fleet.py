@@ -1,4 +1,4 @@
-"""The Ansible collection nvdocker2.gpu on a fleet (SPEC §10): real `ansible-playbook` against
+"""The Ansible collection nvdocker2.gpu on a fleet (reference §10): real `ansible-playbook` against
 five local-connection hosts, each with its own live private dockerd (its own daemon.json,
 socket, pidfile and nvdocker2 state dir; reload by signal):
 

@@ -1,4 +1,4 @@
-"""CDI mode end to end (SPEC §9) on this machine's own dockerd: Docker 20.10 has no CDI, so
+"""CDI mode end to end (reference §9) on this machine's own dockerd: Docker 20.10 has no CDI, so
 `install --mode cdi` is refused before anything is written. CDI mode on Docker 26.1 and 28.5
 runs in the Debian 13 and sid trees (test_cdi_trees_e2e.py)."""
 

@@ -1,4 +1,4 @@
-"""install / uninstall on a private containerd through the CLI (SPEC §11).
+"""install / uninstall on a private containerd through the CLI (docs/reference.md §11).
 
 Three releases: this machine's containerd 1.6 (Debian 12), and containerd 1.7 and 2.1 taken
 from the Debian 13 and sid trees of tests/platforms (their binaries link only libc, so they run
@@ -100,7 +100,7 @@ def test_install_restart_keeps_container_and_uninstall_restores_bytes(containerd
     doc = subprocess.run(NVDOCKER2 + ["doctor", "--engine", "containerd", "--config",
                                       str(c.config), "--containerd-address", c.address,
                                       "--json"], capture_output=True, text=True, env=c.env())
-    checks = {r["id"]: r["status"] for r in json.loads(doc.stdout)}
+    checks = {r["id"]: r["status"] for r in json.loads(doc.stdout)["checks"]}
     assert doc.returncode == 0 and set(checks.values()) == {"ok"}, doc.stdout
     installed = c.config.read_bytes()
     dropin = c.dir / "conf.d" / "99-nvidia.toml"
@@ -348,7 +348,7 @@ def test_an_older_nvdocker2s_dropin_is_reported_and_removed(password_config, tmp
     doc = subprocess.run(NVDOCKER2 + ["doctor", "--engine", "containerd", "--config",
                                       str(c.config), "--containerd-address", c.address,
                                       "--json"], capture_output=True, text=True, env=c.env())
-    shadow = next(r for r in json.loads(doc.stdout) if r["id"] == "containerd-shadow")
+    shadow = next(r for r in json.loads(doc.stdout)["checks"] if r["id"] == "containerd-shadow")
     assert doc.returncode == 1 and shadow["status"] == "fail" and str(drop) in shadow["detail"]
     edited = c.config.read_bytes()
 

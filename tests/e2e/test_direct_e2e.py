@@ -1,4 +1,4 @@
-"""Direct mode end to end (SPEC §7): a private dockerd with runc and this package's runtime in
+"""Direct mode end to end (reference §7): a private dockerd with runc and this package's runtime in
 `mode = "direct"`, pointed at the TEST FIXTURE fake driver tree (tests/fixtures/fake_driver.py:
 real character device nodes made with mknod, tiny ELF libraries, a real ld.so.cache, a fake
 nvidia-smi script). No nvidia-container-cli exists anywhere on this daemon's PATH.

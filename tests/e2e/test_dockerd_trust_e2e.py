@@ -1,4 +1,4 @@
-"""Which dockerd is trusted (SPEC §8), attacked for real.
+"""Which dockerd is trusted (docs/reference.md §8), attacked for real.
 
 An unprivileged local user (nobody, through setpriv) plants processes that look like dockerd:
 one with argv[0] `dockerd`, `-H unix://SOCK` and a PATH of its own directory holding a
@@ -96,7 +96,7 @@ def test_doctor_as_root_runs_nothing_from_a_user_process_posing_as_dockerd(user_
 
     assert not marker.exists(), "doctor ran a program the user planted"
     assert proc.returncode == 1, proc.stderr
-    results = {r["id"]: r for r in json.loads(proc.stdout)}
+    results = {r["id"]: r for r in json.loads(proc.stdout)["checks"]}
     trusted = results["dockerd.trusted"]
     assert trusted["status"] == "fail"
     assert f"belongs to uid {NOBODY}, not root" in trusted["detail"]
@@ -193,7 +193,7 @@ def test_a_reload_dockerd_would_refuse_is_caught_through_the_socket_without_main
 
 
 def test_verified_only_on_evidence(make_dockerd, stand_ins):
-    """SPEC §8 "verified means proven": /info already showed the runtime, systemd shows no
+    """reference §8 "verified means proven": /info already showed the runtime, systemd shows no
     MainPID and no journal keeps dockerd's words. Through tcp nothing identifies the dockerd,
     so the install is `verified: false` with a warning; through the unix socket the dockerd
     behind it passed the flags check with the file, which is the evidence."""

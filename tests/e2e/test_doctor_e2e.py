@@ -41,7 +41,7 @@ def doctor_json(daemon, *extra: str, env: dict | None = None) -> tuple[int, dict
         *extra,
         env=env,
     )
-    results = json.loads(out)
+    results = json.loads(out)["checks"]
     return code, {r["id"]: r for r in results}
 
 
@@ -108,7 +108,7 @@ def test_stopped_dockerd_fails_with_hint_and_the_rest_still_runs(make_dockerd):
     code, out, err, _ = doctor(
         "--config", str(daemon.config_file), "--docker-host", daemon.host, "--json"
     )
-    results = json.loads(out)
+    results = json.loads(out)["checks"]
     r = {x["id"]: x for x in results}
     assert code == 1
     assert r["dockerd.reachable"]["status"] == "fail"
@@ -130,7 +130,9 @@ def test_full_run_on_this_host_exits_1_with_hints_within_2_seconds():
     env = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "COLUMNS")}
     code, out, err, seconds = doctor("--json", env=env)
     assert code == 1, out + err
-    results = json.loads(out)
+    obj = json.loads(out)
+    results = obj["checks"]
+    assert obj["summary"]["total"] == len(results) and obj["summary"]["fail"] >= 3
     assert {r["status"] for r in results} <= {"ok", "warn", "fail", "skip"}
     for r in results:
         assert set(r) == {"id", "status", "detail", "hint"}
@@ -212,7 +214,7 @@ def test_gpus_support_follows_the_hook_on_dockerds_own_path(make_dockerd, tmp_pa
 
 def test_checking_a_daemon_without_its_file_warns_which_file_it_reads(dockerd):
     code, out, _, _ = doctor("--docker-host", dockerd.host, "--json")
-    r = {x["id"]: x for x in json.loads(out)}
+    r = {x["id"]: x for x in json.loads(out)["checks"]}
     target = r["config.target"]
     assert target["status"] == "warn"
     assert f"reads {dockerd.config_file}, not /etc/docker/daemon.json" in target["detail"]

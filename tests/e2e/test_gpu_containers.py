@@ -1,4 +1,4 @@
-"""GPU containers end to end (SPEC §3, §4): a private dockerd with runc, the runtime shim and
+"""GPU containers end to end (reference §3, §4): a private dockerd with runc, the runtime shim and
 the hook of this package, and the TEST FIXTURE nvidia-container-cli (tests/fixtures) standing in
 for libnvidia-container: it records its argv and environment outside the container and writes
 a marker into the container's rootfs through /proc/PID/root, which the container then reads.

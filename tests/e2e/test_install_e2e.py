@@ -1,5 +1,5 @@
 """`nvdocker2 install` / `uninstall` end to end: the real CLI, a real private dockerd, and what
-dockerd reports through the Engine API afterwards (SPEC §2)."""
+dockerd reports through the Engine API afterwards (docs/reference.md §2)."""
 
 from __future__ import annotations
 
@@ -71,7 +71,7 @@ def test_an_idempotent_rerun_does_not_signal_dockerd(dockerd):
 def test_a_flag_conflict_the_installer_can_see_exits_2_before_writing(make_dockerd):
     daemon = make_dockerd(extra_args=["--default-runtime=runc"])
     original = daemon.config_file.read_bytes()
-    # The dry run runs the same checks (SPEC §10): it fails as the apply does, touching nothing.
+    # The dry run runs the same checks and fails as the apply does, touching nothing (ref. §10).
     dry = nvdocker2(daemon, *INSTALL, "--set-default", "--dry-run", "--json")
     assert dry.returncode == 2 and json.loads(dry.stdout)["exit_code"] == 2
     assert not Path(os.environ["NVDOCKER2_STATE_DIR"]).exists()

@@ -1,6 +1,6 @@
 """Hostile images against the container start path, end to end on a private dockerd.
 
-Direct mode (SPEC §7) runs the host's `ldconfig -r ROOTFS` from a createContainer hook, inside
+Direct mode (reference §7) runs the host's `ldconfig -r ROOTFS` from a createContainer hook, inside
 the container's mount namespace before pivot_root, where the container's /proc is already
 mounted and its pid 1 (runc init) still has the host's root. An image must not be able to
 lead that ldconfig out of the rootfs through /proc magic links (`/proc/1/root`).

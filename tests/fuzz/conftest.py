@@ -1,4 +1,4 @@
-"""Fuzz tests run the same examples on every run (SPEC §8 one-line errors were found by a
+"""Fuzz tests run the same examples on every run (reference §8 one-line errors were found by a
 random example that then failed CI only now and then): hypothesis derives its examples from
 each test's name, and keeps no example database between runs. A deliberate exploration run
 can still ask for randomness with HYPOTHESIS_PROFILE=explore."""

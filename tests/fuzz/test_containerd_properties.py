@@ -1,4 +1,4 @@
-"""Round trips and hostile input for containerd's config.toml edits (SPEC §11)."""
+"""Round trips and hostile input for containerd's config.toml edits (docs/reference.md §11)."""
 
 from __future__ import annotations
 

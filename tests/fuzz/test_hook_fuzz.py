@@ -1,4 +1,4 @@
-"""Hostile container images against the hook (SPEC §4): whatever environment, mounts and
+"""Hostile container images against the hook (reference §4): whatever environment, mounts and
 capabilities an image brings, the hook either refuses it, does nothing, or execs exactly
 nvidia-container-cli with an argv of our own flags and an environment built from scratch.
 
@@ -28,7 +28,7 @@ from nvdocker2.hook import cli_argv
 from nvdocker2.hook.request import RequestError, container_request
 from nvdocker2.toolkit_config import ALL_CAPABILITIES, ToolkitConfig
 
-# The flags the hook may give nvidia-container-cli (SPEC §4 rule 6), before the rootfs.
+# The flags the hook may give nvidia-container-cli (docs/reference.md §4 rule 6), before the rootfs.
 OUR_FLAGS = {
     "--root", "--load-kmods", "--debug", "--user", "--ldconfig", "--no-cgroups", "--device",
     "--mig-config", "--mig-monitor", "--require", "--pid",

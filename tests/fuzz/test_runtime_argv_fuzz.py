@@ -1,4 +1,4 @@
-"""Hostile and odd command lines against the runtime shim (SPEC §3).
+"""Hostile and odd command lines against the runtime shim (docs/reference.md §3).
 
 containerd-shim builds the argv, but its values (container ids, bundle paths, log paths) come
 from users: the shim must find `create` and its bundle exactly as runc does, never mistake a

@@ -212,7 +212,7 @@ def check_launchers(chroot) -> None:
     assert chroot.sh("nvdocker2 --version", env).returncode == 0
 
     doctor = chroot.sh("nvdocker2 doctor --json")
-    checks = {c["id"]: c for c in json.loads(doctor.stdout)}
+    checks = {c["id"]: c for c in json.loads(doctor.stdout)["checks"]}
     for name in ("runtime.installed", "hook.installed"):
         check = checks[name]
         assert check["status"] in ("ok", "warn"), check

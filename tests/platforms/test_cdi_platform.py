@@ -1,4 +1,4 @@
-"""CDI mode end to end on real Docker 28.5 (Debian sid) and 26.1 (Debian 13) (SPEC §9).
+"""CDI mode end to end on real Docker 28.5 (Debian sid) and 26.1 (Debian 13) (docs/reference.md §9).
 
 Each suite gets a tree of the platform matrix (trees.py) with the .deb installed, the TEST
 FIXTURE fake driver tree of 2 GPUs at /opt/nvd2-driver inside it (real character nodes
@@ -151,7 +151,7 @@ def test_sid_a_removed_gpu_is_a_doctor_warning_until_cdi_refresh(sid):
     gone = sid.driver.gpus[1]
     gpu_dir = sid.tree.path(f"{DRIVER}/proc/driver/nvidia/gpus/{gone.bus_id}")
     shutil.rmtree(gpu_dir)
-    checks = {c["id"]: c for c in json.loads(sid.nvdocker2("doctor", "--json").stdout)}
+    checks = {c["id"]: c for c in json.loads(sid.nvdocker2("doctor", "--json").stdout)["checks"]}
     assert checks["cdi.spec"]["status"] == "warn"
     assert f"lists {GPU}=1, {GPU}={gone.uuid} no longer present" in checks["cdi.spec"]["detail"]
     out = sid.ok_json("cdi", "refresh")
@@ -160,7 +160,7 @@ def test_sid_a_removed_gpu_is_a_doctor_warning_until_cdi_refresh(sid):
     sid.dockerd.wait_info(lambda i: f"{GPU}=1" not in {
         d.get("ID") for d in i.get("DiscoveredDevices") or []})
     assert sid.ok_json("cdi", "refresh")["changed"] is False
-    checks = {c["id"]: c for c in json.loads(sid.nvdocker2("doctor", "--json").stdout)}
+    checks = {c["id"]: c for c in json.loads(sid.nvdocker2("doctor", "--json").stdout)["checks"]}
     assert checks["cdi.spec"]["status"] == "ok"
     assert checks["cdi.dockerd"]["status"] == "ok"
 

@@ -1,5 +1,5 @@
 """The SIGKILL and concurrent-writer guarantees for the containerd and CRI-O engines
-(SPEC §2 "Atomic", "One writer at a time"; §11): the same properties as test_sigkill.py and
+(reference §2 "Atomic", "One writer at a time"; §11): the same properties as test_sigkill.py and
 test_concurrency.py prove for daemon.json, run through `--engine`."""
 
 from __future__ import annotations

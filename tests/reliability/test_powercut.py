@@ -1,4 +1,4 @@
-"""Power cut at any instant: which ordering of syscalls the atomic write relies on (SPEC §2).
+"""Power cut at any instant: which ordering of syscalls the atomic write relies on (reference §2).
 
 A SIGKILL only loses what the process had not done yet; a power cut also loses what the kernel
 had not yet put on disk. To reason about that, the writes of a real transaction are run

@@ -1,4 +1,4 @@
-"""SIGKILL at any instant leaves daemon.json old or new, never partial (SPEC §2, "Atomic").
+"""SIGKILL at any instant leaves daemon.json old or new, never partial (reference §2, "Atomic").
 
 Real `nvdocker2 install/uninstall` processes run one after another against one daemon.json and
 are killed with SIGKILL at a random instant spread over their whole run time (the typical run

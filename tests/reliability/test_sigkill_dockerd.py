@@ -1,4 +1,4 @@
-"""SIGKILL while dockerd is being reloaded and asked (SPEC §2): never a file dockerd refuses.
+"""SIGKILL while dockerd is being reloaded and asked (reference §2): never a file dockerd refuses.
 
 With `--reload signal`, install and uninstall write daemon.json, SIGHUP a running private
 dockerd and wait for /info to report the change; uninstall first writes a transitional file

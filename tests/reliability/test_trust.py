@@ -1,4 +1,4 @@
-"""SPEC §8 against the attacks a security review reproduced: a state directory another user can
+"""reference §8 against the attacks a security review reproduced: a state directory another user can
 write, planted symlinks, crafted backup ids and journals, a program that edits daemon.json
 between our read and our rename, a 0600 file recreated by rollback, a bind-mounted daemon.json.
 
@@ -291,7 +291,7 @@ CONTAINERD_CFG = b'version = 2\n# site\n[plugins."io.containerd.grpc.v1.cri".con
 
 def test_programs_another_user_planted_on_path_are_never_run(host, nobody):
     """A directory of nobody's early on root's PATH holding `containerd`, `ctr`, `crictl` and
-    `crio`: the containerd and CRI-O engines pass them over (SPEC §8, §11) and use the
+    `crio`: the containerd and CRI-O engines pass them over (docs/reference.md §8, §11) and use the
     root-owned containerd further down PATH, or say that no safe crio was found."""
     top, _, _, state = host
     _need(os.path.exists("/usr/bin/containerd"), "needs containerd in /usr/bin")

@@ -1,4 +1,4 @@
-"""One writer at a time, at scale (SPEC §2, "One writer at a time").
+"""One writer at a time, at scale (docs/reference.md §2, "One writer at a time").
 
 64 `nvdocker2 install` processes started at once, each adding its own runtime, must all land:
 none lost to a read-modify-write race, every other key kept. Then 16 uninstalls at once must

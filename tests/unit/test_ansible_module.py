@@ -1,4 +1,4 @@
-"""The mapping of nvdocker2's exit codes and --json to the Ansible module's result (SPEC §10),
+"""The mapping of nvdocker2's exit codes and --json to the Ansible module's result (reference §10),
 for every exit code, run in the Ansible virtual environment's Python (the module imports
 ansible.module_utils, which nvdocker2's own environment does not have)."""
 
@@ -107,7 +107,7 @@ def test_options_become_flags_of_the_command_for_the_state():
         "nvdocker2", "uninstall", "--json", "--engine", "docker", "--runtime-name", "nvidia",
         "--config", "/c/daemon.json", "--reload", "signal", "--no-verify",
         "--docker-host", "unix:///d.sock", "--pidfile", "/p.pid", "--timeout", "12.5",
-        "--dry-run",
+        "--dry-run", "--require-daemon",
     ]
 
 

@@ -1,4 +1,4 @@
-"""`install --mode cdi`, `uninstall --mode cdi` and `cdi refresh` (SPEC §9), run as a user runs
+"""`install --mode cdi`, `uninstall --mode cdi` and `cdi refresh` (reference §9), run as a user runs
 them, against the TEST FIXTURE fake driver tree and a fake Engine API that reports the Docker
 version and CDI state a test needs (tests/unit/fake_engine.py). Restarting a real dockerd and
 `docker run --device` are in tests/e2e/test_cdi_e2e.py."""
@@ -344,7 +344,7 @@ def test_a_restart_that_does_not_bring_cdi_up_restores_both_files_exit_4(host):
 def doctor(host):
     r = host.run("doctor", "--json", "--docker-host", f"unix://{host.engine.socket_path}",
                  mode=False)
-    return {c["id"]: c for c in json.loads(r.stdout)}
+    return {c["id"]: c for c in json.loads(r.stdout)["checks"]}
 
 
 def test_doctor_warns_when_a_gpu_was_removed_until_refresh(host):

@@ -114,16 +114,35 @@ def test_dry_run_prints_a_diff_and_touches_nothing(cfg, tmp_path):
     assert obj["after"] == cfg.read_text()
 
 
-def test_dry_run_fails_as_the_apply_would_when_dockerd_cannot_be_found(cfg, tmp_path):
-    """No dockerd to verify with: the apply exits 3, and so does its dry run."""
+def test_dry_run_without_dockerd_shows_the_diff_and_what_it_could_not_check(cfg, tmp_path):
+    """No dockerd: the apply exits 3 and writes nothing; its dry run shows the diff, lists the
+    flag check as unchecked and exits 0; --require-daemon makes the dry run fail as the apply."""
     cfg.write_bytes(b"{}\n")
     args = ("install", "--config", str(cfg), "--runtime-path", RT, "--pidfile",
             str(tmp_path / "none.pid"), "--docker-host", f"unix://{tmp_path}/none.sock")
-    dry_code, _, dry_err = cli(*args, "--dry-run")
+    dry_code, dry_out, dry_err = cli(*args, "--dry-run")
+    assert dry_code == 0 and "error" not in dry_err, dry_err
+    added = "".join(line for line in dry_out.splitlines() if line.startswith("+"))
+    assert dry_out.count(f"--- a{cfg}") == 1 and '"nvidia"' in added and RT in added
+    unchecked = [line for line in dry_out.splitlines() if line.startswith("unchecked: ")]
+    assert unchecked == ["unchecked: the running dockerd's flags (dockerd refuses a key also "
+                         "given as a flag): no running dockerd found: systemd does not run "
+                         f"docker.service and {tmp_path / 'none.pid'} is missing"]
+    obj = json.loads(cli(*args, "--dry-run", "--json")[1])
+    assert obj["dry_run"] and obj["changed"] and obj["unchecked"] == [unchecked[0][11:]]
     assert cfg.read_bytes() == b"{}\n" and not (tmp_path / "state").exists()
     code, _, err = cli(*args)
-    assert code == 3 and (dry_code, dry_err) == (code, err)
+    assert code == 3 and err.startswith("error: no running dockerd found")
+    assert cli(*args, "--dry-run", "--require-daemon") == (code, "", err)
     assert cfg.read_bytes() == b"{}\n"
+
+
+def test_dry_run_without_dockerd_still_runs_the_file_checks(cfg, tmp_path):
+    """What needs no dockerd is still checked: a default runtime the file does not define."""
+    cfg.write_bytes(b'{"default-runtime": "ghost"}\n')
+    code, out, err = cli("install", "--config", str(cfg), "--runtime-path", RT, "--dry-run",
+                         "--pidfile", str(tmp_path / "none.pid"))
+    assert code == 2 and '"default-runtime" is "ghost"' in err and out == ""
 
 
 def test_diff_and_json_text_mask_credentials_in_urls(cfg):
@@ -300,3 +319,20 @@ def test_status_follows_the_file_after_rollback_and_hand_edits(cfg):
     assert "installed by nvdocker2: nvidia (journal" in cli("status", "--config", str(cfg))[1]
     cfg.write_bytes(b'{"debug": true, "runtimes": {"nvidia": {"path": "/opt/other"}}}\n')
     assert json.loads(cli("status", "--config", str(cfg), "--json")[1])["installed"] is False
+
+
+@pytest.mark.parametrize("original", [
+    b'\xef\xbb\xbf{\r\n    "debug": true\r\n}\r\n',
+    b'\xef\xbb\xbf{"runtimes": {"other": {"path": "/opt/other"}}, "debug": true}',
+])
+def test_uninstall_gives_back_the_byte_order_mark_install_dropped(cfg, original):
+    cfg.write_bytes(original)
+    code, out, err = cli("install", "--config", str(cfg), "--runtime-path", RT, "--set-default",
+                         *NONE)
+    assert code == 0, err
+    assert "UTF-8 byte order mark dropped" in err
+    assert not cfg.read_bytes().startswith(b"\xef\xbb\xbf") and RT.encode() in cfg.read_bytes()
+    code, out, err = cli("uninstall", "--config", str(cfg), *NONE)
+    assert code == 0, err
+    assert cfg.read_bytes() == original
+    assert "note: put back the UTF-8 byte order mark that install dropped" in out

@@ -108,7 +108,7 @@ def test_doctor_reports_the_shadowing_dropin_and_install_moves_the_runtime_home(
     drop = _legacy(tmp_path, secret_cfg)
     code, out, err = cli("doctor", "--engine", "containerd", "--config", str(secret_cfg),
                          "--json")
-    shadow = next(c for c in json.loads(out) if c["id"] == "containerd-shadow")
+    shadow = next(c for c in json.loads(out)["checks"] if c["id"] == "containerd-shadow")
     assert shadow["status"] == "fail" and str(drop) in shadow["detail"], shadow
     assert code == 1
 
@@ -120,7 +120,7 @@ def test_doctor_reports_the_shadowing_dropin_and_install_moves_the_runtime_home(
     assert _holding(tmp_path, SECRET.encode(), tmp_path / "state") == [secret_cfg]
     code, out, err = cli("doctor", "--engine", "containerd", "--config", str(secret_cfg),
                          "--json")
-    shadow = next(c for c in json.loads(out) if c["id"] == "containerd-shadow")
+    shadow = next(c for c in json.loads(out)["checks"] if c["id"] == "containerd-shadow")
     assert shadow["status"] == "ok", shadow
 
     # Another tool's import with a CRI section hides config.toml's too: a warning.
@@ -128,7 +128,7 @@ def test_doctor_reports_the_shadowing_dropin_and_install_moves_the_runtime_home(
     other.write_text(f'version = 2\n[{CRI}]\n  enable_selinux = true\n')
     code, out, err = cli("doctor", "--engine", "containerd", "--config", str(secret_cfg),
                          "--json")
-    shadow = next(c for c in json.loads(out) if c["id"] == "containerd-shadow")
+    shadow = next(c for c in json.loads(out)["checks"] if c["id"] == "containerd-shadow")
     assert shadow["status"] == "warn" and str(other) in shadow["detail"], shadow
 
     code, out, err = cli("uninstall", "--engine", "containerd", "--config", str(secret_cfg),

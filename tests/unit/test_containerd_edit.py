@@ -1,4 +1,4 @@
-"""Pure edits of containerd's config.toml, table-driven over real-world files (SPEC §11)."""
+"""Pure edits of containerd's config.toml, table-driven over real-world files (reference §11)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""CRI-O: nvdocker2's one drop-in holds every runtime it installed there (SPEC §11). Driven
+"""CRI-O: nvdocker2's one drop-in holds every runtime it installed there (reference §11). Driven
 through the engine transaction with a service stand-in that records what it was asked to
 verify; no CRI-O is installed where these tests run."""
 

@@ -1,5 +1,5 @@
 """`--reload signal` for CRI-O: SIGHUP to the crio the crio unit names, only when that process
-serves CRI-O's socket, is root's in every uid and is a crio (SPEC §8, §11).
+serves CRI-O's socket, is root's in every uid and is a crio (docs/reference.md §8, §11).
 
 The signalled process is a real child process started here: it names itself `crio`, listens on
 a unix socket the way CRI-O does, and on SIGHUP copies the drop-in into its "running

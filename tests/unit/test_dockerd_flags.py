@@ -163,7 +163,7 @@ def test_dockerd_is_recognised_by_comm_or_by_its_executable(tmp_path):
 
 
 def test_a_dockerd_not_owned_by_root_is_not_trusted(tmp_path):
-    """Any user can run a program called dockerd (SPEC §8): root trusts only root's."""
+    """Any user can run a program called dockerd (docs/reference.md §8): root trusts only root's."""
     proc = _fake_proc(tmp_path, 9, "dockerd", ["dockerd"], "/home/u/dockerd", uid=1000)
     _fake_proc(tmp_path, 10, "dockerd", ["dockerd"], "/usr/bin/dockerd")
     (proc / "10" / "status").write_text("Uid:\t0\t1000\t0\t0\n")  # setuid games count too

@@ -1,4 +1,4 @@
-"""Which dockerd is trusted (SPEC §8): the peer of the API socket, its owner, and whether a
+"""Which dockerd is trusted (reference §8): the peer of the API socket, its owner, and whether a
 program is safe to run (no directory on its way that another user can write)."""
 
 from __future__ import annotations

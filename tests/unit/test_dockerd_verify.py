@@ -147,7 +147,7 @@ def test_an_old_refusal_before_the_reload_does_not_fail_verify(engine, named_doc
 def test_info_that_matched_before_the_reload_proves_nothing(
     engine, named_dockerd, tmp_path, monkeypatch
 ):
-    """SPEC §8: no reload line after a grace, /info as before, no dockerd identified behind
+    """reference §8: no reload line after a grace, /info as before, no dockerd identified behind
     the socket: verify does not fail, but says the acceptance was not seen."""
     monkeypatch.setattr(daemon_module, "LOG_GRACE", 0.4)
     engine.info = json.loads(

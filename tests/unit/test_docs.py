@@ -41,6 +41,19 @@ def test_readme_is_a_short_front_door_that_starts_with_the_two_commands():
         assert f"\n## {title}\n" in README, title
 
 
+def test_readme_says_what_the_test_command_downloads_and_what_pipx_needs():
+    first_block = README.split("```bash\n", 1)[1].split("```", 1)[0]
+    test_line = next(line for line in first_block.splitlines() if "scripts/test.sh" in line)
+    # scripts/test.sh builds pip venvs and ansible-core's venv, from PyPI unless cached
+    script = (REPO / "scripts/test.sh").read_text()
+    assert "scripts/test-venvs.sh" in script and "scripts/ansible-test.sh" in script
+    assert "pip install" in (REPO / "scripts/test-venvs.sh").read_text()
+    assert '"ansible-core==' in (REPO / "scripts/ansible-test.sh").read_text()
+    assert "PyPI" in test_line and "ansible-core" in test_line and "pip test venvs" in test_line
+    pipx = README[:README.index("pipx install .")].rsplit("\n#", 1)[1]
+    assert "pipx must be installed first" in pipx
+
+
 def commands_table() -> list[tuple[str, str]]:
     rows = []
     for line in section(README, "Commands").splitlines():
@@ -102,3 +115,46 @@ def test_docs_quote_the_duplicate_key_warning_as_the_code_gives_it():
     quoted = warning.split(": ", 1)[1]
     text = " ".join((REPO / "docs/daemon-json.md").read_text().split())
     assert f"`{quoted}`" in text
+
+
+# What a citation of a file outside the repository looks like: the old working contract and
+# its notes, or a path beside the checkout.
+OUTSIDE = re.compile(r"\bSPEC\.md\b|\bSPEC §|[Tt]he spec §|DOCKERD-FACTS|\.\./shared\b|/work/shared")
+
+
+def _tracked() -> list[Path]:
+    try:
+        out = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True,
+                             check=True, timeout=60).stdout.decode()
+        return [REPO / p for p in out.split("\0") if p]
+    except (OSError, subprocess.CalledProcessError):  # not a git checkout: every file
+        return [p for p in REPO.rglob("*") if p.is_file() and ".git" not in p.parts
+                and not any(part.startswith(".venv") for part in p.parts)]
+
+
+def test_no_file_cites_a_file_outside_the_repository():
+    cited = []
+    for path in _tracked():
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (UnicodeDecodeError, OSError):
+            continue
+        for n, line in enumerate(text.splitlines(), 1):
+            if OUTSIDE.search(line) and path.name != "test_docs.py":
+                cited.append(f"{path.relative_to(REPO)}:{n}: {line.strip()[:80]}")
+    assert cited == []
+
+
+def test_the_reference_names_every_command_and_flag_of_the_real_cli():
+    reference = (REPO / "docs" / "reference.md").read_text()
+    assert "[docs/reference.md](docs/reference.md)" in README
+    for command in ("install", "uninstall", "rollback", "backups", "status", "doctor",
+                    "cdi generate", "cdi refresh"):
+        assert f"nvdocker2 {command}" in reference, command
+        out = subprocess.run([str(NVDOCKER2), *command.split(), "--help"], capture_output=True,
+                             text=True, timeout=60, check=True).stdout
+        flags = set(re.findall(r"^\s+(?:-\w, )?(--[a-z][a-z-]*)", out, re.M)) - {"--help"}
+        missing = sorted(f for f in flags if f not in reference)
+        assert missing == [], (command, missing)
+    for code in range(6):
+        assert f"\n| {code} | " in reference

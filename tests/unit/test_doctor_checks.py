@@ -670,7 +670,7 @@ def test_a_libnvidia_container_without_the_escape_fixes_warns(host, version, sta
 
 
 def test_a_dockerd_served_by_another_user_is_not_trusted_nor_its_path_used(host):
-    """SPEC §8: the process behind the socket decides, and a user's is never trusted: its
+    """reference §8: the process behind the socket decides, and a user's is never trusted: its
     PATH (with a planted docker-runc first) is not searched."""
     from nvdocker2.engines.docker.service.identity import Peer
 

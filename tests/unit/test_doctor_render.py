@@ -1,5 +1,5 @@
 """The doctor's renderers and exit code: one list of results, shown as a rich table on a
-terminal (colour unless NO_COLOR), plain text when piped, JSON with --json (SPEC §5)."""
+terminal (colour unless NO_COLOR), plain text when piped, JSON with --json (reference §5)."""
 
 from __future__ import annotations
 
@@ -44,10 +44,12 @@ class Terminal(io.StringIO):
         return True
 
 
-def test_json_is_a_list_of_id_status_detail_hint():
+def test_json_is_a_summary_beside_a_list_of_id_status_detail_hint():
     out = io.StringIO()
     render(RESULTS, out, as_json=True)
-    data = json.loads(out.getvalue())
+    obj = json.loads(out.getvalue())
+    assert list(obj) == ["summary", "checks"]
+    data = obj["checks"]
     assert data[1] == {
         "id": "dockerd.reachable",
         "status": "fail",
@@ -162,10 +164,15 @@ def test_the_real_cli_report_and_json_tell_the_same_checks(tmp_path):
     as_json = subprocess.run([*args, "--json"], capture_output=True, text=True, env=env,
                              timeout=60)
     assert report.returncode == verbose.returncode == as_json.returncode == 1
-    results = json.loads(as_json.stdout)
-    counts = {s: sum(1 for r in results if r["status"] == s) for s in ("fail", "warn", "ok")}
+    obj = json.loads(as_json.stdout)
+    results = obj["checks"]
+    counts = {s: sum(1 for r in results if r["status"] == s)
+              for s in ("fail", "warn", "ok", "skip")}
+    # the summary object says what the report's first line says, counted from the list
+    assert obj["summary"] == dict(counts, total=len(results), first_to_fix="dockerd.reachable")
     first = report.stdout.splitlines()[0]
-    assert first.startswith(f"{counts['fail']} fail, {counts['warn']} warn, ")
+    assert first.startswith(f"{counts['fail']} fail, {counts['warn']} warn, {counts['skip']} "
+                            f"skip, {counts['ok']} ok ({len(results)} checks)")
     assert "fix first: dockerd.reachable: " in first
     # longer than the width only where one unbreakable word follows the status and id
     too_long = [line for line in report.stdout.splitlines()
@@ -199,7 +206,9 @@ def test_exit_code_is_1_only_when_something_failed(tmp_path, monkeypatch):
         monkeypatch.setattr(registry, "all_checks", lambda smoke=False, o=outcomes: _checks(*o))
         out = io.StringIO()
         assert run_doctor(as_json=True, stream=out, ctx=Context(root=HostRoot(tmp_path))) == code
-        assert len(json.loads(out.getvalue())) == len(outcomes)
+        obj = json.loads(out.getvalue())
+        assert len(obj["checks"]) == len(outcomes) == obj["summary"]["total"]
+        assert obj["summary"]["fail"] == code
 
 
 def test_dependency_failure_skips_and_names_it(tmp_path):
@@ -212,4 +221,4 @@ def test_dependency_failure_skips_and_names_it(tmp_path):
 
 def test_json_render_roundtrip_keeps_non_ascii():
     r = [CheckResult("x", "x", "ok", "café → ok")]
-    assert json.loads(render_json(r))[0]["detail"] == "café → ok"
+    assert json.loads(render_json(r))["checks"][0]["detail"] == "café → ok"

@@ -1,9 +1,10 @@
 """`nvdocker2 backups --engine containerd|crio`: the backups of every file of the engine, one
-group per transaction, and a rollback hint that names the engine (SPEC §11). Backups are made
+group per transaction, and a rollback hint that names the engine (reference §11). Backups are made
 by real engine transactions through the CLI (no containerd or CRI-O is asked: --reload none)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 
 import pytest
@@ -30,9 +31,9 @@ def _listed(cfg, engine="containerd"):
 
 def test_containerd_lists_root_and_dropin_backups_by_transaction(env):
     dropin = env.parent / "conf.d" / "99-nvidia.toml"
-    _ok("install", "--engine", "containerd", "--config", str(env), "--runtime-path", RT)
+    _ok("install", "--engine", "containerd", "--no-verify", "--config", str(env), "--runtime-path", RT)
     assert dropin.exists() and b"conf.d" in env.read_bytes()  # both files written
-    _ok("install", "--engine", "containerd", "--config", str(env), "--runtime-path",
+    _ok("install", "--engine", "containerd", "--no-verify", "--config", str(env), "--runtime-path",
         "/opt/bin/nvidia-container-runtime")  # the drop-in alone changes
     out = _listed(env)
     assert out["engine"] == "containerd" and out["config"] == str(env)
@@ -61,12 +62,12 @@ def test_containerd_lists_root_and_dropin_backups_by_transaction(env):
                          f"{env} (the other files of its transaction come back too)")
 
     # the hint is a command that works: the first transaction's backups give the original back
-    _ok("rollback", ids[2], "--engine", "containerd", "--config", str(env))
+    _ok("rollback", ids[2], "--engine", "containerd", "--no-verify", "--config", str(env))
     assert env.read_bytes() == V3 and not dropin.exists()
 
 
 def test_listing_survives_a_root_config_that_no_longer_parses(env):
-    _ok("install", "--engine", "containerd", "--config", str(env), "--runtime-path", RT)
+    _ok("install", "--engine", "containerd", "--no-verify", "--config", str(env), "--runtime-path", RT)
     env.write_bytes(b"version = 3\n[plugins\n")
     out = _listed(env)
     assert {b["config"] for b in out["backups"]} == {str(env), str(env.parent / "conf.d" /
@@ -80,7 +81,7 @@ def test_other_files_backups_are_not_listed(env, tmp_path):
     daemon = tmp_path / "daemon.json"
     daemon.write_text("{}\n")
     _ok("install", "--config", str(daemon), "--reload", "none", "--runtime-path", RT)
-    _ok("install", "--engine", "containerd", "--config", str(other), "--runtime-path", RT)
+    _ok("install", "--engine", "containerd", "--no-verify", "--config", str(other), "--runtime-path", RT)
     out = _listed(env)
     assert out["backups"] == []
     text = _ok("backups", "--engine", "containerd", "--config", str(env))
@@ -105,3 +106,49 @@ def test_crio_lists_the_dropin_backups_and_names_crio_in_the_hint(tmp_path, monk
     _ok("rollback", out["backups"][0]["id"], "--engine", "crio", "--config", str(drop),
         "--reload", "none")
     assert "nvidia-cdi" not in drop.read_text() and 'runtimes.nvidia]' in drop.read_text()
+
+
+def test_a_backup_keeps_its_files_extension(env, tmp_path):
+    """A TOML file's backup ends in .toml, daemon.json's in .json, CRI-O's drop-in's in .conf; each
+    holds the exact bytes the change replaced."""
+    daemon = tmp_path / "daemon.json"
+    daemon.write_bytes(b'{"debug": true}\n')
+    drop = tmp_path / "crio.conf.d" / "99-nvidia.conf"
+    drop.parent.mkdir()
+    _ok("install", "--engine", "containerd", "--config", str(env), "--runtime-path", RT,
+        "--reload", "none")
+    _ok("install", "--config", str(daemon), "--reload", "none", "--runtime-path", RT)
+    for name in ("nvidia", "nvidia-cdi"):
+        _ok("install", "--engine", "crio", "--config", str(drop), "--runtime-path", RT,
+            "--runtime-name", name, "--reload", "none")
+        if name == "nvidia":
+            first = drop.read_bytes()
+    saved = {}
+    for cfg, engine in ((env, "containerd"), (daemon, "docker"), (drop, "crio")):
+        for b in _listed(cfg, engine)["backups"]:
+            if b["existed"]:
+                saved[b["config"]] = b["file"]
+    assert saved[str(env)].endswith(".toml") and saved[str(daemon)].endswith(".json")
+    assert saved[str(drop)].endswith(".conf")
+    assert open(saved[str(env)], "rb").read() == V3
+    assert open(saved[str(daemon)], "rb").read() == b'{"debug": true}\n'
+    assert open(saved[str(drop)], "rb").read() == first
+
+
+def test_a_backup_made_before_extensions_is_listed_and_restored(env, tmp_path):
+    """Backups of 0.1 saved every file as ID.json, with no "file" in the metadata."""
+    bid = "20250101T000000Z-0a1b2c"
+    backups = tmp_path / "state" / "backups"
+    backups.mkdir(parents=True, mode=0o700)
+    (backups / f"{bid}.json").write_bytes(V3)
+    meta = {"id": bid, "time": "2025-01-01T00:00:00.000000Z", "reason": "install runtime nvidia",
+            "sha256": hashlib.sha256(V3).hexdigest(), "config": str(env), "existed": True,
+            "size": len(V3)}
+    (backups / f"{bid}.meta.json").write_text(json.dumps(meta))
+    for p in backups.iterdir():
+        p.chmod(0o600)
+    env.write_bytes(b"version = 3\n# changed since\n")
+    listed = _listed(env)["backups"]
+    assert [(b["id"], b["file"]) for b in listed] == [(bid, str(backups / f"{bid}.json"))]
+    _ok("rollback", bid, "--engine", "containerd", "--config", str(env), "--reload", "none")
+    assert env.read_bytes() == V3

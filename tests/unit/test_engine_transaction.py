@@ -1,4 +1,4 @@
-"""The engine-agnostic transaction (SPEC §2, §8, §11) with containerd and CRI-O engines and a
+"""The engine-agnostic transaction (reference §2, §8, §11) with containerd and CRI-O engines and a
 service stand-in at the service boundary."""
 
 from __future__ import annotations

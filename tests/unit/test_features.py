@@ -1,4 +1,4 @@
-"""The pure edits of daemon.json's `features` for CDI mode (SPEC §9), as a table."""
+"""The pure edits of daemon.json's `features` for CDI mode (docs/reference.md §9), as a table."""
 
 from __future__ import annotations
 

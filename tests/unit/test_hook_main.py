@@ -1,4 +1,4 @@
-"""The hook as runc runs it (SPEC §4): state on stdin, a bundle in tmp_path, and the TEST
+"""The hook as runc runs it (reference §4): state on stdin, a bundle in tmp_path, and the TEST
 FIXTURE nvidia-container-cli (tests/fixtures) recording its argv and environment and writing a
 marker into the rootfs through /proc/PID/root. The "container" pid is this test process."""
 

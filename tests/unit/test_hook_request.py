@@ -1,4 +1,4 @@
-"""The hook's decision table (SPEC §4 rules 2–6): container env, privilege, mounts and config
+"""The hook's decision table (reference §4 rules 2–6): container env, privilege, mounts and config
 → the exact nvidia-container-cli argv, nothing (not a GPU container), or the exact refusal."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""SPEC §8: text from argv or files that goes into an error line has its control characters
+"""reference §8: text from argv or files that goes into an error line has its control characters
 escaped, so every `error:` and `hint:` is exactly one line, in every program we ship."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Reading runc/crun command lines (SPEC §3): `create` and its bundle, nothing else."""
+"""Reading runc/crun command lines (docs/reference.md §3): `create` and its bundle, nothing else."""
 
 from __future__ import annotations
 

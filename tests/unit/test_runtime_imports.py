@@ -1,5 +1,5 @@
 """The runtime and the hook run on every container start: they import the standard library
-and nvdocker2's own runtime modules only (SPEC §1), and a pass-through imports almost nothing."""
+and nvdocker2's own runtime modules only (reference §1); a pass-through imports almost nothing."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The runtime shim as containerd-shim runs it (SPEC §3): a real process, a stand-in
+"""The runtime shim as containerd-shim runs it (docs/reference.md §3): a real process, a stand-in
 low-level runtime on PATH that records its argv, a bundle in tmp_path.
 
 Each test runs twice: through the Python entry point (what a console script does) and through
@@ -396,7 +396,7 @@ def test_mode_of_config_json_is_kept(setup):
     assert sorted(os.listdir(setup.bundle)) == [".nvidia-container-runtime-plain", "config.json"]
 
 
-# -- direct mode (SPEC §7): the runtime edits the spec itself; runc runs it as a hook ---------
+# -- direct mode (reference §7): the runtime edits the spec itself; runc runs it as a hook ---------
 
 def _direct_config(setup, driver_root):
     setup.config.write_text(

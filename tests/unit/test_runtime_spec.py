@@ -1,4 +1,4 @@
-"""Editing config.json (SPEC §3): one hook appended, everything else kept, atomic write."""
+"""Editing config.json (reference §3): one hook appended, everything else kept, atomic write."""
 
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ import pytest
 from nvdocker2.engines.docker.daemonjson import document, validate
 from nvdocker2.engines.docker.daemonjson.validate import schema
 
-# Keys of Docker 20.10 and later releases (SPEC §2: types of all documented keys).
+# Keys of Docker 20.10 and later releases (docs/reference.md §2: types of all documented keys).
 KEYS_20_10 = """api-cors-header bip bridge cgroup-parent cluster-advertise cluster-store containerd
 containerd-namespace data-root default-cgroupns-mode default-gateway default-gateway-v6
 default-ipc-mode default-runtime default-shm-size exec-root fixed-cidr fixed-cidr-v6 group

@@ -1,4 +1,4 @@
-"""CDI mode's hook against hostile images (SPEC §9: its hooks run this package's binaries,
+"""CDI mode's hook against hostile images (reference §9: its hooks run this package's binaries,
 never the image's). The spec `install --mode cdi` writes carries one createContainer hook:
 this package's runtime in its `direct-hook` role. Here that hook, with exactly the argv the
 generated spec gives it, meets the hostile images of direct mode's security tests (a TEST

@@ -1,4 +1,4 @@
-"""Direct mode's createContainer hook against hostile images (SPEC §7).
+"""Direct mode's createContainer hook against hostile images (docs/reference.md §7).
 
 runc runs the hook inside the container's mount namespace before pivot_root: the container's
 /proc is mounted in the rootfs and its pid 1 (runc init) still has the host's root. The host's

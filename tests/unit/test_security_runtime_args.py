@@ -1,4 +1,4 @@
-"""The shim reads a runc command line the way runc 1.1 itself does (SPEC §3).
+"""The shim reads a runc command line the way runc 1.1 itself does (docs/reference.md §3).
 
 Each argv is given to the REAL runc, in a directory where every candidate bundle's config.json
 names a missing rootfs `rootfs-<BUNDLE>`: runc's "invalid rootfs: stat …/rootfs-X" error tells

@@ -166,7 +166,7 @@ def test_make_dirs_creates_the_missing_levels_with_the_mode(tmp_path):
         make_dirs(tmp_path / "f" / "x")
 
 
-# --- SPEC §8: trust in the state directory, compare before replace, in-place writes ----------
+# --- reference §8: trust in the state directory, compare before replace, in-place writes ----------
 
 
 def _state(tmp_path):

@@ -1,4 +1,4 @@
-"""config.toml (SPEC §3): defaults, every key read, one clear line for a broken file."""
+"""config.toml (reference §3): defaults, every key read, one clear line for a broken file."""
 
 from __future__ import annotations
 

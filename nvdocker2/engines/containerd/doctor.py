@@ -1,4 +1,4 @@
-"""doctor's checks for containerd (SPEC §5, §11): the binary, config.toml, the nvidia runtime
+"""doctor's checks for containerd (reference §5, §11): the binary, config.toml, the nvidia runtime
 in it, the effective configuration (config dump) and what the running containerd reports."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Pure edits of containerd's configuration: install and uninstall as file plans (SPEC §11).
+"""Pure edits of containerd's configuration: install and uninstall as file plans (reference §11).
 
 Two layouts:
 - in place (containerd 1.x, config version 1 or 2, whatever the root imports): the runtime

@@ -9,7 +9,7 @@ from typing import Any, Optional
 
 from nvdocker2.engines import transaction as txn
 from nvdocker2.engines.base import NoService
-from nvdocker2.engines.commands import TransactionFront
+from nvdocker2.engines.commands import TransactionFront, not_running, systemd_restart
 from nvdocker2.errors import BadInput, NvDockerError
 
 
@@ -33,11 +33,14 @@ class ContainerdFront(TransactionFront):
         unit = unit or service.DEFAULT_UNIT
         address = address or service.DEFAULT_ADDRESS
         if reload == "systemd":
-            svc: Any = service.SystemdContainerd(unit, address, verify)
+            svc: Any = systemd_restart("containerd", unit,
+                                       service.SystemdContainerd(unit, address, verify))
         elif reload == "none":
             svc = NoService()
         elif reload == "auto":
             svc, why = service.auto_service(unit, address, verify)
+            if isinstance(svc, NoService):
+                return not_running("containerd", unit, why, verify)
             notes.append(f"reload mode {svc.strategy}: {why}")
         else:
             raise BadInput(f"--reload {reload} does not apply to containerd (it has no reload)",

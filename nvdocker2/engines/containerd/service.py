@@ -18,7 +18,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from nvdocker2.engines.base import Service, VerifyFailed, poll, runtime_mismatches
+from nvdocker2.engines.base import (
+    Service,
+    VerifyFailed,
+    poll,
+    runtime_mismatches,
+    systemctl_failure,
+)
 from nvdocker2.engines.containerd import document as D
 from nvdocker2.errors import BadInput, EnvironmentProblem
 from nvdocker2.host import files as fs
@@ -30,7 +36,7 @@ DEFAULT_UNIT = "containerd"
 
 
 def binary() -> str | None:
-    """containerd on PATH, where no other user could have planted it (SPEC §8)."""
+    """containerd on PATH, where no other user could have planted it (docs/reference.md §8)."""
     return safe_which("containerd")
 
 
@@ -255,8 +261,7 @@ class SystemdContainerd(Service):
         except OSError as e:
             raise VerifyFailed(f"systemctl restart {self.unit} failed: {e}") from None
         if p.returncode != 0:
-            why = (p.stderr.strip().splitlines() or ["no reason given"])[-1]
-            raise VerifyFailed(f"systemctl restart {self.unit} failed: {why}")
+            raise VerifyFailed(systemctl_failure(self.unit, p.stderr))
 
     def _cri_state(self) -> tuple[dict[str, str], str] | None:
         crictl = safe_which("crictl")
@@ -294,13 +299,8 @@ class SystemdContainerd(Service):
 
 def auto_service(unit: str, address: str, verify: bool):
     """systemd when systemctl knows the unit as active, else none (with the reason)."""
-    from nvdocker2.engines.base import NoService
+    from nvdocker2.engines.base import NoService, unit_active
 
-    if run.safe_which("systemctl"):
-        try:
-            p = run.run(["systemctl", "is-active", "--quiet", unit], timeout=15)
-            if p.returncode == 0:
-                return SystemdContainerd(unit, address, verify), f"systemd runs {unit}"
-        except OSError:
-            pass
+    if unit_active(unit):
+        return SystemdContainerd(unit, address, verify), f"systemd runs {unit}"
     return NoService(), f"systemd does not run the {unit} unit here"

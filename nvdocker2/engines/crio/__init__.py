@@ -38,6 +38,7 @@ from nvdocker2.engines.base import (
     VerifyFailed,
     poll,
     runtime_mismatches,
+    systemctl_failure,
 )
 from nvdocker2.errors import BadInput, EnvironmentProblem
 from nvdocker2.oneline import one_line
@@ -217,7 +218,7 @@ class SystemdCrio(Service):
         p = self._run(["systemctl", "restart", self.unit], capture_output=True, text=True,
                       timeout=120)
         if p.returncode != 0:
-            raise VerifyFailed(f"systemctl restart {self.unit} failed: {p.stderr.strip()}")
+            raise VerifyFailed(systemctl_failure(self.unit, p.stderr or ""))
 
     def verify(self, expect: Any, timeout: float) -> None:
         crio = self.crio or safe_which("crio")

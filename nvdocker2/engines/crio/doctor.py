@@ -1,4 +1,4 @@
-"""doctor's checks for CRI-O (SPEC §5, §11): its drop-in and what the running CRI-O reports,
+"""doctor's checks for CRI-O (reference §5, §11): its drop-in and what the running CRI-O reports,
 rendered as Docker's checks are."""
 
 from __future__ import annotations

@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import Any, Optional
 
 from nvdocker2.engines import transaction as txn
-from nvdocker2.engines.base import NoService
-from nvdocker2.engines.commands import TransactionFront
+from nvdocker2.engines.base import NoService, unit_active
+from nvdocker2.engines.commands import TransactionFront, not_running, systemd_restart
 from nvdocker2.errors import BadInput
 
 
@@ -33,7 +33,14 @@ class CrioFront(TransactionFront):
         if reload not in ("auto", "systemd", "signal"):
             raise BadInput(f"--reload {reload} does not apply to CRI-O",
                            "use --reload auto, signal, systemd or none")
-        svc, why = make_service(reload, unit or "crio", address or DEFAULT_SOCKET, verify)
+        unit = unit or "crio"
+        if reload == "auto":
+            if not unit_active(unit):
+                return not_running("CRI-O", unit, f"systemd does not run the {unit} unit here",
+                                   verify)
+        svc, why = make_service(reload, unit, address or DEFAULT_SOCKET, verify)
+        if reload == "systemd":
+            svc = systemd_restart("CRI-O", unit, svc)
         return svc, [f"reload mode {svc.strategy}: {why}"] if why else []
 
     def says(self, eng: Any, runtime_name: str) -> dict:

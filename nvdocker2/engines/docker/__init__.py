@@ -1,4 +1,4 @@
-"""The Docker engine: daemon.json edits planned for the engine transaction (SPEC §2, §8, §9).
+"""The Docker engine: daemon.json edits planned for the engine transaction (reference §2, §8, §9).
 
 The document format (parse with the style kept, pure edits, schema, `dockerd --validate`) is
 `daemonjson/`; dockerd as the service is `service.DaemonService`. `install`, `uninstall` and
@@ -29,7 +29,7 @@ from nvdocker2.engines.docker.service import (
     transitional,
 )
 from nvdocker2.engines.transaction import Context, Reporter, Result, transact
-from nvdocker2.errors import BadInput
+from nvdocker2.errors import BadInput, DaemonUnreachable
 
 
 def wrap_shape(config: Path, fn: Callable[[], Any]) -> Any:
@@ -111,15 +111,21 @@ class DockerEngine(EngineBase):
                 first = False
             # The running dockerd's version, where the daemon knows it: below 23, no probe.
             version = getattr(self.daemon, "server_version", None)
-            check = validate.dockerd_validate(path,
-                                              server_version=version() if version else None)
+            server = version() if version else None
+            check = validate.dockerd_validate(path, server_version=server)
             if check.available and not check.ok:
                 why = check.output.splitlines()[-1] if check.output else "no reason given"
                 raise BadInput(
                     f"{self.config}: dockerd --validate refuses the result: {why}",
                     "nothing was changed; fix the file or the flags dockerd runs with",
                 )
-            self.daemon.check_candidate(self.config, plan.check[data], path)
+            try:
+                self.daemon.check_candidate(self.config, plan.check[data], path)
+            except DaemonUnreachable as e:
+                from nvdocker2.engines.docker.service.daemon import check_candidate_against
+
+                ctx.unreachable(e)  # a change stops here; a dry run goes on without dockerd
+                check_candidate_against(None, self.config, plan.check[data], path, server)
 
     def plan(self, doc: document.Document, new: dict, new_bytes: bytes | None,
              changes: Sequence[Change], reason: str, expect: Expectation,
@@ -190,6 +196,8 @@ class DockerEngine(EngineBase):
         rts = dict(rec.get("runtimes") or {})
         if not rts:
             rec["file"] = {"existed": doc.existed}
+            if doc.had_bom:  # dropped by this install (dockerd 20.10 refuses it); uninstall
+                rec["file"]["bom"] = True  # puts it back with the rest of the bytes
             rec["runtimes_key"] = {"present": edit.RUNTIMES in doc.data}
         prev = rts.get(runtime_name)
         before = edit.runtimes(doc.data).get(runtime_name, ABSENT)
@@ -269,6 +277,10 @@ class DockerEngine(EngineBase):
         created_by_install = isinstance(file_rec, dict) and file_rec.get("existed") is False
         if not doc.existed or (created_by_install and not rts_rec and new == {}):
             new_bytes = None
+        if (new_bytes is not None and data_changed and not rts_rec and isinstance(file_rec, dict)
+                and file_rec.get("bom") and not new_bytes.startswith(document.BOM)):
+            new_bytes = document.BOM + new_bytes
+            ctx.notes.append("put back the UTF-8 byte order mark that install dropped")
         if data_changed:
             self.schema_check(ctx, new)
         record = rec if (rec is not None and not ctx.dry_run) else None
@@ -332,42 +344,46 @@ class DockerEngine(EngineBase):
 
 def run(engine: DockerEngine, action: str, planner: Callable[[Context], Plan], *,
         dry_run: bool = False, reporter: Reporter | None = None, timeout: float = 30.0,
-        state: Path | None = None) -> Result:
+        state: Path | None = None, require_daemon: bool = False) -> Result:
     """One daemon.json transaction of `engine` (its daemon as the service)."""
     validate.preload()  # the slow import happens before the lock is taken
     return transact(engine, action, planner, service=engine.service(), reporter=reporter,
-                    timeout=timeout, dry_run=dry_run, state=state)
+                    timeout=timeout, dry_run=dry_run, state=state,
+                    require_daemon=require_daemon)
 
 
 def install(config: Path, *, runtime_name: str = "nvidia", runtime_path: str,
             runtime_args: Sequence[str] = (), set_default: bool = False,
             dry_run: bool = False, daemon: Any = None, reporter: Reporter | None = None,
             timeout: float = 30.0, config_reason: str = "", state: Path | None = None,
-            dockerd_log: Path | None = None) -> Result:
-    """Add (or update) the runtime entry, optionally make it the default (SPEC §2)."""
+            dockerd_log: Path | None = None, require_daemon: bool = False) -> Result:
+    """Add (or update) the runtime entry, optionally make it the default (docs/reference.md §2)."""
     edit.check_name(runtime_name, adding=True)
     eng = DockerEngine(config, daemon, config_reason, dockerd_log)
     return run(eng, "install", lambda ctx: eng.plan_install(
         ctx, runtime_name, runtime_path, runtime_args, set_default),
-        dry_run=dry_run, reporter=reporter, timeout=timeout, state=state)
+        dry_run=dry_run, reporter=reporter, timeout=timeout, state=state,
+        require_daemon=require_daemon)
 
 
 def uninstall(config: Path, *, runtime_name: str = "nvidia",
               own_runtime_paths: Sequence[str] = (), dry_run: bool = False, daemon: Any = None,
               reporter: Reporter | None = None, timeout: float = 30.0, config_reason: str = "",
-              state: Path | None = None, dockerd_log: Path | None = None) -> Result:
+              state: Path | None = None, dockerd_log: Path | None = None,
+              require_daemon: bool = False) -> Result:
     """Put back what install replaced (see `DockerEngine.plan_uninstall`)."""
     edit.check_name(runtime_name, adding=False)
     eng = DockerEngine(config, daemon, config_reason, dockerd_log)
     return run(eng, "uninstall", lambda ctx: eng.plan_uninstall(
         ctx, runtime_name, own_runtime_paths),
-        dry_run=dry_run, reporter=reporter, timeout=timeout, state=state)
+        dry_run=dry_run, reporter=reporter, timeout=timeout, state=state,
+        require_daemon=require_daemon)
 
 
 def rollback(config: Path | None, backup_id: str | None = None, *, dry_run: bool = False,
              daemon: Any = None, reporter: Reporter | None = None, timeout: float = 30.0,
              config_reason: str = "", state: Path | None = None,
-             dockerd_log: Path | None = None) -> Result:
+             dockerd_log: Path | None = None, require_daemon: bool = False) -> Result:
     """Undo the newest change of `config` (or the one of backup `backup_id`): daemon.json and
     the other files of that change (the CDI spec of `install --mode cdi`) go back to their
     backups together; the current files are backed up first, so a rollback can itself be
@@ -402,7 +418,8 @@ def rollback(config: Path | None, backup_id: str | None = None, *, dry_run: bool
     others = [x for x in group if x is not main]
     eng = DockerEngine(config, daemon, config_reason, dockerd_log)
     return run(eng, "rollback", lambda ctx: eng.plan_rollback(ctx, main, others),
-               dry_run=dry_run, reporter=reporter, timeout=timeout, state=st)
+               dry_run=dry_run, reporter=reporter, timeout=timeout, state=st,
+               require_daemon=require_daemon)
 
 
 def _cdi_specs(state: Path, config: Path) -> list[Path]:

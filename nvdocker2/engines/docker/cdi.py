@@ -1,4 +1,4 @@
-"""CDI mode (SPEC §9): `install --mode cdi`, `uninstall --mode cdi` and `cdi refresh`.
+"""CDI mode (docs/reference.md §9): `install --mode cdi`, `uninstall --mode cdi` and `cdi refresh`.
 
 The CDI spec of this host's GPUs (the same generator as `cdi generate`, built on direct
 mode's discovery) is the second file of the daemon.json transaction (a `FileEdit` of its plan): one lock,
@@ -85,7 +85,7 @@ def docker_facts(daemon: Daemon, docker_host: str | None = None) -> DockerFacts:
     if client is None:
         client = EngineClient(parse_docker_host(docker_host), timeout=5.0)
     if client is not None:
-        # What another user's process serves on the socket decides nothing (SPEC §8).
+        # What another user's process serves on the socket decides nothing (docs/reference.md §8).
         if getattr(client, "host", None) is not None:
             trusted_peer(client.host)
         try:
@@ -280,7 +280,7 @@ class CdiOutcome:
 
 @dataclass(frozen=True)
 class Run:
-    """How a CDI-mode transaction runs: the daemon flags of install/uninstall (SPEC §2)."""
+    """How a CDI-mode transaction runs: the daemon flags of install/uninstall (reference §2)."""
 
     daemon: Daemon
     docker_host: str | None = None
@@ -291,6 +291,7 @@ class Run:
     config_reason: str = ""
     state: Path | None = None
     dockerd_log: Path | None = None
+    require_daemon: bool = False
 
 
 def _begin(config: Path, run: Run) -> tuple[DockerFacts, CdiDaemon, DockerEngine]:
@@ -303,7 +304,8 @@ def _begin(config: Path, run: Run) -> tuple[DockerFacts, CdiDaemon, DockerEngine
 
 def _run(engine: DockerEngine, action: str, planner: Any, run: Run) -> Result:
     return run_transaction(engine, action, planner, dry_run=run.dry_run, reporter=run.reporter,
-                           timeout=run.timeout, state=run.state)
+                           timeout=run.timeout, state=run.state,
+                           require_daemon=run.require_daemon)
 
 
 def _expect(new: dict, old: dict, **cdi: Any) -> Expectation:
@@ -338,7 +340,7 @@ def install(
     runtime_path: str,
     run: Run,
 ) -> CdiOutcome:
-    """Write the spec and turn CDI on in daemon.json where this Docker needs it (SPEC §9)."""
+    """Write the spec and turn CDI on in daemon.json where this Docker needs it (reference §9)."""
     facts, cdi_daemon, engine = _begin(config, run)
     check_supported(facts)
     path = spec_path(spec_dir)

@@ -73,6 +73,7 @@ class DockerFront:
                 cfg, runtime_name=o["runtime_name"], own_runtime_paths=[own],
                 dry_run=o["dry_run"], daemon=daemon, reporter=reporter, timeout=o["timeout"],
                 config_reason=why, dockerd_log=o["dockerd_log"],
+                require_daemon=o["require_daemon"],
             )
             return Outcome(res, _applied(res, notes))
         warnings: list[str] = []
@@ -92,6 +93,7 @@ class DockerFront:
             runtime_args=o["runtime_arg"] or [], set_default=o["set_default"],
             dry_run=o["dry_run"], daemon=daemon, reporter=reporter, timeout=o["timeout"],
             config_reason=why, dockerd_log=o["dockerd_log"],
+            require_daemon=o["require_daemon"],
         )
         notes = _applied(res, notes)
         if mode is not None:
@@ -111,13 +113,14 @@ class DockerFront:
         res = docker_engine.rollback(
             cfg, o["backup_id"], dry_run=o["dry_run"], daemon=daemon, reporter=reporter,
             timeout=o["timeout"], config_reason=why, dockerd_log=o["dockerd_log"],
+            require_daemon=o["require_daemon"],
         )
         return Outcome(res, _applied(res, notes))
 
     def _cdi(self, action: str, cfg: Path, why: str, o: Mapping[str, Any],
              reporter: Any) -> Outcome:
         """install/uninstall --mode cdi: the spec, its devices and whether dockerd still
-        needs a restart (SPEC §9) beside the transaction's output."""
+        needs a restart (docs/reference.md §9) beside the transaction's output."""
         from nvdocker2.engines.docker import cdi
 
         if action == "install":
@@ -129,7 +132,8 @@ class DockerFront:
                                    "runtime entry)", f"drop {flag}, or drop --mode cdi")
         daemon, notes = _make_daemon(o, cfg)
         run = cdi.Run(daemon, o["docker_host"], o["restart"], o["dry_run"], reporter,
-                      o["timeout"], why, dockerd_log=o["dockerd_log"])
+                      o["timeout"], why, dockerd_log=o["dockerd_log"],
+                      require_daemon=o["require_daemon"])
         own = locations.default_runtime_path()[0]
         if action == "install":
             out = cdi.install(cfg, spec_dir=o["cdi_spec_dir"],

@@ -16,7 +16,7 @@ from nvdocker2.errors import NvDockerError
 def report(cfg: Path, why: str, docker_host: Optional[str],
            short: Callable[[Any], str]) -> Report:
     """The status of `cfg` as JSON and as lines; exit code 2 or 3 when the file cannot be
-    used (SPEC §2)."""
+    used (docs/reference.md §2)."""
     from nvdocker2.engines.docker.daemonjson import document, edit, validate
     from nvdocker2.store.backups import Backups
     from nvdocker2.store.journal import Journal
@@ -44,7 +44,7 @@ def report(cfg: Path, why: str, docker_host: Optional[str],
         info["error"] = e.message
         code = e.exit_code
     st = state_dir()
-    check_state_dir(st)  # SPEC §8: nothing is read from an untrusted state dir
+    check_state_dir(st)  # docs/reference.md §8: nothing is read from an untrusted state dir
     rec = {}
     with contextlib.suppress(NvDockerError):
         rec = Journal(st, cfg).load()

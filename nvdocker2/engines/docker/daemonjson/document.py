@@ -78,7 +78,7 @@ class Document:
     duplicates: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()
     # os.fstat of the file as it was read (load() only): its identity, mode and owner, so
-    # the writer can tell whether another program changed it meanwhile (SPEC §8).
+    # the writer can tell whether another program changed it meanwhile (docs/reference.md §8).
     stat: os.stat_result | None = field(default=None, repr=False)
     _text: str = field(default="", repr=False)
     _root: _Node | None = field(default=None, repr=False)

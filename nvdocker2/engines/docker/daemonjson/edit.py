@@ -93,7 +93,7 @@ def check_name(name: str, *, adding: bool) -> None:
 
 
 def runtime_entry(path: str, args: Sequence[str] | None = None) -> dict:
-    """The entry SPEC §2 prescribes: {"path": ABS} plus "runtimeArgs" when args are given."""
+    """The entry reference §2 prescribes: {"path": ABS} plus "runtimeArgs" when args are given."""
     if not isinstance(path, str) or not os.path.isabs(path):
         raise BadInput(
             f"runtime path {path!r} is not absolute",

@@ -1,4 +1,4 @@
-"""Pure edits of daemon.json's `features` for CDI mode (SPEC §9), table-tested like edit.py.
+"""Pure edits of daemon.json's `features` for CDI mode (reference §9), table-tested like edit.py.
 
 dockerd 25.0–28.1 registers CDI only with `"features": {"cdi": true}`; from 28.2 CDI is on
 unless the file says `"cdi": false`. Every other feature, and the key order, stays as it was

@@ -203,7 +203,7 @@ _NO_VALIDATE_FLAG: set[tuple[str, int]] = set()
 
 def find_dockerd() -> str | None:
     """The dockerd binary to run `--validate` with: on PATH or in the usual places, and only
-    one no other user could have placed or replaced (SPEC §8)."""
+    one no other user could have placed or replaced (docs/reference.md §8)."""
     return run.find("dockerd", locations.DOCKERD_PLACES)
 
 

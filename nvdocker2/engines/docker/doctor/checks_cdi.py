@@ -1,4 +1,4 @@
-"""Checks of CDI mode (SPEC §9): the spec install wrote still matches the GPUs present, and
+"""Checks of CDI mode (reference §9): the spec install wrote still matches the GPUs present, and
 the running dockerd has CDI on and reads that spec. Skipped where CDI mode is not installed."""
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ from nvdocker2.doctor.registry import Outcome, check, fail, ok, skip, warn
 
 INSTALL_HINT = "run: nvdocker2 install"
 
-# Names dockerd always knows without a runtimes entry (DOCKERD-FACTS "Runtime entries").
+# Names dockerd always knows without a runtimes entry (dockerd's built-in runtimes).
 BUILTIN_RUNTIMES = ("runc", "io.containerd.runc.v2", "io.containerd.runtime.v1.linux")
 
 

@@ -53,7 +53,7 @@ def dockerd_reachable(ctx: Context) -> Outcome:
 
 @check("dockerd.trusted", "the process serving the Engine API is a trusted dockerd")
 def dockerd_trusted(ctx: Context) -> Outcome:
-    """SPEC §8: dockerd is the process behind the API socket, owned by root (or, rootless, by
+    """reference §8: dockerd is the process behind the API socket, owned by root (or, rootless, by
     this user); another user's process there is never trusted, signalled or run from."""
     proc, why = ctx.dockerd_process()
     if proc is not None:
@@ -245,7 +245,7 @@ def dockerd_flags(ctx: Context) -> Outcome:
 @check("dockerd.gpus", "`docker run --gpus` support (the hook on dockerd's PATH)")
 def dockerd_gpus(ctx: Context) -> Outcome:
     """dockerd registers the nvidia device driver only at start, and only when it finds
-    nvidia-container-runtime-hook on its own PATH (SPEC §4)."""
+    nvidia-container-runtime-hook on its own PATH (docs/reference.md §4)."""
     proc, why = ctx.dockerd_process()
     if proc is None:
         return skip(f"{why}; cannot read its PATH")

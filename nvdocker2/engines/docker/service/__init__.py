@@ -29,7 +29,7 @@ class Expectation:
     present: dict[str, str]  # runtime name -> path dockerd must report
     absent: tuple[str, ...]  # runtime names dockerd must no longer report
     default_runtime: str  # DefaultRuntime dockerd must report ("runc" when unset)
-    # CDI mode (SPEC §9): a directory /info `CDISpecDirs` must hold, and devices its
+    # CDI mode (docs/reference.md §9): a directory /info `CDISpecDirs` must hold, and devices its
     # `DiscoveredDevices` must list (asked only of Docker >= 28.2, which lists them).
     cdi_spec_dir: str | None = None
     cdi_devices: tuple[str, ...] = ()
@@ -50,7 +50,7 @@ class Daemon(Protocol):
 
     def verify(self, expect: Expectation, timeout: float) -> str | None:
         """Raise VerifyFailed(reason) when dockerd does not report `expect` within `timeout`;
-        return a warning when it does but its taking the file is not proven (SPEC §8)."""
+        return a warning when it does but its taking the file is not proven (reference §8)."""
 
 
 class NoDaemon:
@@ -90,7 +90,7 @@ def expectation(target: dict, before: dict, must_have: dict[str, str] | None = N
 
 
 def transitional(target: dict, current: dict) -> dict | None:
-    """The in-between file a SIGHUP reload needs, or None (SPEC §2).
+    """The in-between file a SIGHUP reload needs, or None (docs/reference.md §2).
 
     dockerd replaces its runtimes and default only when the keys are in the file: when `target`
     lacks them but `current` sets them, first reload a file holding `"runtimes": {}` and
@@ -217,7 +217,7 @@ def _discovered(info: Mapping) -> set:
 
 
 def cdi_mismatches(info: Mapping, expect: Expectation) -> list[str]:
-    """What /info says about CDI that differs from `expect` (SPEC §9)."""
+    """What /info says about CDI that differs from `expect` (docs/reference.md §9)."""
     gone = _discovered(info) & set(expect.cdi_devices_gone)
     if gone:
         return ["DiscoveredDevices still lists " + ", ".join(sorted(gone))]

@@ -45,7 +45,7 @@ from nvdocker2.engines.docker.service.process import (
     read_process,
 )
 from nvdocker2.engines.docker.service.progress import Reporter, SilentReporter
-from nvdocker2.errors import BadInput, EnvironmentProblem
+from nvdocker2.errors import BadInput, DaemonUnreachable, EnvironmentProblem
 from nvdocker2.engines.docker.service import (
     Expectation,
     VerifyFailed,
@@ -67,7 +67,7 @@ Manager = Union[SystemdManager, SysvManager, SignalManager]
 
 @dataclass(frozen=True)
 class DaemonOptions:
-    """The CLI's daemon flags (SPEC §2), as given; None means "the default for this setup"."""
+    """The CLI's daemon flags (reference §2), as given; None means "the default for this setup"."""
 
     mode: str = "auto"
     restart: bool = False
@@ -94,7 +94,7 @@ def detect_setup(
     config: Path | None, environ: Mapping[str, str] | None = None, euid: int | None = None
 ) -> Setup:
     """Rootful, rootless (not root, `$XDG_RUNTIME_DIR/docker.sock` exists) or snap (the
-    daemon.json is the snap's), with the locations of DOCKERD-FACTS' table."""
+    daemon.json is the snap's), with the locations of Docker's rootful, rootless and snap setups."""
     if config is not None and str(config) == locations.SNAP_CONFIG:
         return Setup(
             "snap", "snap.docker.dockerd", False, Path("/run/snap.docker/docker.pid"), None
@@ -118,7 +118,7 @@ def _stderr_log(pid: int | None, proc: Path) -> LogSource:
 
 def _dockerd_major(server_version: str | None) -> int | None:
     """dockerd's major version: from /info, else from `dockerd --version` of a dockerd binary
-    that only root can have put there (never /proc/PID/exe of a process, SPEC §8)."""
+    that only root can have put there (never /proc/PID/exe of a process, docs/reference.md §8)."""
     text = server_version
     if not text:
         exe = run.find("dockerd", locations.DOCKERD_PLACES)
@@ -243,23 +243,24 @@ class Dockerd:
             try:
                 version = self.client.info().get("ServerVersion")
             except (EngineUnavailable, EngineError) as exc:
-                raise EnvironmentProblem(
+                raise DaemonUnreachable(
                     f"dockerd does not answer on {self.client.host.describe()} ({exc}); "
                     "the change could not be verified",
                     "start dockerd (systemctl start docker), point --docker-host at its socket, "
-                    "or pass --no-verify to only write the file",
+                    "or pass --no-verify to only write the file", UNCHECKED_FLAGS,
                 ) from exc
         hint = self.manager.main_pid()
         if hint is None and isinstance(self.manager, SignalManager):
-            raise EnvironmentProblem(
+            raise DaemonUnreachable(
                 f"{self.manager.pidfile} names no running dockerd, so there is nothing to signal",
                 "start dockerd, give its pidfile with --pidfile, or use --reload systemd",
+                UNCHECKED_FLAGS,
             )
         served = identify(self.client.host, hint, self._hint_name(), self.proc)
         self.served = served
         check_candidate_against(served.process, config_path, candidate, candidate_file, version)
         # The flags check ran on the dockerd behind the socket and passed: positive evidence
-        # that it takes this file (SPEC §8), even when /info already showed the change.
+        # that it takes this file (docs/reference.md §8), even when /info already showed the change.
         self._flags_checked = served.process is not None and served.by_socket
 
     def _hint_name(self) -> str:
@@ -345,7 +346,7 @@ class Dockerd:
         reload (the transaction's way back) /info alone decides: dockerd keeping the previous
         state is exactly what the way back needs, whichever file it refused on the way.
 
-        Returns None when dockerd is proven to run the file (SPEC §8: its log's reload line,
+        Returns None when dockerd is proven to run the file (reference §8: its log's reload line,
         the flags check of the dockerd behind the socket, /info changing as expected, a new
         dockerd after a restart), else the warning that its acceptance could not be seen.
         """
@@ -426,6 +427,9 @@ class Dockerd:
         return pid is not None and pid != self._old_pid
 
 
+UNCHECKED_FLAGS = "the running dockerd's flags (dockerd refuses a key also given as a flag)"
+
+
 class NoReload:
     """Strategy "none": the file is written and dockerd is left alone (the transaction tells
     the user what to run). `reason` says why nothing is reloaded.
@@ -441,7 +445,7 @@ class NoReload:
         self,
         reason: str,
         *,
-        pending: EnvironmentProblem | None = None,
+        pending: DaemonUnreachable | None = None,
         pidfile: Path = DEFAULT_PIDFILE,
         proc: Path = Path("/proc"),
     ) -> None:
@@ -471,7 +475,7 @@ def make_daemon(
     proc: Path = Path("/proc"),
     environ: Mapping[str, str] | None = None,
 ) -> Dockerd | NoReload:
-    """Pick how to reload dockerd (SPEC §2 `--reload`) and say why in `.reason`.
+    """Pick how to reload dockerd (docs/reference.md §2 `--reload`) and say why in `.reason`.
 
     Raises BadInput for flags that cannot work together (before anything is written).
     """
@@ -524,10 +528,10 @@ def make_daemon(
     if manager is None:
         pending = None
         if options.mode == "auto" and options.verify:
-            pending = EnvironmentProblem(
+            pending = DaemonUnreachable(
                 f"{reason}; the change could not be verified",
                 "start dockerd (systemctl start docker), give its pidfile with --pidfile, "
-                "or pass --no-verify to only write the file",
+                "or pass --no-verify to only write the file", UNCHECKED_FLAGS,
             )
         return NoReload(reason, pending=pending, pidfile=pidfile, proc=proc)
 

@@ -1,4 +1,4 @@
-"""Which dockerd is trusted (SPEC §8): the process serving the Engine API socket.
+"""Which dockerd is trusted (docs/reference.md §8): the process serving the Engine API socket.
 
 A local user can start any program named `dockerd`, give it `-H unix:///their/sock`, leave its
 pid in a stale pidfile, or set its PATH to their own directory. None of that may make root

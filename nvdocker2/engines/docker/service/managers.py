@@ -11,6 +11,7 @@ import signal
 from collections.abc import Sequence
 from pathlib import Path
 
+from nvdocker2.engines.base import systemctl_failure
 from nvdocker2.engines.docker.service.logs import FileLog, JournalLog, LogSource, NoLog
 from nvdocker2.engines.docker.service.process import is_dockerd, read_pidfile
 from nvdocker2.errors import EnvironmentProblem
@@ -43,8 +44,14 @@ def run_command(argv: Sequence[str], timeout: float = COMMAND_TIMEOUT) -> run.Ra
 def _failed(
     argv: Sequence[str], proc: run.Ran, hint: str
 ) -> EnvironmentProblem:
-    said = (proc.stderr or proc.stdout or "").strip().splitlines()
-    detail = f": {said[-1]}" if said else ""
+    text = proc.stderr or proc.stdout or ""
+    if Path(argv[0]).name == "systemctl" and len(argv) >= 3:
+        said = systemctl_failure(argv[-1], text, argv[1])
+        if said.startswith("systemd is not running"):
+            return EnvironmentProblem(said, "use --reload signal (SIGHUP to the dockerd in "
+                                      "--pidfile) or --reload none")
+    lines = text.strip().splitlines()
+    detail = f": {lines[-1]}" if lines else ""
     return EnvironmentProblem(f"{' '.join(argv)} exited {proc.returncode}{detail}", hint)
 
 

@@ -103,7 +103,7 @@ class DockerdProcess:
 
     pid: int
     argv: tuple[str, ...]
-    exe: str | None  # what /proc/PID/exe names: shown, never run (SPEC §8)
+    exe: str | None  # what /proc/PID/exe names: shown, never run (docs/reference.md §8)
 
     def flag_keys(self) -> dict[str, str]:
         """daemon.json key -> the flag that set it, for every flag on the command line."""
@@ -129,7 +129,7 @@ def is_dockerd(pid: int, proc: Path = Path("/proc"), euid: int | None = None) ->
 
     A stale pidfile can name any process after a reboot, and any user can name a program
     `dockerd`: signalling it blindly could hang up an unrelated program, and trusting it would
-    let a user choose what root runs (SPEC §8).
+    let a user choose what root runs (docs/reference.md §8).
     """
     if untrusted_owner(pid, proc, euid) is not None:
         return False
@@ -272,7 +272,7 @@ def trusted_peer(
 
 @dataclass(frozen=True)
 class Served:
-    """The dockerd behind the Engine API, as far as it could be identified (SPEC §8)."""
+    """The dockerd behind the Engine API, as far as it could be identified (reference §8)."""
 
     process: DockerdProcess | None
     how: str  # how it was found, or why not

@@ -21,9 +21,10 @@ description:
     CRI-O's configuration (C(nvdocker2 --engine containerd|crio)) - backup, atomic write, restart
     through systemd, a check that the engine runs the change, and the old file back when it
     does not.
-  - Check mode is C(nvdocker2 --dry-run), which runs every check an apply runs before writing
-    (schema, flags of the running dockerd that would clash with the file, C(dockerd --validate)),
-    so C(changed) is exact and a host whose apply would fail fails in check mode too. Nothing is
+  - Check mode is C(nvdocker2 --dry-run --require-daemon), which runs every check an apply runs
+    before writing (schema, flags of the running dockerd that would clash with the file,
+    C(dockerd --validate)), so C(changed) is exact and a host whose apply would fail fails in
+    check mode too, a host whose engine is not running among them. Nothing is
     written and no state directory is created.
   - Diff mode returns the text of daemon.json before and after (in check mode, exactly what an
     apply would write), with credentials in URLs masked the way nvdocker2 masks them.
@@ -371,8 +372,8 @@ def command_line(executable, params, check_mode):
             argv.append(flag)
         elif kind == "unless" and not value:
             argv.append(flag)
-    if check_mode:
-        argv.append("--dry-run")
+    if check_mode:  # a host whose apply would fail (no daemon to ask) fails in check mode too
+        argv += ["--dry-run", "--require-daemon"]
     return argv
 
 
@@ -407,7 +408,7 @@ def _hint_line(obj, stderr):
 def map_result(rc, stdout, stderr, diff_mode):
     """How one nvdocker2 run becomes the module's outcome: (failed, result, warnings).
 
-    The one place the CLI's exit code and --json fields are translated (SPEC §10): success
+    The one place the CLI's exit code and --json fields are translated (reference §10): success
     puts the --json fields at the top level, the unified diff in `unified_diff` and the file's
     text in `diff`; a failure has the `error:` line as msg, the exit code as rc, and
     rolled_back exactly when the code is 4.
