@@ -48,7 +48,9 @@ def test_readme_says_what_the_test_command_downloads_and_what_pipx_needs():
     script = (REPO / "scripts/test.sh").read_text()
     assert "scripts/test-venvs.sh" in script and "scripts/ansible-test.sh" in script
     assert "pip install" in (REPO / "scripts/test-venvs.sh").read_text()
-    assert '"ansible-core==' in (REPO / "scripts/ansible-test.sh").read_text()
+    assert "pinned-venv.sh .venv-ansible ansible-core" in (
+        REPO / "scripts/ansible-test.sh").read_text()
+    assert "pip install" in (REPO / "scripts/pinned-venv.sh").read_text()
     assert "PyPI" in test_line and "ansible-core" in test_line and "pip test venvs" in test_line
     pipx = README[:README.index("pipx install .")].rsplit("\n#", 1)[1]
     assert "pipx must be installed first" in pipx
