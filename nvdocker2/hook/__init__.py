@@ -158,6 +158,8 @@ def prestart(config_file: str | None, debug: bool, stdin) -> int:
     try:
         exec_program(cli, argv, env)  # checked again: the file may have changed since
     except NotRun as e:
+        if e.missing:  # gone since find_cli saw it
+            raise HookError(f"cannot run {cli}: No such file or directory") from None
         raise HookError(f"refusing to run {cli}: {e.reason}") from None
     except OSError as e:
         raise HookError(f"cannot run {cli}: {e.strerror}") from None

@@ -322,6 +322,8 @@ def _exec(runtime: str, args: list[str]) -> int:
     try:
         exec_program(runtime, [runtime, *args])  # checked again: it may have changed since
     except NotRun as e:
+        if e.missing:  # gone since find_low_level_runtime saw it
+            raise RuntimeFailure(f"cannot run {runtime}: No such file or directory") from None
         raise _unsafe(runtime, e.reason) from None
     except OSError as e:
         raise RuntimeFailure(f"cannot run {runtime}: {e.strerror}") from None
