@@ -8,7 +8,6 @@ direct and legacy mode. Stdlib only, like the runtime that imports it.
 from __future__ import annotations
 
 import os
-import shutil
 from typing import Any
 
 from nvdocker2.direct.errors import DirectError
@@ -18,7 +17,9 @@ from nvdocker2.direct.spec import direct_edit
 def runtime_self_path(self_path: str) -> str:
     """This runtime as an absolute path, for the hook entry runc will exec."""
     if "/" not in self_path:
-        found = shutil.which(self_path)
+        from nvdocker2.host.run import safe_which
+
+        found = safe_which(self_path)
         if found:
             return os.path.abspath(found)
     return os.path.abspath(self_path)

@@ -16,7 +16,7 @@ the image is ever run). Its threat model is in docs/security.md; in short:
   `LDCONFIG_TIMEOUT` seconds.
 
 This runs on every GPU container start, so it imports little: no subprocess (ldconfig is
-forked and exec'd directly), ctypes only to confine ldconfig (in the child, between fork and
+checked, forked and exec'd by `nvdocker2.host.run.fork_exec`), ctypes only to confine ldconfig (in the child, between fork and
 exec, so the hook process itself keeps what it had).
 """
 
@@ -45,8 +45,6 @@ USAGE = (
 LDCONFIG_TIMEOUT = 60.0
 _SIGKILL = 9
 _OUTPUT_LIMIT = 65536
-_CHILD_STATUS = 126
-_CHILD_FAILED = "nvdocker2 direct-hook child: "
 
 
 def parse_args(argv: list[str]) -> tuple[str, list[tuple[str, str]], list[str]]:
@@ -191,22 +189,16 @@ def run_ldconfig(argv: list[str], env: dict[str, str], timeout: float, shown: st
     import select
     import time
 
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: stdin /dev/null, stdout and stderr into the pipe, then ldconfig
-        try:
-            os.close(r)
-            null = os.open("/dev/null", os.O_RDONLY)
-            os.dup2(null, 0)
-            os.dup2(w, 1)
-            os.dup2(w, 2)
-            if prepare is not None:
-                prepare()
-            os.execve(argv[0], argv, env)
-        except BaseException as err:  # noqa: BLE001 - reported by the parent as one line
-            os.write(2, f"{_CHILD_FAILED}{err}\n".encode("utf-8", "replace"))
-        os._exit(_CHILD_STATUS)
-    os.close(w)
+    from nvdocker2.host.run import CHILD_FAILED, CHILD_STATUS, NotRun, fork_exec
+
+    try:
+        pid, r = fork_exec(argv, env, prepare)
+    except NotRun as err:
+        raise DirectError(
+            f"direct-hook: cannot run {shown}: {err.reason}",
+            None if err.missing else
+            "ldconfig must belong to root, in directories only root can write",
+        ) from None
     deadline = time.monotonic() + timeout
     output = b""
     try:
@@ -236,9 +228,9 @@ def run_ldconfig(argv: list[str], env: dict[str, str], timeout: float, shown: st
             raise DirectError(f"{shown} did not exit within {timeout:g} seconds; stopped it")
         time.sleep(0.002)
     code = os.waitstatus_to_exitcode(status)
-    if code == _CHILD_STATUS and output.startswith(_CHILD_FAILED.encode()):
+    if code == CHILD_STATUS and output.startswith(CHILD_FAILED.encode()):
         message = output.decode("utf-8", "replace").splitlines()[0]
-        raise DirectError(f"direct-hook: cannot run {shown}: {message[len(_CHILD_FAILED):]}")
+        raise DirectError(f"direct-hook: cannot run {shown}: {message[len(CHILD_FAILED):]}")
     return code, output
 
 

@@ -17,6 +17,7 @@ import os
 import stat
 
 from nvdocker2.direct.errors import DirectError
+from nvdocker2.host.files import symlink_at
 
 TYPE_CHECKING = False  # typing itself costs the hook's start a few milliseconds
 if TYPE_CHECKING:
@@ -164,14 +165,14 @@ def link_in_root(root: str, link: str, target: str,
         try:
             st = os.lstat(name, dir_fd=fd)
         except FileNotFoundError:
-            os.symlink(target, name, dir_fd=fd)
+            symlink_at(target, name, fd)
             return "created"
         if not stat.S_ISLNK(st.st_mode):
             return "exists"
         if os.readlink(name, dir_fd=fd) == target:
             return "kept"
         os.unlink(name, dir_fd=fd)
-        os.symlink(target, name, dir_fd=fd)
+        symlink_at(target, name, fd)
         return "replaced"
     finally:
         os.close(fd)

@@ -153,8 +153,14 @@ def prestart(config_file: str | None, debug: bool, stdin) -> int:
     _debug(debug, f"exec {argv}")
     sys.stdout.flush()
     sys.stderr.flush()
+    from nvdocker2.host.run import NotRun, exec_program
+
     try:
-        os.execve(cli, argv, env)
+        exec_program(cli, argv, env)  # checked again: the file may have changed since
+    except NotRun as e:
+        if e.missing:  # gone since find_cli saw it
+            raise HookError(f"cannot run {cli}: No such file or directory") from None
+        raise HookError(f"refusing to run {cli}: {e.reason}") from None
     except OSError as e:
         raise HookError(f"cannot run {cli}: {e.strerror}") from None
     return 1  # not reached

@@ -21,14 +21,16 @@ class CliNotFound(Exception):
 
 
 def find_cli(config: ToolkitConfig) -> str:
-    """`[nvidia-container-cli] path`, else the first executable on the fixed SYSTEM_PATH.
+    """`[nvidia-container-cli] path`, else the first executable on the fixed SYSTEM_PATH;
+    refused (CliNotFound) when a user other than root could have placed or replaced it
+    (`nvdocker2.host.run.unsafe_to_run`: the file or a directory above it).
 
     Never the hook's own PATH: under `docker run --gpus` the hook inherits dockerd's whole
     environment, which must not decide what runs as root.
     """
     if config.cli.path:
         if os.access(config.cli.path, os.X_OK) and os.path.isfile(config.cli.path):
-            return config.cli.path
+            return _safe(os.path.abspath(config.cli.path))
         raise CliNotFound(
             f"[nvidia-container-cli] path = {config.cli.path!r} in {config.path} is not an"
             " executable file"
@@ -36,11 +38,21 @@ def find_cli(config: ToolkitConfig) -> str:
     for directory in SYSTEM_PATH.split(":"):
         candidate = os.path.join(directory, CLI_NAME)
         if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
-            return candidate
+            return _safe(candidate)
     raise CliNotFound(
         f"{CLI_NAME} not found in {SYSTEM_PATH}; install libnvidia-container-tools or set"
         f" [nvidia-container-cli] path in {config.path}"
     )
+
+
+def _safe(cli: str) -> str:
+    from nvdocker2.host.run import unsafe_to_run
+
+    why = unsafe_to_run(cli)
+    if why is not None:
+        raise CliNotFound(f"refusing to run {cli}: {why}; it must belong to root, in"
+                          " directories only root can write")
+    return cli
 
 
 def build_argv(cli: str, request: Request, config: ToolkitConfig, pid: int, rootfs: str

@@ -101,6 +101,12 @@ def write_new(path: PathLike, data: bytes, mode: int) -> None:
 def open_lock_file(path: PathLike, mode: int = 0o600) -> None:
     """Make sure the lock file `path` exists (created with exactly `mode`; an existing one,
     never a symlink, is kept as it is)."""
+    ensure_file(path, mode)
+
+
+def ensure_file(path: PathLike, mode: int) -> None:
+    """Make sure the file `path` exists: created empty with exactly `mode`, or an existing
+    one (never a symlink: ELOOP) kept as it is."""
     try:
         os.close(create_exclusive(path, mode))
     except FileExistsError:
@@ -129,3 +135,28 @@ def copy_new(src: PathLike, dst: PathLike, mode: int | None = None) -> None:
         data = f.read()
     keep = stat.S_IMODE(os.stat(src).st_mode) & 0o777
     write_new(dst, data, keep if mode is None else mode & keep)
+
+
+def append_text(path: PathLike, text: str, mode: int) -> None:
+    """Append `text` to the file `path` (a log), creating it with exactly `mode` when it does
+    not exist; never through a symlink."""
+    data = text.encode("utf-8", "backslashreplace")
+    try:
+        fd = create_exclusive(path, mode)
+    except FileExistsError:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+    finally:
+        os.close(fd)
+
+
+def symlink_at(target: str, name: str, dir_fd: int) -> None:
+    """Create the symlink `name` -> `target` in the directory open as `dir_fd`. The caller
+    opened that directory itself (a container's rootfs: nvdocker2.direct.rootfs resolves and
+    checks it without following the image's symlinks), so `name` is a bare entry in it."""
+    if not name or "/" in name or name in (".", ".."):
+        raise ValueError(f"not an entry name: {name!r}")
+    os.symlink(target, name, dir_fd=dir_fd)

@@ -14,8 +14,16 @@ What every program run here can rely on, whoever calls:
 - A Python interpreter always gets `-I` (isolated: no PYTHON* variables, no user site, no
   script or working directory on sys.path).
 
-Stdlib only and cheap to import (`subprocess` is imported on the first run): the runtime and
-the hook may use `exec_program`, the same lookup and check before their final exec.
+Stdlib only and cheap to import (os, stat and sys, which every Python start has loaded;
+`subprocess` is imported on the first `run`): the container start path uses it too. The
+runtime's final exec of runc/crun and the hook's of nvidia-container-cli go through
+`exec_program` (the same lookup and check), direct mode's ldconfig through `fork_exec` (checked
+before the fork, confined in the child, then exec'd).
+
+One exec of a program is not made here, and cannot be: the prestart hook the runtime writes
+at `create` (nvdocker2.runtime.prestart) is a few lines of `/bin/sh` that runc runs and that
+execs nvidia-container-cli by the absolute path decided at `create`. That path passed
+`unsafe_to_run` at `create` (nvdocker2.hook.cli_argv.find_cli); the script runs no Python.
 """
 
 from __future__ import annotations
@@ -27,7 +35,7 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing
 
 if TYPE_CHECKING:  # imported on every container start: no typing at run time
     from collections.abc import Iterable, Mapping, Sequence
-    from typing import Any, NoReturn, Union
+    from typing import Any, Callable, NoReturn, Union
 
 # The PATH searched when the caller has none, and the one programs fall back to.
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -40,11 +48,13 @@ _TEST_PREFIX = "NVD2_"
 
 
 class NotRun(OSError):
-    """The program was not run: not found (`missing`), or not safe to run (message says why)."""
+    """The program was not run: not found (`missing`), or not safe to run (message says why;
+    `reason` is the why alone)."""
 
-    def __init__(self, message: str, missing: bool = False) -> None:
+    def __init__(self, message: str, missing: bool = False, reason: str | None = None) -> None:
         super().__init__(message)
         self.missing = missing
+        self.reason = message if reason is None else reason
 
 
 class Timeout(OSError):
@@ -220,7 +230,7 @@ def resolve(program: str, path: str | None = None) -> str:
             raise NotRun(f"{program} not found", missing=True)
         why = unsafe_to_run(program)
         if why is not None:
-            raise NotRun(f"not run: {why}")
+            raise NotRun(f"not run: {why}", reason=why)
         return program
     found = safe_which(program, path)
     if found is None:
@@ -339,3 +349,41 @@ def exec_program(
     sys.stdout.flush()
     os.execve(exe, [os.fspath(a) for a in argv], dict(env))
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+# What a `fork_exec` child that could not exec writes on its pipe, and the status it exits with.
+CHILD_FAILED = "nvdocker2 child: "
+CHILD_STATUS = 126
+
+
+def fork_exec(
+    argv: Sequence[str], env: Mapping[str, str], prepare: Callable[[], None] | None = None
+) -> tuple[int, int]:
+    """Start `argv` (its program an absolute path, checked as `resolve` does before the fork:
+    NotRun, and nothing forked, when missing or unsafe) in a forked child with stdin on
+    /dev/null, stdout and stderr on a pipe and exactly the environment `env`; returns (pid,
+    the pipe's read end). `prepare` runs in the child just before the exec (confinement that
+    must not touch this process). When it or the exec fails, the child writes CHILD_FAILED
+    and the reason on the pipe and exits with CHILD_STATUS. Waiting is the caller's."""
+    if not argv[0].startswith("/"):
+        raise NotRun(f"{argv[0]}: not an absolute path")
+    exe = resolve(argv[0])
+    words = [exe, *argv[1:]]
+    environ = dict(env)
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: stdin /dev/null, stdout and stderr into the pipe, then exec
+        try:
+            os.close(r)
+            null = os.open("/dev/null", os.O_RDONLY)
+            os.dup2(null, 0)
+            os.dup2(w, 1)
+            os.dup2(w, 2)
+            if prepare is not None:
+                prepare()
+            os.execve(exe, words, environ)
+        except BaseException as err:  # noqa: BLE001 - reported by the parent
+            os.write(2, f"{CHILD_FAILED}{err}\n".encode("utf-8", "replace"))
+        os._exit(CHILD_STATUS)
+    os.close(w)
+    return pid, r

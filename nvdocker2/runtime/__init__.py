@@ -27,6 +27,9 @@ PLAIN_MARK = ".nvidia-container-runtime-plain"
 # What a pass-through needs from config.toml; a file whose non-comment lines never mention
 # these (nor a backslash, which could spell them as an escape) needs no TOML parser.
 _PASSTHROUGH_KEYS = (b"runtimes", b"debug", b"log-level", b"\\")
+# The mode of a log file this runtime creates (its debug log; runc's --log file, normally
+# made by containerd first).
+LOG_MODE = 0o644
 
 
 class RuntimeFailure(Exception):
@@ -131,11 +134,12 @@ def _report_to_runtime_log(args: list[str], message: str) -> None:
     import json
     import time
 
+    from nvdocker2.host.files import append_text
+
     line = json.dumps({"level": "error", "msg": message,
                        "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
     try:
-        with open(values["log"], "a", encoding="utf-8") as f:
-            f.write(line + "\n")
+        append_text(values["log"], line + "\n", LOG_MODE)
     except OSError:
         pass
 
@@ -182,8 +186,9 @@ def _mark_bundle(bundle: str, config) -> None:
     path = os.path.join(bundle, PLAIN_MARK)
     try:
         if tuple(config.runtime.runtimes) == DEFAULT_RUNTIMES and not config.runtime.debug:
-            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
-                             0o644))
+            from nvdocker2.host.files import ensure_file
+
+            ensure_file(path, 0o644)
         else:
             os.unlink(path)
     except OSError:
@@ -215,7 +220,9 @@ def _legacy_mode(spec: dict, spec_path: str, bundle: str, config) -> bool:
 
 def find_low_level_runtime(names, self_path: str | None = None, path: str | None = None) -> str:
     """The first of `names` that is an executable file: an absolute path as is, a bare name
-    looked up on PATH. A file that is this executable itself is skipped (no exec loop)."""
+    looked up on PATH. A file that is this executable itself is skipped (no exec loop). The
+    one found is refused when a user other than root (or this runtime's own user) could have
+    placed or replaced it (`nvdocker2.host.run.unsafe_to_run`)."""
     me = None
     if self_path:
         try:
@@ -237,10 +244,26 @@ def find_low_level_runtime(names, self_path: str | None = None, path: str | None
                 continue
             if me is not None and (st.st_dev, st.st_ino) == (me.st_dev, me.st_ino):
                 continue
-            return candidate
+            return _safe_runtime(os.path.abspath(candidate))
     raise RuntimeFailure(
         f"no low-level runtime found: none of {', '.join(names)} is an executable on PATH"
         " (or an absolute path); install runc or set [nvidia-container-runtime] runtimes"
+    )
+
+
+def _safe_runtime(runtime: str) -> str:
+    from nvdocker2.host.run import unsafe_to_run
+
+    why = unsafe_to_run(runtime)
+    if why is not None:
+        raise _unsafe(runtime, why)
+    return runtime
+
+
+def _unsafe(runtime: str, why: str) -> RuntimeFailure:
+    return RuntimeFailure(
+        f"refusing to run {runtime}: {why}",
+        "the low-level runtime must belong to root, in directories only root can write",
     )
 
 
@@ -284,17 +307,24 @@ def _log(path: str | None, message: str) -> None:
         return
     import time
 
+    from nvdocker2.host.files import append_text
+
     stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     try:
-        with open(path, "a", encoding="utf-8") as f:
-            f.write(f"{stamp} {PROG}[{os.getpid()}]: {message}\n")
+        append_text(path, f"{stamp} {PROG}[{os.getpid()}]: {message}\n", LOG_MODE)
     except OSError:
         pass
 
 
 def _exec(runtime: str, args: list[str]) -> int:
+    from nvdocker2.host.run import NotRun, exec_program
+
     try:
-        os.execv(runtime, [runtime, *args])
+        exec_program(runtime, [runtime, *args])  # checked again: it may have changed since
+    except NotRun as e:
+        if e.missing:  # gone since find_low_level_runtime saw it
+            raise RuntimeFailure(f"cannot run {runtime}: No such file or directory") from None
+        raise _unsafe(runtime, e.reason) from None
     except OSError as e:
         raise RuntimeFailure(f"cannot run {runtime}: {e.strerror}") from None
     return 1  # not reached

@@ -107,13 +107,14 @@ def write_spec(path: str, spec: dict) -> None:
     except OSError:
         st = None
     tmp = os.path.join(directory, f".config.json.nvidia.{os.getpid()}.tmp")
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW
+    from nvdocker2.host.files import create_exclusive
+
     try:
         try:
-            fd = os.open(tmp, flags, 0o600)
+            fd = create_exclusive(tmp, 0o600)
         except FileExistsError:  # left by a killed run that had our pid
             os.unlink(tmp)
-            fd = os.open(tmp, flags, 0o600)
+            fd = create_exclusive(tmp, 0o600)
         try:
             view = memoryview(data)
             while view:

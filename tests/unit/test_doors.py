@@ -21,10 +21,6 @@ RUN_DOOR = "host/run.py"
 FILES_DOOR = "host/files.py"
 TEST_SWITCH = "host/testing.py"
 
-# Being redesigned now (the start path: runtime, hook, direct mode's hook and ldconfig); each
-# will go through host/run.py (`exec_program`, `run`) and host/files.py. Remove an entry as
-# soon as its code does, and never add one.
-NOT_YET = ("runtime/", "hook/", "direct/")
 
 # The environment variables nvdocker2 reads that change what it does (README, docs/).
 DOCUMENTED_ENV = {"NVDOCKER2_STATE_DIR", "NVDOCKER2_DEBUG", "NVDOCKER2_SMOKE_IMAGE"}
@@ -151,19 +147,15 @@ def env_reads(tree: ast.Module) -> list[tuple[int, str]]:
     return found
 
 
-def _not_yet(rel: str) -> bool:
-    return rel.startswith(NOT_YET)
-
-
 def test_only_host_run_starts_or_looks_up_programs():
     bad = [f"nvdocker2/{rel}:{hit}" for rel, tree in modules()
-           if rel != RUN_DOOR and not _not_yet(rel) for hit in process_calls(tree)]
+           if rel != RUN_DOOR for hit in process_calls(tree)]
     assert bad == [], "run programs through nvdocker2.host.run:\n" + "\n".join(bad)
 
 
 def test_only_host_files_creates_files_and_directories():
     bad = [f"nvdocker2/{rel}:{hit}" for rel, tree in modules()
-           if rel != FILES_DOOR and not _not_yet(rel) for hit in creating_calls(tree)]
+           if rel != FILES_DOOR for hit in creating_calls(tree)]
     assert bad == [], "create files and directories through nvdocker2.host.files:\n" + (
         "\n".join(bad))
 
