@@ -27,6 +27,7 @@ INCLUDE = [
     "python3-filelock",
     "python3-packaging",
     "python3-tomlkit",
+    "python3-yaml",
 ]
 UPGRADE_VERSION = f"{__version__}+pkgtest1"
 CHROOT_ENV = {
