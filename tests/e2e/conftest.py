@@ -6,7 +6,6 @@ CI=true, where a missing prerequisite is a failure.
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
@@ -14,17 +13,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+from prereq import require  # noqa: E402
 from privatedockerd import PrivateDockerd, missing_prerequisites, remove_rootfs_tar  # noqa: E402
-
-
-def require(what: str, missing: list[str]) -> None:
-    """Skip, or fail under CI=true, when `missing` names anything `what` needs."""
-    if not missing:
-        return
-    message = f"{what} needs: " + ", ".join(missing)
-    if os.environ.get("CI") == "true":
-        pytest.fail(message + " (run bash scripts/test.sh as root)", pytrace=False)
-    pytest.skip(message)
 
 
 def _require_prerequisites() -> None:

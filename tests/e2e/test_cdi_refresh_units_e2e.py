@@ -22,7 +22,7 @@ from fnmatch import fnmatch
 from pathlib import Path
 
 import pytest
-from conftest import require
+from prereq import require
 from fixtures.fake_driver import UVM_MAJOR, build_fake_driver
 from privatepodman import PrivatePodman
 

@@ -26,7 +26,7 @@ ROOTLESS_SH = "/usr/share/docker.io/contrib/dockerd-rootless.sh"
 
 @pytest.fixture(scope="module", params=["home", "xdg"])
 def rootless(request, podman_prerequisites):
-    from conftest import require
+    from prereq import require
 
     require("rootless dockerd", [t for t in ("rootlesskit", "slirp4netns", "newuidmap", "setpriv",
                                              "useradd", "dockerd") if shutil.which(t) is None]

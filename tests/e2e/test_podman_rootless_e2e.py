@@ -30,7 +30,7 @@ IMAGE = "localhost/nvd2-rootless:1"
 
 @pytest.fixture(scope="module")
 def rl(podman_prerequisites):
-    from conftest import require
+    from prereq import require
 
     require("rootless podman", [t for t in ("newuidmap", "newgidmap", "setpriv", "useradd")
                                 if shutil.which(t) is None])
