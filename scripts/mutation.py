@@ -229,7 +229,9 @@ def _is_text(node: ast.BinOp) -> bool:
                isinstance(getattr(side, "value", ""), str) for side in (node.left, node.right))
 
 
-def mutants_of(path: Path) -> list[Mutant]:
+def mutants_of(path: Path, functions: list[str] | None = None) -> list[Mutant]:
+    """Every single mutant of `path`; only those inside `functions` (qualified names, a nested
+    function belongs to its parent) when given."""
     source = path.read_text()
     tree = ast.parse(source)
     sites = _Sites(source)
@@ -239,6 +241,9 @@ def mutants_of(path: Path) -> list[Mutant]:
     seen: dict[str, int] = {}
     done: set[tuple[int, int, str]] = set()
     for node, text, qualname, change in sites.sites:
+        if functions and not any(qualname == f or qualname.startswith(f + ".")
+                                 for f in functions):
+            continue
         start = sites.offsets[node.lineno - 1] + _col(sites.lines[node.lineno - 1], node.col_offset)
         end = sites.offsets[node.end_lineno - 1] + _col(sites.lines[node.end_lineno - 1],
                                                         node.end_col_offset)
@@ -366,7 +371,7 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.list:
         for module in modules:
-            for mutant in mutants_of(REPO / module["path"]):
+            for mutant in mutants_of(REPO / module["path"], module.get("functions")):
                 print(f"{mutant.path}:{mutant.line}  {mutant.key}")
         return 0
 
@@ -391,7 +396,7 @@ def run_module(module: dict, workers: list[Worker]) -> tuple[str, int]:
     if verdict != "survived":
         return f"{name}: error: its tests fail without a mutant ({verdict})", 2
     timeout = max(20.0, 4 * baseline)
-    mutants = mutants_of(REPO / module["path"])
+    mutants = mutants_of(REPO / module["path"], module.get("functions"))
     counted = [m for m in mutants if m.key not in equivalent]
     stale = set(equivalent) - {m.key for m in mutants}
 

@@ -4,18 +4,10 @@ the function and through the hook started as a process."""
 
 from __future__ import annotations
 
-import json
-import os
-import shutil
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
+from hook_process import PROG, HookProcess
 from nvdocker2.device_ids import RequestError, parse_device_list, validate_id
-
-FIXTURE_CLI = Path(__file__).parent.parent / "fixtures" / "nvidia-container-cli"
 
 
 @pytest.mark.parametrize("device_id", [
@@ -71,30 +63,8 @@ def test_the_total_length_cap_counts_padding():
 
 @pytest.fixture
 def hook(tmp_path):
-    record = tmp_path / "record"
-    record.mkdir()
-    cli = tmp_path / "cli" / "nvidia-container-cli"
-    cli.parent.mkdir()
-    shutil.copy(FIXTURE_CLI, cli)
-    (tmp_path / "bundle" / "rootfs").mkdir(parents=True)
-    config = tmp_path / "config.toml"
-    config.write_text(f'[nvidia-container-cli]\npath = "{cli}"\n'
-                      f'environment = ["FIXTURE_RECORD_DIR={record}"]\n')
-
-    def run(devices):
-        spec = {"ociVersion": "1.0.2", "root": {"path": "rootfs"},
-                "process": {"args": ["sh"], "env": [f"NVIDIA_VISIBLE_DEVICES={devices}"],
-                            "capabilities": {"bounding": ["CAP_SYS_ADMIN"]}}}
-        (tmp_path / "bundle" / "config.json").write_text(json.dumps(spec))
-        state = {"ociVersion": "1.0.2", "id": "ctr", "status": "creating",
-                 "pid": os.getpid(), "bundle": str(tmp_path / "bundle")}
-        proc = subprocess.run([sys.executable, "-m", "nvdocker2.hook", "--config", str(config),
-                               "prestart"], input=json.dumps(state), capture_output=True,
-                              text=True, timeout=60, env={"PATH": os.environ["PATH"]})
-        argv = record / "argv"
-        return proc, (argv.read_text() if argv.exists() else None)
-
-    return run
+    process = HookProcess(tmp_path)
+    return lambda devices: process.prestart(process.spec([f"NVIDIA_VISIBLE_DEVICES={devices}"]))
 
 
 @pytest.mark.parametrize("devices", ["abcdef", "--r=0", "0" + " " * 200_000])
@@ -103,7 +73,7 @@ def test_the_hook_refuses_in_one_line_and_runs_nothing(hook, devices):
     assert proc.returncode == 1, proc.stderr
     assert argv is None
     lines = proc.stderr.strip().splitlines()
-    assert len(lines) <= 2 and lines[0].startswith("nvidia-container-runtime-hook: error: ")
+    assert len(lines) <= 2 and lines[0].startswith(f"{PROG}: error: ")
     assert "NVIDIA_VISIBLE_DEVICES" in lines[0]
     assert "Traceback" not in proc.stderr
 
@@ -112,4 +82,4 @@ def test_the_hook_passes_a_128_character_uuid_to_the_cli(hook):
     uuid = "GPU-" + "a" * 124
     proc, argv = hook(uuid)
     assert proc.returncode == 0, proc.stderr
-    assert f"--device={uuid}" in argv.splitlines()
+    assert f"--device={uuid}" in argv
