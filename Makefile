@@ -127,3 +127,10 @@ matrix:
 	@$(MATRIX_PYTHON) scripts/matrix.py $(MATRIX_PLATFORMS)
 
 include bench/Makefile.fragment
+
+# make mutation: mutation testing of the modules in tests/mutation/modules.toml (a release
+# check, docs/testing.md); MUTATION_MODULES="device_ids hook/request" picks, MUTATION_JOBS=N.
+MUTATION_MODULES ?=
+.PHONY: mutation
+mutation:
+	@$(MATRIX_PYTHON) scripts/mutation.py $(MUTATION_MODULES)

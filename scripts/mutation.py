@@ -15,6 +15,7 @@ and not part of TOTAL. Exit status 0 when every module reaches its `min_score`, 
 not, 2 for a configuration or set-up error (a module's tests failing unmutated included).
 
     python3 scripts/mutation.py [--list] [--jobs N] [MODULE_NAME_OR_PATH ...]
+    make mutation [MUTATION_MODULES="device_ids hook/request"] [MUTATION_JOBS=N]
 """
 
 from __future__ import annotations
@@ -326,7 +327,11 @@ class Worker:
         try:
             path.write_text(mutant.source)
             self._drop_bytecode(mutant.path)
-            return self.run_tests(tests, timeout)[0]
+            verdict = self.run_tests(tests, timeout)[0]
+            if sys.stderr.isatty():
+                print("." if verdict in ("killed", "timeout") else "S", end="", file=sys.stderr,
+                      flush=True)
+            return verdict
         finally:
             path.write_bytes(original)
             self._drop_bytecode(mutant.path)
@@ -341,7 +346,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("modules", nargs="*", help="module names or paths (default: all)")
     parser.add_argument("--list", action="store_true", help="list the mutants, run nothing")
-    parser.add_argument("--jobs", "-j", type=int, default=int(os.environ.get("MUTATION_JOBS", 1)))
+    parser.add_argument("--jobs", "-j", type=int,
+                        default=int(os.environ.get("MUTATION_JOBS") or os.cpu_count() or 1),
+                        help="mutants tested at once, each in its own copy (default: the CPUs)")
     parser.add_argument("--python", default=None, help="the interpreter that runs pytest")
     args = parser.parse_args(argv)
 

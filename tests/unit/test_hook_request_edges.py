@@ -64,7 +64,7 @@ def test_other_values_of_disable_require_keep_them(value):
 
 @pytest.mark.parametrize("version,requirement", [
     ("11.8", "cuda>=11.8"), ("12.2.0", "cuda>=12.2"), ("11.08", "cuda>=11.8"),
-    (" 10.1 ", "cuda>=10.1"),
+    (" 10.1 ", "cuda>=10.1"), ("12.1.x", "cuda>=12.1"), ("12.4.1-rc1", "cuda>=12.4"),
 ])
 def test_cuda_version_becomes_the_requirement(version, requirement):
     assert request([f"CUDA_VERSION={version}"]).requirements == (requirement,)
@@ -142,7 +142,11 @@ def test_malformed_spec_refusals_name_the_expected_type(spec, message):
 
 def test_null_env_and_mounts_are_empty_lists():
     spec = {"process": {"env": None}, "mounts": None}
-    assert request_from_spec(spec, ToolkitConfig()) is None
+    assert request_from_spec(spec, ToolkitConfig().replace(accept_volume_mounts=True)) is None
+    spec = {"process": {"env": ["NVIDIA_VISIBLE_DEVICES=0"],
+                        "capabilities": {"bounding": ["CAP_SYS_ADMIN"]}}, "mounts": None}
+    got = request_from_spec(spec, ToolkitConfig().replace(accept_volume_mounts=True))
+    assert got.devices == ("0",)
 
 
 def test_mig_lists_are_read_for_privileged_containers_only_when_set():
