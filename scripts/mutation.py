@@ -24,6 +24,7 @@ import argparse
 import ast
 import copy
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -392,7 +393,9 @@ def main(argv: list[str] | None = None) -> int:
             report.append(line)
             print(line, flush=True)
             status = max(status, failed)
-    print(f"# {time.monotonic() - started:.0f} s", flush=True)
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    print(f"# {time.monotonic() - started:.0f} s wall, {usage.ru_utime + usage.ru_stime:.0f} s CPU"
+          " in the tests", flush=True)
     return status
 
 
