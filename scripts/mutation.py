@@ -26,6 +26,7 @@ import copy
 import os
 import resource
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -309,18 +310,21 @@ class Worker:
         argv = [self.python, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
                 "-p", "no:randomly", "--no-header", "--tb=no", "-o", "addopts=", *tests]
         started = time.monotonic()
+        # Its own session, so a timeout ends the processes the tests started too.
+        proc = subprocess.Popen(argv, cwd=self.root, env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, start_new_session=True)
         try:
-            proc = subprocess.run(argv, cwd=self.root, env=env, stdout=subprocess.PIPE,
-                                  stderr=subprocess.STDOUT, timeout=timeout,
-                                  start_new_session=True)
-        except subprocess.TimeoutExpired as exc:
+            output = proc.communicate(timeout=timeout)[0]
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
             return "timeout", time.monotonic() - started
         elapsed = time.monotonic() - started
         if proc.returncode == 0:
             return "survived", elapsed
         if proc.returncode in (1, 3):  # tests failed / internal error (an import broke)
             return "killed", elapsed
-        return f"error rc={proc.returncode}: {proc.stdout.decode(errors='replace')[-300:]}", elapsed
+        return f"error rc={proc.returncode}: {output.decode(errors='replace')[-300:]}", elapsed
 
     def try_mutant(self, mutant: Mutant, tests: list[str], timeout: float) -> str:
         path = self.root / mutant.path

@@ -52,5 +52,5 @@ class HookProcess:
         proc = subprocess.run(
             [sys.executable, "-m", "nvdocker2.hook", "--config", str(self.config), "prestart"],
             input=json.dumps(state), capture_output=True, text=True, timeout=60,
-            env={"PATH": os.environ["PATH"]})
+            env={"PATH": os.environ["PATH"]}, check=False)
         return proc, (argv.read_text().splitlines()[1:] if argv.exists() else None)

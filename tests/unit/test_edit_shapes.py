@@ -14,44 +14,33 @@ TYPES = [(True, "a boolean"), ({}, "an object"), ([], "an array"), ("x", "a stri
          (None, "null"), (1.5, "a number"), (7, "a number")]
 
 
-@pytest.mark.parametrize("value,name", [t for t in TYPES if not isinstance(t[0], dict)])
-def test_a_top_level_that_is_not_an_object_is_named(value, name):
+# (where, the document around the value, the key named, the message, the hint, the good type)
+PLACES = [
+    ("top", lambda v: v, "", "the top level is {}, not an object",
+     "daemon.json must be a JSON object: {{ ... }}", dict),
+    ("runtimes", lambda v: {"runtimes": v}, "runtimes", '"runtimes" is {}, not an object',
+     'write it as "runtimes": {{"NAME": {{"path": "/abs/path"}}}}', dict),
+    ("entry", lambda v: {"runtimes": {"ok": {}, "kata": v}}, "runtimes.kata",
+     '"runtimes" entry "kata" is {}, not an object', 'write it as "kata": {{"path": "/abs/path"}}',
+     dict),
+    ("default", lambda v: {"default-runtime": v}, "default-runtime",
+     '"default-runtime" is {}, not a string',
+     'write it as "default-runtime": "runc" (a runtime name), or remove it', str),
+]
+
+
+@pytest.mark.parametrize("value,name", TYPES, ids=[t[1] + "-" + type(t[0]).__name__ for t in TYPES])
+@pytest.mark.parametrize("place", PLACES, ids=[p[0] for p in PLACES])
+def test_a_wrong_type_is_refused_naming_key_type_found_and_expected(place, value, name):
+    _, document, key, message, hint, good = place
+    if isinstance(value, good):
+        edit.check_shape(document(value))
+        return
     with pytest.raises(ShapeError) as raised:
-        edit.check_shape(value)
+        edit.check_shape(document(value))
     err = raised.value
     assert (err.key, err.message, err.hint, err.exit_code) == (
-        "", f"the top level is {name}, not an object",
-        "daemon.json must be a JSON object: { ... }", EXIT_BAD_INPUT)
-
-
-@pytest.mark.parametrize("value,name", [t for t in TYPES if not isinstance(t[0], dict)])
-def test_runtimes_that_is_not_an_object_is_named(value, name):
-    with pytest.raises(ShapeError) as raised:
-        edit.check_shape({"runtimes": value})
-    err = raised.value
-    assert (err.key, err.message, err.hint) == (
-        "runtimes", f'"runtimes" is {name}, not an object',
-        'write it as "runtimes": {"NAME": {"path": "/abs/path"}}')
-
-
-@pytest.mark.parametrize("value,name", [t for t in TYPES if not isinstance(t[0], dict)])
-def test_a_runtime_entry_that_is_not_an_object_is_named(value, name):
-    with pytest.raises(ShapeError) as raised:
-        edit.check_shape({"runtimes": {"ok": {}, "kata": value}})
-    err = raised.value
-    assert (err.key, err.message, err.hint) == (
-        "runtimes.kata", f'"runtimes" entry "kata" is {name}, not an object',
-        'write it as "kata": {"path": "/abs/path"}')
-
-
-@pytest.mark.parametrize("value,name", [t for t in TYPES if not isinstance(t[0], str)])
-def test_a_default_runtime_that_is_not_a_string_is_named(value, name):
-    with pytest.raises(ShapeError) as raised:
-        edit.check_shape({"default-runtime": value})
-    err = raised.value
-    assert (err.key, err.message, err.hint) == (
-        "default-runtime", f'"default-runtime" is {name}, not a string',
-        'write it as "default-runtime": "runc" (a runtime name), or remove it')
+        key, message.format(name), hint.format(), EXIT_BAD_INPUT)
 
 
 BAD = {"runtimes": ["nvidia"]}

@@ -11,7 +11,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from hook_process import HookProcess
 
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"

@@ -6,8 +6,8 @@ whose cli (a test fixture) records what it was asked."""
 from __future__ import annotations
 
 import pytest
-
 from hook_process import PROG, HookProcess
+
 from nvdocker2.hook.request import RequestError, container_request, request_from_spec
 from nvdocker2.toolkit_config import ToolkitConfig
 
@@ -85,7 +85,8 @@ def test_requirements_at_4096_characters_pass_and_4097_are_refused():
     assert got.requirements == (at_limit, "brand=tesla !x")
     with pytest.raises(RequestError) as raised:
         request(["NVIDIA_VISIBLE_DEVICES=0", f"NVIDIA_REQUIRE_A={at_limit}x"])
-    assert raised.value.message == "NVIDIA_REQUIRE_A: requirement too long or has control characters"
+    assert raised.value.message == (
+        "NVIDIA_REQUIRE_A: requirement too long or has control characters")
 
 
 @pytest.mark.parametrize("char", ["\x00", "\x1f", "\t"])

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from cli_run import cli
 
 RT = "/usr/bin/nvidia-container-runtime"
