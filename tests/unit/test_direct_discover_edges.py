@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 
 import pytest
-from fixtures.fake_driver import DRIVER_VERSION, LIB32_DIR, LIB64_DIR, FakeGpu, build_fake_driver
+from fixtures.fake_driver import DRIVER_VERSION, LIB32_DIR, LIB64_DIR, build_fake_driver
 
 from nvdocker2.direct import DirectError, discover
 
