@@ -5,6 +5,7 @@ directories searched without an ld.so.cache, the 32-bit twins, and nodes that ca
 from __future__ import annotations
 
 import os
+import shutil
 
 import pytest
 from fixtures.fake_driver import DRIVER_VERSION, LIB32_DIR, LIB64_DIR, build_fake_driver
@@ -103,3 +104,69 @@ def test_compat32_brings_the_32bit_twins_only_when_asked(tmp_path):
         f.path for f in found.files if f.capability == "compute" and f.compat32}
     assert any(f.path.startswith(LIB32_DIR) for f in both)
     assert found.files_for(set()) == ()
+
+
+def test_discover_reads_the_host_root_by_default_not_the_working_directory(tmp_path,
+                                                                           monkeypatch):
+    build_fake_driver(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    try:
+        found = discover()
+    except DirectError as err:
+        assert str(tmp_path) not in err.message
+    else:
+        assert found.driver_root == "/"
+
+
+def _only_libcuda_in(tmp_path, libdir):
+    """The fake driver without an ld.so.cache whose libcuda lives in `libdir` alone."""
+    build_fake_driver(tmp_path, ld_cache=False, compat32=False)
+    lib64 = tmp_path / LIB64_DIR.lstrip("/")
+    target = tmp_path / libdir.lstrip("/")
+    target.mkdir(parents=True, exist_ok=True)
+    real = f"libcuda.so.{DRIVER_VERSION}"
+    os.replace(lib64 / real, target / real)
+    os.symlink(real, target / "libcuda.so.1")
+    shutil.rmtree(lib64)
+    return real
+
+
+def test_a_missing_first_library_directory_is_skipped(tmp_path):
+    real = _only_libcuda_in(tmp_path, "/lib64")
+    cuda = [f.path for f in discover(str(tmp_path)).files if "libcuda" in f.path]
+    assert cuda == [f"/lib64/{real}"]
+
+
+def test_a_name_that_only_begins_like_the_library_is_not_it(tmp_path):
+    real = _only_libcuda_in(tmp_path, "/usr/lib64")
+    first = tmp_path / "usr/lib/x86_64-linux-gnu"
+    first.mkdir()
+    (first / "libcuda.sox").write_bytes(b"not libcuda")
+    (tmp_path / "usr/lib64/libcuda.so").symlink_to("libcuda.so.1")
+    cuda = [(f.path, f.links) for f in discover(str(tmp_path)).files if "libcuda" in f.path]
+    assert cuda == [(f"/usr/lib64/{real}", ("libcuda.so.1",))]
+
+
+def test_one_file_per_library_the_first_the_loader_finds(tmp_path):
+    real = _only_libcuda_in(tmp_path, "/usr/lib64")
+    (tmp_path / "lib64").mkdir()
+    shutil.copy(tmp_path / "usr/lib64" / real, tmp_path / "lib64" / real)
+    cuda = [f.path for f in discover(str(tmp_path)).files if "libcuda" in f.path]
+    assert cuda == [f"/usr/lib64/{real}"]
+
+
+def test_links_that_climb_above_the_driver_root_are_clamped_not_refused(tmp_path):
+    build_fake_driver(tmp_path)
+    lib64 = tmp_path / LIB64_DIR.lstrip("/")
+    real = f"libcuda.so.{DRIVER_VERSION}"
+    (lib64 / "libcuda.so.1").unlink()
+    (lib64 / "libcuda.so.1").symlink_to(f"../../../../../..{LIB64_DIR}/{real}")
+    smi = tmp_path / "usr/bin/nvidia-smi"
+    (tmp_path / "opt/nv").mkdir(parents=True)
+    os.replace(smi, tmp_path / "opt/nv/nvidia-smi")
+    smi.symlink_to("../../../../../opt/nv/nvidia-smi")
+    found = discover(str(tmp_path))
+    cuda = [f for f in found.files if f.path == f"{LIB64_DIR}/{real}" and not f.compat32]
+    assert [f.links for f in cuda] == [("libcuda.so.1",)]
+    binary = [(f.path, f.host_path) for f in found.files if f.kind == "bin"]
+    assert binary == [("/usr/bin/nvidia-smi", str(tmp_path / "opt/nv/nvidia-smi"))]
