@@ -387,6 +387,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{mutant.path}:{mutant.line}  {mutant.key}")
         return 0
 
+    # A SIGTERM ends the run like ^C: the copies are removed on the way out.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     status = 0
     report: list[str] = []
     started = time.monotonic()
