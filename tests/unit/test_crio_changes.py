@@ -136,3 +136,13 @@ def test_each_refusal_of_a_dropin_carries_its_hint(crio, text, hint):
     with pytest.raises(BadInput) as raised:
         crio("install", "nvidia")
     assert raised.value.hint == hint
+
+
+def test_the_state_to_restore_names_the_default_only_when_install_sets_one(crio):
+    crio("install", "nvidia", default=True)
+    engine = CrioEngine(crio.dropin)
+    plan = engine.plan_install(txn.read, Request("nvidia-cdi", B, False), {})
+    assert plan.expect_old == {"present": {"nvidia": A}, "absent": ["nvidia-cdi"],
+                               "default": None}
+    plan = engine.plan_install(txn.read, Request("nvidia-cdi", B, True), {})
+    assert plan.expect_old["default"] == "nvidia"
