@@ -151,6 +151,7 @@ def test_one_file_per_library_the_first_the_loader_finds(tmp_path):
     real = _only_libcuda_in(tmp_path, "/usr/lib64")
     (tmp_path / "lib64").mkdir()
     shutil.copy(tmp_path / "usr/lib64" / real, tmp_path / "lib64" / real)
+    (tmp_path / "lib64/libcuda.so").symlink_to(real)  # a name not seen before, another file
     cuda = [f.path for f in discover(str(tmp_path)).files if "libcuda" in f.path]
     assert cuda == [f"/usr/lib64/{real}"]
 
