@@ -239,7 +239,7 @@ def mutants_of(path: Path, functions: list[str] | None = None) -> list[Mutant]:
     tree = ast.parse(source)
     sites = _Sites(source)
     sites.visit(tree)
-    rel = str(path.relative_to(REPO))
+    rel = str(path.relative_to(REPO)) if path.is_relative_to(REPO) else str(path)
     out: list[Mutant] = []
     seen: dict[str, int] = {}
     done: set[tuple[int, int, str]] = set()
