@@ -5,6 +5,8 @@
 #                      (scripts/ansible-test.sh: pinned ansible-core in .venv-ansible)
 #   make clean
 #   make bench  bench/RESULTS.md (bench/run.py; bench/Makefile.fragment)
+#   make mutation  mutation testing of the modules in tests/mutation/modules.toml (a release
+#               check; docs/testing.md)
 #   make matrix the platform matrix: the .deb on Debian 12, 13 and sid trees, each on its own
 #               dockerd (scripts/matrix.py; MATRIX_PLATFORMS="bookworm sid" picks, MATRIX_JOBS=N)
 # Packages are built from a copy of the working tree (tracked and new files, not ignored ones)
