@@ -8,6 +8,8 @@
 #               nvdocker2-agent:VERSION (IMPORT=0 skips the import)
 #   make clean
 #   make bench  bench/RESULTS.md (bench/run.py; bench/Makefile.fragment)
+#   make mutation  mutation testing of the modules in tests/mutation/modules.toml (a release
+#               check; docs/testing.md)
 #   make matrix the platform matrix: the .deb on Debian 12, 13 and sid trees, each on its own
 #               dockerd (scripts/matrix.py; MATRIX_PLATFORMS="bookworm sid" picks, MATRIX_JOBS=N)
 # Packages are built from a copy of the working tree (tracked and new files, not ignored ones)
@@ -133,3 +135,10 @@ include bench/Makefile.fragment
 
 agent-image: deb
 	@IMPORT=$${IMPORT:-1} deploy/image/build.sh "$(DIST)/nvdocker2_$(DEB_VERSION)_all.deb"
+
+# make mutation: mutation testing of the modules in tests/mutation/modules.toml (a release
+# check, docs/testing.md); MUTATION_MODULES="device_ids hook/request" picks, MUTATION_JOBS=N.
+MUTATION_MODULES ?=
+.PHONY: mutation
+mutation:
+	@$(MATRIX_PYTHON) scripts/mutation.py $(MUTATION_MODULES)

@@ -551,7 +551,7 @@ def rollback(engine: Any, backup_id: str | None, *, service: Service | None = No
     backups = Backups(st)
     every = backups.all()
     if files is None:
-        files = [Path(engine.config), *(Path(p) for p in engine.files())]
+        files = list(dict.fromkeys([Path(engine.config), *(Path(p) for p in engine.files())]))
     names = [str(p) for p in files]
     listing = f"list them with: nvdocker2 backups --engine {engine.name} --config {engine.config}"
     if backup_id:

@@ -6,28 +6,19 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from hook_process import HookProcess
 
-FIXTURE_CLI = Path(__file__).parent.parent / "fixtures" / "nvidia-container-cli"
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
-class Hook:
+class Hook(HookProcess):
     def __init__(self, root: Path):
-        self.root = root
-        self.record = root / "record"
-        self.record.mkdir()
-        self.cli = root / "cli" / "nvidia-container-cli"
-        self.cli.parent.mkdir()
-        shutil.copy(FIXTURE_CLI, self.cli)
-        self.bundle = root / "bundle"
-        (self.bundle / "rootfs").mkdir(parents=True)
-        self.config = root / "config.toml"
+        super().__init__(root)
         self.config.write_text(
             f'[nvidia-container-cli]\npath = "{self.cli}"\n'
             f'environment = ["FIXTURE_RECORD_DIR={self.record}"]\n')
