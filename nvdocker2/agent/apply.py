@@ -16,7 +16,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Optional
 
-from nvdocker2.host import files
+from nvdocker2.host import files, testing
 from nvdocker2.host import run as door
 
 # Where each engine's config lives on a host, for --host-root (install's own defaults when the
@@ -137,9 +137,12 @@ def argv(action: str, t: Target) -> list[str]:
 def environment(t: Target) -> dict[str, str]:
     """What install gets beside the door's clean environment (nvdocker2.host.run, which also
     carries the test hooks under the test suite's switch): a fixed PATH, a UTF-8 locale and
-    nvdocker2's documented variables (the state directory, debug)."""
+    nvdocker2's documented variables (the state directory, debug); the fault-injection hooks
+    only under the test suite's switch (nvdocker2.host.testing)."""
     env = {k: os.environ[k] for k in ("NVDOCKER2_STATE_DIR", "NVDOCKER2_DEBUG")
            if k in os.environ}
+    if testing.hooks_on():  # the test suite's fault injection, under its switch only
+        env.update((k, v) for k, v in os.environ.items() if k.startswith("NVDOCKER2_TEST_"))
     env.update(PATH=SAFE_PATH, LANG="C.UTF-8")
     if t.state_dir:
         env["NVDOCKER2_STATE_DIR"] = t.state_dir

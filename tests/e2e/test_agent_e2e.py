@@ -36,6 +36,9 @@ REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "fixtures"
 IMAGE_TAR = REPO / "dist" / f"nvdocker2-agent_{__version__}.tar"
 IMAGE = "nvdocker2-agent:e2e"
+# The same image with the test suite's switch on (nvdocker2/host/testing.py: a venv holding the
+# switch file), for the one test that injects a fault; the shipped image never has it.
+SWITCHED = "nvdocker2-agent:e2e-switched"
 # This machine's containerd 1.6 (Debian 12's) and Debian 13's 1.7 from its cached tree;
 # $NVD2_CONTAINERD_BINS (colon-separated executables or suite names) replaces the list.
 BINS = [b for b in os.environ.get("NVD2_CONTAINERD_BINS", "").split(":") if b] or [
@@ -91,6 +94,14 @@ def agent_image(private_dockerd):
         assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     private_dockerd.docker("import", "-c", 'ENTRYPOINT ["/usr/bin/nvdocker2", "agent"]',
                            str(IMAGE_TAR), IMAGE, timeout=600)
+    private_dockerd.docker(
+        "run", "--name", "nvd2-switch", "--network", "none", "--entrypoint", "/bin/sh", IMAGE,
+        "-c", "python3 -m venv --without-pip --system-site-packages /opt/nvd2-tests && "
+        "install -m 0644 /dev/null /opt/nvd2-tests/nvdocker2-test-hooks", timeout=300)
+    private_dockerd.docker(
+        "commit", "-c", 'ENTRYPOINT ["/opt/nvd2-tests/bin/python3", "-m", "nvdocker2", "agent"]',
+        "nvd2-switch", SWITCHED, timeout=300)
+    private_dockerd.docker("rm", "nvd2-switch")
     return private_dockerd
 
 
@@ -168,13 +179,13 @@ class Node:
         self.dockerd, self.c, self.systemd, self.run_dir, self.started = (dockerd, c, systemd,
                                                                             run, started)
 
-    def agent(self, name: str, *env: str) -> None:
+    def agent(self, name: str, *env: str, image: str = IMAGE) -> None:
         """`docker run` the agent as the DaemonSet's pod runs it."""
         envs = [a for e in env for a in ("-e", e)]
         self.dockerd.docker(
             "run", "-d", "--name", self.cname(name), *privileged(), "--pid=host",
             "--network", "none", "-v", f"{self.c.dir}:/host", "-v", f"{self.run_dir}:/run",
-            *envs, IMAGE, "--engine", "containerd", "--host-root", "/host",
+            *envs, image, "--engine", "containerd", "--host-root", "/host",
             "--config", "/etc/containerd/config.toml",
             "--containerd-address", "/host/c.sock", "--ready-file", "/tmp/nvdocker2-agent.ready",
             "--poll", "1", "--backoff", "2", timeout=300)
@@ -269,7 +280,7 @@ def test_ready_drift_reapplied_and_stop_restores_the_bytes_and_crun_default(node
 def test_docker_kill_mid_apply_then_the_next_start_completes(node):
     c = node.c
     original = c.config.read_bytes()
-    node.agent("a", "NVDOCKER2_TEST_PAUSE_BEFORE_RENAME=120")
+    node.agent("a", "NVDOCKER2_TEST_PAUSE_BEFORE_RENAME=120", image=SWITCHED)
     end = time.monotonic() + 180
     while not node.temp_files():
         assert time.monotonic() < end, node.logs("a")
