@@ -342,12 +342,15 @@ def exec_program(
     (default: ours): the final exec of the runtime, the hook and nvidia-docker, whose
     environment is the container's or the user's own. NotRun when it is missing or unsafe
     (`missing` tells which)."""
-    env = os.environ if env is None else env
+    path = (os.environ if env is None else env).get("PATH", SYSTEM_PATH)
     if "/" in program and not program.startswith("/"):
         program = os.path.abspath(program)
-    exe = resolve(program, env.get("PATH", SYSTEM_PATH) if "/" not in program else None)
+    exe = resolve(program, path if "/" not in program else None)
     sys.stdout.flush()
-    os.execve(exe, [os.fspath(a) for a in argv], dict(env))
+    words = [os.fspath(a) for a in argv]
+    if env is None:
+        os.execv(exe, words)  # this process's own environment, as it is
+    os.execve(exe, words, dict(env))
     raise AssertionError("unreachable")  # pragma: no cover
 
 
