@@ -87,17 +87,49 @@ def is_python(exe: str) -> bool:
 # --- who may have put a program where it is -------------------------------------------------
 
 
+_unmapped: tuple[int, int] | None | bool = False  # not read yet
+
+
+def unmapped_owner() -> tuple[int, int] | None:
+    """(uid, gid) the files of unmapped owners show as, in a user namespace that does not map
+    the host's root (a rootless engine's; the kernel's overflow ids); None where root is root.
+
+    There the host's root-owned programs (/, /sbin/ldconfig) show as the overflow ids, as does
+    every file of another unmapped owner: nothing inside can tell them apart, and nothing inside
+    can create a file owned by them. They are trusted there as the rootless engine itself
+    trusts the host's programs it runs."""
+    global _unmapped
+    if _unmapped is False:
+        _unmapped = None
+        try:
+            with open("/proc/self/uid_map", encoding="ascii") as f:
+                maps = [line.split() for line in f]
+            if not any(m[:2] == ["0", "0"] for m in maps):
+                ids = []
+                for name in ("overflowuid", "overflowgid"):
+                    with open(f"/proc/sys/kernel/{name}", encoding="ascii") as f:
+                        ids.append(int(f.read()))
+                _unmapped = (ids[0], ids[1])
+        except (OSError, ValueError):
+            _unmapped = None
+    return _unmapped  # type: ignore[return-value]
+
+
 def trusted_uids(euid: int | None = None) -> frozenset[int]:
-    """Root is trusted; a non-root caller (rootless engines) also trusts itself."""
+    """Root is trusted; a non-root caller (rootless engines) also trusts itself; in a user
+    namespace without the host's root, so are the files of unmapped owners (unmapped_owner)."""
     euid = os.geteuid() if euid is None else euid
-    return frozenset({0, euid})
+    unmapped = unmapped_owner()
+    return frozenset({0, euid} if unmapped is None else {0, euid, unmapped[0]})
 
 
 def _others_may_write(st: os.stat_result) -> bool:
     """Writable by someone untrusted: by everyone, or by a group other than root's."""
-    return bool(st.st_mode & stat.S_IWOTH) or (
-        bool(st.st_mode & stat.S_IWGRP) and st.st_gid != 0
-    )
+    if not st.st_mode & stat.S_IWGRP:
+        return bool(st.st_mode & stat.S_IWOTH)
+    unmapped = unmapped_owner()
+    root_groups = (0,) if unmapped is None else (0, unmapped[1])
+    return bool(st.st_mode & stat.S_IWOTH) or st.st_gid not in root_groups
 
 
 def unsafe_to_run(
