@@ -27,7 +27,6 @@ ENGINE_CONFIG = {
     "crio": "/etc/crio/crio.conf.d/99-nvidia.conf",
 }
 STATE_DIR = "/var/lib/nvdocker2"
-SAFE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
 @dataclass(frozen=True)
@@ -143,7 +142,7 @@ def environment(t: Target) -> dict[str, str]:
            if k in os.environ}
     if testing.hooks_on():  # the test suite's fault injection, under its switch only
         env.update((k, v) for k, v in os.environ.items() if k.startswith("NVDOCKER2_TEST_"))
-    env.update(PATH=SAFE_PATH, LANG="C.UTF-8")
+    env.update(PATH=door.SYSTEM_PATH, LANG="C.UTF-8")
     if t.state_dir:
         env["NVDOCKER2_STATE_DIR"] = t.state_dir
     if t.host_root != "/":

@@ -8,13 +8,9 @@ import os
 from typing import Any, Optional
 
 from nvdocker2.cli.app import _Command, _run, typer
-from nvdocker2.cli.options import COMMON, ReloadMode, to_typer
+from nvdocker2.cli.options import ReloadMode, install_option
 from nvdocker2.engines import registry
 from nvdocker2.errors import BadInput, EnvironmentProblem
-
-
-def _install_option(param: str) -> Any:
-    return to_typer(next(o for o in COMMON if o.param == param and "install" in o.commands))
 
 
 def add(app: Any) -> None:
@@ -34,18 +30,18 @@ def agent(
         help="Where the host's / is (a container mounts it, e.g. /host): --config and the "
         "state directory (/var/lib/nvdocker2, the journal and the agent's lock) are found under "
         "it."),
-    reload: ReloadMode = _install_option("reload"),
-    no_verify: bool = _install_option("no_verify"),
+    reload: ReloadMode = install_option("reload"),
+    no_verify: bool = install_option("no_verify"),
     set_default: bool = typer.Option(False, "--set-default",
                                      help="Also make nvidia the engine's default runtime."),
-    runtime_name: str = _install_option("runtime_name"),
+    runtime_name: str = install_option("runtime_name"),
     runtime_path: Optional[str] = typer.Option(
         None, "--runtime-path", metavar="PATH", show_default=False,
         help="nvidia-container-runtime as a path on the host [default: install's]."),
     containerd_address: Optional[str] = typer.Option(
         None, "--containerd-address", metavar="PATH", show_default=False,
         help="containerd's (or CRI-O's) socket, as install's --containerd-address."),
-    timeout: float = _install_option("timeout"),
+    timeout: float = install_option("timeout"),
     ready_file: Optional[str] = typer.Option(
         None, "--ready-file", metavar="PATH", show_default=False,
         help="A file that exists exactly while the agent is ready (for an exec readiness probe)."),

@@ -9,13 +9,9 @@ from typing import Any, Optional
 
 from nvdocker2 import locations
 from nvdocker2.cli.app import _Command, _emit_json, _Out, _run, _stderr, _typer, typer
-from nvdocker2.cli.options import COMMON, config_option, to_typer
+from nvdocker2.cli.options import config_option, install_option, to_typer
 from nvdocker2.engines import registry
 from nvdocker2.errors import BadInput
-
-
-def _common(param: str) -> Any:
-    return to_typer(next(o for o in COMMON if o.param == param and "install" in o.commands))
 
 
 cdi_app = _typer(add_completion=False, help="Container Device Interface specs for this host's GPUs.")
@@ -44,7 +40,7 @@ def cdi_generate(
         None, "--ldconfig", metavar="PATH",
         help="The host's ldconfig [default: [nvidia-container-cli] ldconfig, else /sbin/ldconfig].",
     ),
-    json_: bool = _common("json"),
+    json_: bool = install_option("json"),
 ) -> None:
     """Write a CDI spec (nvidia.com/gpu=INDEX|UUID|all) from what direct mode discovers."""
 
@@ -71,8 +67,8 @@ def cdi_refresh(
         None, "--cdi-spec-dir", metavar="DIR", show_default=False,
         help="Directory of the spec [default: where install --mode cdi wrote it, else /etc/cdi].",
     ),
-    timeout: float = _common("timeout"),
-    json_: bool = _common("json"),
+    timeout: float = install_option("timeout"),
+    json_: bool = install_option("json"),
 ) -> None:
     """Regenerate the CDI spec from the GPUs present; write it only when it changed (the
     packages run this at boot). Does nothing where install --mode cdi wrote no spec."""
@@ -110,7 +106,7 @@ def cdi_validate(
         help="Check for one reader only: " + ", ".join(_READERS) + " (the CDI library each "
         "was built with: 0.5.2, 0.6.2, 0.7.1, 0.8.0, 1.0.1) [default: all of them].",
     ),
-    json_: bool = _common("json"),
+    json_: bool = install_option("json"),
 ) -> None:
     """Check a CDI spec as the readers' CDI library loads it: fields, cdiVersion, names, device
     nodes, hooks and mounts. Exit 0 when every reader asked accepts it, 2 when one refuses it."""

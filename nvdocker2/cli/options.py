@@ -114,6 +114,12 @@ def _at_least(minimum: float) -> Callable[[Any], Any]:
     return check
 
 
+def install_option(param: str) -> Any:
+    """A fresh typer option for `install`'s option `param`, for a command that means the same
+    by it (cdi's --json and --timeout, the agent's install flags)."""
+    return to_typer(next(o for o in COMMON if o.param == param and "install" in o.commands))
+
+
 def _annotation(opt: CliOption) -> Any:
     kind = Path if opt.kind == "path" else opt.kind
     return Optional[kind] if opt.default is None else kind
