@@ -24,6 +24,10 @@ REPO = Path(__file__).resolve().parents[2]
 ROOTLESS_SH = "/usr/share/docker.io/contrib/dockerd-rootless.sh"
 
 
+def _server_up(r) -> bool:
+    return r.returncode == 0 and bool(r.stdout.strip())
+
+
 @pytest.fixture(scope="module", params=["home", "xdg"])
 def rootless(request, podman_prerequisites):
     from prereq import require
@@ -53,7 +57,10 @@ def rootless(request, podman_prerequisites):
 
         as_user(f"sh -c '{ROOTLESS_SH} --data-root {home}/data > {home}/dockerd.log 2>&1 &'")
         deadline = time.monotonic() + 60
-        while as_user(f"docker -H unix://{sock} info --format ok").stdout.strip() != "ok":
+        # `docker info --format ok` prints "ok" even when no daemon answers (exit 1): ask for
+        # the server's version and require exit 0.
+        version = f"docker -H unix://{sock} version --format '{{{{.Server.Version}}}}'"
+        while not _server_up(as_user(version)):
             assert time.monotonic() < deadline, (home / "dockerd.log").read_text()[-2000:]
             time.sleep(0.5)
         nvdocker2 = f"{sys.executable} -m nvdocker2"
