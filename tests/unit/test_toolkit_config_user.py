@@ -217,3 +217,79 @@ def test_the_hook_of_a_user_reads_its_file_and_roots_hook_does_not(tmp_path):
         assert not (record / "argv").exists()
     finally:
         shutil.rmtree(base)
+
+
+@needs_root
+def test_a_rootless_pass_through_runs_the_low_level_runtime_the_users_file_names():
+    base = Path(tempfile.mkdtemp(prefix="nvd2-user-passthrough-", dir="/tmp"))
+    try:
+        base.chmod(0o755)
+        bindir = base / "bin"
+        bindir.mkdir()
+        for name in ("runc", "user-runc"):
+            (bindir / name).write_text(f'#!/bin/sh\necho "{name} $*"\n')
+            (bindir / name).chmod(0o755)
+        home = base / "home"
+        f = _user_file(home / ".config", '[nvidia-container-runtime]\nruntimes = ["user-runc"]\n')
+        for p in (home, home / ".config", f.parent, f):
+            os.chown(p, NOBODY, NOBODY)
+        root = str(Path(__file__).resolve().parents[2])
+        code = (f"import sys; sys.path.append({root!r}); from nvdocker2.runtime import main; "
+                "sys.exit(main(sys.argv[2:], sys.argv[1]))")
+
+        def state(user):
+            prefix = [shutil.which("setpriv") or "setpriv", f"--reuid={user}", f"--regid={user}",
+                      "--clear-groups"] if user else []
+            return subprocess.run(
+                [*prefix, sys.executable, "-I", "-S", "-c", code, str(base / "self"), "state",
+                 "ctr"], capture_output=True, text=True, timeout=60, cwd="/", check=False,
+                env={"PATH": str(bindir), "HOME": str(home),
+                     "NVIDIA_CONTAINER_RUNTIME_CONFIG": str(base / "absent.toml")})
+
+        assert state(NOBODY).stdout == "user-runc state ctr\n"
+        assert state(None).stdout == "runc state ctr\n"  # root on the host: the defaults
+        f.chmod(0o666)
+        proc = state(NOBODY)  # refused: a warning, and the defaults (never the planted ones)
+        assert proc.stdout == "runc state ctr\n"
+        assert "refusing this per-user config.toml" in proc.stderr
+    finally:
+        shutil.rmtree(base)
+
+
+@needs_root
+def test_in_a_user_namespace_without_roots_mapping_only_the_users_own_file_is_read():
+    """Rootless Docker runs the runtime as the root of such a namespace: there the host's root,
+    and every other user, show as the overflow owner; only the namespace's root (the user)
+    may own the file."""
+    base = Path(tempfile.mkdtemp(prefix="nvd2-user-ns-", dir="/tmp"))
+    try:
+        base.chmod(0o755)
+        home = base / "home"
+        f = _user_file(home / ".config", "[nvidia-container-cli]\nno-cgroups = true\n")
+        for p in (home, home / ".config", f.parent, f):
+            os.chown(p, NOBODY, NOBODY)
+        root = str(Path(__file__).resolve().parents[2])
+        code = (f"import os, sys; sys.path.append({root!r})\n"
+                "from nvdocker2 import toolkit_config as t\n"
+                "print(os.geteuid(), open('/proc/self/uid_map').read().split()[:2])\n"
+                "try: print(t.load('/nonexistent/config.toml').cli.no_cgroups)\n"
+                "except t.ConfigError as e: print(e)\n")
+
+        def in_userns():
+            proc = subprocess.run(
+                [shutil.which("setpriv") or "setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}",
+                 "--clear-groups", shutil.which("unshare") or "unshare", "--user",
+                 "--map-root-user", sys.executable, "-I", "-S", "-c", code],
+                capture_output=True, text=True, timeout=60, cwd="/", check=False,
+                env={"PATH": os.environ["PATH"], "HOME": str(home)})
+            assert proc.returncode == 0, proc.stderr
+            return proc.stdout.splitlines()
+
+        assert in_userns() == ["0 ['0', '65534']", "True"]  # root inside, nobody outside
+        os.chown(f, 0, 0)  # the host's root: the overflow owner inside, like any other user
+        assert in_userns()[1] == (f"{f}: refusing this per-user config.toml: {f} belongs to "
+                                  f"uid {NOBODY} (only a file of yours or root's, that no one "
+                                  "else can write, is read; fix it with chown/chmod go-w, or "
+                                  "remove it)")
+    finally:
+        shutil.rmtree(base)
