@@ -150,146 +150,129 @@ def test_a_symlink_to_another_users_file_is_refused_and_to_ones_own_is_read(file
 
 
 @needs_root
-def test_an_xdg_config_home_planted_in_tmp_by_another_user_is_refused(files):
+def test_an_xdg_config_home_planted_in_tmp_by_another_user_is_refused(files, shared):
     g, _ = files
-    planted = Path(tempfile.mkdtemp(prefix="nvd2-planted-", dir="/tmp"))
-    try:
-        f = _user_file(planted, "[nvidia-container-cli]\nno-cgroups = true\n")
-        for p in (planted, f.parent, f):
-            os.chown(p, NOBODY, NOBODY)
-        _refused(g, {"XDG_CONFIG_HOME": str(planted)}, f, "/tmp is writable by other users")
-    finally:
-        shutil.rmtree(planted)
+    planted = shared / "planted"  # as if made in /tmp: a sticky directory anyone may write
+    planted.mkdir()
+    shared.chmod(0o1777)
+    f = _user_file(planted, "[nvidia-container-cli]\nno-cgroups = true\n")
+    for p in (planted, f.parent, f):
+        os.chown(p, NOBODY, NOBODY)
+    _refused(g, {"XDG_CONFIG_HOME": str(planted)}, f, f"{shared} is writable by other users")
 
 
-# --- the hook, started as runc starts it, by a user and by root --------------------------------
+# --- the runtime and the hook, started by a user and by root ----------------------------------
+
+REPO = str(Path(__file__).resolve().parents[2])
 
 
-def _hook(user: int | None, config: Path, state: dict, home: Path):
-    prefix = ["setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups"] if user else []
-    return subprocess.run(
-        [*prefix, sys.executable, "-m", "nvdocker2.hook", "--config", str(config), "prestart"],
-        input=json.dumps(state), capture_output=True, text=True, timeout=60, cwd="/",
-        env={"PATH": os.environ["PATH"], "HOME": str(home)}, check=False)
-
-
-@needs_root
-def test_the_hook_of_a_user_reads_its_file_and_roots_hook_does_not(tmp_path):
+@pytest.fixture
+def shared():
+    """A directory of root's in /tmp (0755: nobody may enter it), removed afterwards."""
     base = Path(tempfile.mkdtemp(prefix="nvd2-user-config-", dir="/tmp"))
-    try:
-        base.chmod(0o755)
-        cli = base / "cli" / "nvidia-container-cli"
-        cli.parent.mkdir()
-        shutil.copy(FIXTURE_CLI, cli)
-        record = base / "record"
-        record.mkdir()
-        os.chown(record, NOBODY, NOBODY)
-        config = base / "config.toml"
-        config.write_text(f'[nvidia-container-cli]\npath = "{cli}"\n'
-                          f'environment = ["FIXTURE_RECORD_DIR={record}"]\n')
-        bundle = base / "bundle"
-        (bundle / "rootfs").mkdir(parents=True)
-        (bundle / "config.json").write_text(json.dumps({
-            "ociVersion": "1.0.2", "root": {"path": "rootfs"},
-            "process": {"args": ["sh"], "env": ["NVIDIA_VISIBLE_DEVICES=all"]}}))
-        state = {"ociVersion": "1.0.2", "id": "c", "status": "creating", "pid": os.getpid(),
-                 "bundle": str(bundle)}
-        home = base / "home"
-        home.mkdir()
-        f = _user_file(home / ".config", "[nvidia-container-cli]\nno-cgroups = true\n")
-        for p in (home, home / ".config", f.parent, f):
-            os.chown(p, NOBODY, NOBODY)
+    base.chmod(0o755)
+    yield base
+    shutil.rmtree(base)
 
-        _hook(NOBODY, config, state, home)  # the cli records, then cannot reach root's pid
-        assert "--no-cgroups" in (record / "argv").read_text().splitlines()
-        (record / "argv").unlink()
-        _hook(None, config, state, home)  # root on the host: the global file alone
-        assert "--no-cgroups" not in (record / "argv").read_text().splitlines()
-        (record / "argv").unlink()
 
-        f.chmod(0o666)  # anyone may now write the user's settings
-        proc = _hook(NOBODY, config, state, home)
-        assert proc.returncode == 1
-        assert proc.stderr.splitlines() == [
-            f"nvidia-container-runtime-hook: error: {f}: refusing this per-user config.toml: "
-            f"{f} is writable by other users (only a file of yours or root's, that no one else "
-            "can write, is read; fix it with chown/chmod go-w, or remove it)"]
-        assert not (record / "argv").exists()
-    finally:
-        shutil.rmtree(base)
+def _nobodys_home(base: Path, text: str) -> tuple[Path, Path]:
+    """(nobody's HOME under `base`, its per-user config.toml holding `text`)."""
+    home = base / "home"
+    f = _user_file(home / ".config", text)
+    for p in (home, home / ".config", f.parent, f):
+        os.chown(p, NOBODY, NOBODY)
+    return home, f
+
+
+def _run_as(user: int | None, argv: list, env: dict, stdin: str | None = None):
+    """`argv` as `user` (None: root), from `/`, with nothing but `env`."""
+    prefix = [shutil.which("setpriv") or "setpriv", f"--reuid={user}", f"--regid={user}",
+              "--clear-groups"] if user else []
+    return subprocess.run([*prefix, *argv], input=stdin, capture_output=True, text=True,
+                          timeout=60, cwd="/", env=env, check=False)
 
 
 @needs_root
-def test_a_rootless_pass_through_runs_the_low_level_runtime_the_users_file_names():
-    base = Path(tempfile.mkdtemp(prefix="nvd2-user-passthrough-", dir="/tmp"))
-    try:
-        base.chmod(0o755)
-        bindir = base / "bin"
-        bindir.mkdir()
-        for name in ("runc", "user-runc"):
-            (bindir / name).write_text(f'#!/bin/sh\necho "{name} $*"\n')
-            (bindir / name).chmod(0o755)
-        home = base / "home"
-        f = _user_file(home / ".config", '[nvidia-container-runtime]\nruntimes = ["user-runc"]\n')
-        for p in (home, home / ".config", f.parent, f):
-            os.chown(p, NOBODY, NOBODY)
-        root = str(Path(__file__).resolve().parents[2])
-        code = (f"import sys; sys.path.append({root!r}); from nvdocker2.runtime import main; "
-                "sys.exit(main(sys.argv[2:], sys.argv[1]))")
+def test_the_hook_of_a_user_reads_its_file_and_roots_hook_does_not(shared):
+    cli = shared / "cli" / "nvidia-container-cli"
+    cli.parent.mkdir()
+    shutil.copy(FIXTURE_CLI, cli)
+    record = shared / "record"
+    record.mkdir()
+    os.chown(record, NOBODY, NOBODY)
+    config = shared / "config.toml"
+    config.write_text(f'[nvidia-container-cli]\npath = "{cli}"\n'
+                      f'environment = ["FIXTURE_RECORD_DIR={record}"]\n')
+    bundle = shared / "bundle"
+    (bundle / "rootfs").mkdir(parents=True)
+    (bundle / "config.json").write_text(json.dumps({
+        "ociVersion": "1.0.2", "root": {"path": "rootfs"},
+        "process": {"args": ["sh"], "env": ["NVIDIA_VISIBLE_DEVICES=all"]}}))
+    state = json.dumps({"ociVersion": "1.0.2", "id": "c", "status": "creating",
+                        "pid": os.getpid(), "bundle": str(bundle)})
+    home, f = _nobodys_home(shared, "[nvidia-container-cli]\nno-cgroups = true\n")
+    argv = [sys.executable, "-m", "nvdocker2.hook", "--config", str(config), "prestart"]
+    env = {"PATH": os.environ["PATH"], "HOME": str(home)}
 
-        def state(user):
-            prefix = [shutil.which("setpriv") or "setpriv", f"--reuid={user}", f"--regid={user}",
-                      "--clear-groups"] if user else []
-            return subprocess.run(
-                [*prefix, sys.executable, "-I", "-S", "-c", code, str(base / "self"), "state",
-                 "ctr"], capture_output=True, text=True, timeout=60, cwd="/", check=False,
-                env={"PATH": str(bindir), "HOME": str(home),
-                     "NVIDIA_CONTAINER_RUNTIME_CONFIG": str(base / "absent.toml")})
+    _run_as(NOBODY, argv, env, state)  # the cli records, then cannot reach root's pid
+    assert "--no-cgroups" in (record / "argv").read_text().splitlines()
+    (record / "argv").unlink()
+    _run_as(None, argv, env, state)  # root on the host: the global file alone
+    assert "--no-cgroups" not in (record / "argv").read_text().splitlines()
+    (record / "argv").unlink()
 
-        assert state(NOBODY).stdout == "user-runc state ctr\n"
-        assert state(None).stdout == "runc state ctr\n"  # root on the host: the defaults
-        f.chmod(0o666)
-        proc = state(NOBODY)  # refused: a warning, and the defaults (never the planted ones)
-        assert proc.stdout == "runc state ctr\n"
-        assert "refusing this per-user config.toml" in proc.stderr
-    finally:
-        shutil.rmtree(base)
+    f.chmod(0o666)  # anyone may now write the user's settings
+    proc = _run_as(NOBODY, argv, env, state)
+    assert proc.returncode == 1
+    assert proc.stderr.splitlines() == [
+        f"nvidia-container-runtime-hook: error: {f}: refusing this per-user config.toml: "
+        f"{f} is writable by other users (only a file of yours or root's, that no one else "
+        "can write, is read; fix it with chown/chmod go-w, or remove it)"]
+    assert not (record / "argv").exists()
 
 
 @needs_root
-def test_in_a_user_namespace_without_roots_mapping_only_the_users_own_file_is_read():
+def test_a_rootless_pass_through_runs_the_low_level_runtime_the_users_file_names(shared):
+    bindir = shared / "bin"
+    bindir.mkdir()
+    for name in ("runc", "user-runc"):
+        (bindir / name).write_text(f'#!/bin/sh\necho "{name} $*"\n')
+        (bindir / name).chmod(0o755)
+    home, f = _nobodys_home(shared, '[nvidia-container-runtime]\nruntimes = ["user-runc"]\n')
+    code = (f"import sys; sys.path.append({REPO!r}); from nvdocker2.runtime import main; "
+            "sys.exit(main(sys.argv[2:], sys.argv[1]))")
+    argv = [sys.executable, "-I", "-S", "-c", code, str(shared / "self"), "state", "ctr"]
+    env = {"PATH": str(bindir), "HOME": str(home),
+           "NVIDIA_CONTAINER_RUNTIME_CONFIG": str(shared / "absent.toml")}
+
+    assert _run_as(NOBODY, argv, env).stdout == "user-runc state ctr\n"
+    assert _run_as(None, argv, env).stdout == "runc state ctr\n"  # root on the host
+    f.chmod(0o666)
+    proc = _run_as(NOBODY, argv, env)  # refused: a warning, and the defaults, never its own
+    assert proc.stdout == "runc state ctr\n"
+    assert "refusing this per-user config.toml" in proc.stderr
+
+
+@needs_root
+def test_in_a_user_namespace_without_roots_mapping_only_the_users_own_file_is_read(shared):
     """Rootless Docker runs the runtime as the root of such a namespace: there the host's root,
     and every other user, show as the overflow owner; only the namespace's root (the user)
     may own the file."""
-    base = Path(tempfile.mkdtemp(prefix="nvd2-user-ns-", dir="/tmp"))
-    try:
-        base.chmod(0o755)
-        home = base / "home"
-        f = _user_file(home / ".config", "[nvidia-container-cli]\nno-cgroups = true\n")
-        for p in (home, home / ".config", f.parent, f):
-            os.chown(p, NOBODY, NOBODY)
-        root = str(Path(__file__).resolve().parents[2])
-        code = (f"import os, sys; sys.path.append({root!r})\n"
-                "from nvdocker2 import toolkit_config as t\n"
-                "print(os.geteuid(), open('/proc/self/uid_map').read().split()[:2])\n"
-                "try: print(t.load('/nonexistent/config.toml').cli.no_cgroups)\n"
-                "except t.ConfigError as e: print(e)\n")
+    home, f = _nobodys_home(shared, "[nvidia-container-cli]\nno-cgroups = true\n")
+    code = (f"import os, sys; sys.path.append({REPO!r})\n"
+            "from nvdocker2 import toolkit_config as t\n"
+            "print(os.geteuid(), open('/proc/self/uid_map').read().split()[:2])\n"
+            "try: print(t.load('/nonexistent/config.toml').cli.no_cgroups)\n"
+            "except t.ConfigError as e: print(e)\n")
+    argv = [shutil.which("unshare") or "unshare", "--user", "--map-root-user",
+            sys.executable, "-I", "-S", "-c", code]
+    env = {"PATH": os.environ["PATH"], "HOME": str(home)}
 
-        def in_userns():
-            proc = subprocess.run(
-                [shutil.which("setpriv") or "setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}",
-                 "--clear-groups", shutil.which("unshare") or "unshare", "--user",
-                 "--map-root-user", sys.executable, "-I", "-S", "-c", code],
-                capture_output=True, text=True, timeout=60, cwd="/", check=False,
-                env={"PATH": os.environ["PATH"], "HOME": str(home)})
-            assert proc.returncode == 0, proc.stderr
-            return proc.stdout.splitlines()
-
-        assert in_userns() == ["0 ['0', '65534']", "True"]  # root inside, nobody outside
-        os.chown(f, 0, 0)  # the host's root: the overflow owner inside, like any other user
-        assert in_userns()[1] == (f"{f}: refusing this per-user config.toml: {f} belongs to "
-                                  f"uid {NOBODY} (only a file of yours or root's, that no one "
-                                  "else can write, is read; fix it with chown/chmod go-w, or "
-                                  "remove it)")
-    finally:
-        shutil.rmtree(base)
+    proc = _run_as(NOBODY, argv, env)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == ["0 ['0', '65534']", "True"]  # root inside, nobody out
+    os.chown(f, 0, 0)  # the host's root: the overflow owner inside, like any other user
+    assert _run_as(NOBODY, argv, env).stdout.splitlines()[1] == (
+        f"{f}: refusing this per-user config.toml: {f} belongs to uid {NOBODY} (only a file of "
+        "yours or root's, that no one else can write, is read; fix it with chown/chmod go-w, "
+        "or remove it)")
