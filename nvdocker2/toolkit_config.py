@@ -12,6 +12,14 @@ pulls in inspect, ast and re), and a file in the plain subset of TOML that confi
 use (tables, `key = "string" | 'string' | true | false | integer | [strings]`, comments) is
 read by `_read_plain_toml`; anything else goes to tomllib (tomli on Python < 3.11), so the
 result, and every error, is tomllib's.
+
+Rootless engines (docs/reference.md §3): when the runtime or the hook runs as a user other
+than root, or as the root of a user namespace that does not map the host's root (rootless
+Docker runs them so), the user's own `$XDG_CONFIG_HOME/nvidia-container-runtime/config.toml`
+(else `~/.config/...`) is read after the global file, and each key it sets overrides the
+global file's, key by key. It is read only when no other user could have written it
+(nvdocker2.host.files.read_own_file); otherwise it is refused, with one line, like a
+malformed file.
 """
 
 from __future__ import annotations
@@ -23,6 +31,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from typing import Any, Mapping
 
 DEFAULT_CONFIG_PATH = "/etc/nvidia-container-runtime/config.toml"
+USER_CONFIG = "nvidia-container-runtime/config.toml"  # under $XDG_CONFIG_HOME or ~/.config
 CONFIG_ENV = "NVIDIA_CONTAINER_RUNTIME_CONFIG"
 MAX_CONFIG_BYTES = 1024 * 1024
 
@@ -141,7 +150,8 @@ class ToolkitConfig(Record):
 
     `source` is the file it was read from (None when no file existed: pure defaults) and
     `path`/`from_env` say which file was asked for and whether NVIDIA_CONTAINER_RUNTIME_CONFIG
-    named it (the runtime then passes `--config` to the hook it injects).
+    named it (the runtime then passes `--config` to the hook it injects). `user_source` is
+    the per-user file whose keys override it (None: none was read).
     """
 
     disable_require: bool = False
@@ -157,6 +167,7 @@ class ToolkitConfig(Record):
     path: str = DEFAULT_CONFIG_PATH
     from_env: bool = False
     source: str | None = None
+    user_source: str | None = None
 
 
 def config_path(explicit: str | None = None, environ: Mapping[str, str] | None = None
@@ -172,25 +183,103 @@ def config_path(explicit: str | None = None, environ: Mapping[str, str] | None =
     return DEFAULT_CONFIG_PATH, False
 
 
-def load(explicit: str | None = None, environ: Mapping[str, str] | None = None) -> ToolkitConfig:
-    """Read the config file chosen by `config_path`; defaults when it does not exist."""
+def user_config_path(environ: Mapping[str, str] | None = None) -> str | None:
+    """The per-user config.toml: `$XDG_CONFIG_HOME/nvidia-container-runtime/config.toml`,
+    else `$HOME/.config/...`; None without an absolute XDG_CONFIG_HOME or HOME (a relative
+    one is ignored, as the XDG Base Directory specification says)."""
+    env = os.environ if environ is None else environ
+    base = env.get("XDG_CONFIG_HOME") or ""
+    if not base.startswith("/"):
+        home = env.get("HOME") or ""
+        if not home.startswith("/"):
+            return None
+        base = os.path.join(home, ".config")
+    return os.path.join(os.path.normpath(base), USER_CONFIG)
+
+
+def load(explicit: str | None = None, environ: Mapping[str, str] | None = None,
+         user: bool | None = None) -> ToolkitConfig:
+    """Read the config file chosen by `config_path` (defaults when it does not exist), then,
+    when `user` (default: whether this process runs rootless), the per-user file over it."""
     path, from_env = config_path(explicit, environ)
+    data = _read_file(path)
+    if user is None:
+        from nvdocker2.host.run import rootless
+
+        user = rootless()
+    user_path = user_config_path(environ) if user else None
+    over = read_user_file(user_path) if user_path else None
+    return layered(data, path, from_env, over, user_path)
+
+
+def layered(data: bytes | None, path: str, from_env: bool, user_data: bytes | None,
+            user_path: str | None) -> ToolkitConfig:
+    """The config of the global file's bytes (None: no file) with the per-user file's keys
+    over them (None: no per-user file), each file's errors naming it."""
+    if user_data is None or user_path is None:
+        if data is None:
+            return ToolkitConfig(path=path, from_env=from_env)
+        return parse(data, path=path, from_env=from_env)
+    base = _document(data, path) if data is not None else {}
+    _build(base, path, from_env, path)
+    user_doc = _document(user_data, user_path)
+    _build(user_doc, user_path, False, user_path)
+    merged = _build(_merge(base, user_doc), path, from_env, path if data is not None else None)
+    return merged.replace(user_source=user_path)
+
+
+def _read_file(path: str) -> bytes | None:
     try:
         with open(path, "rb") as f:
             data = f.read(MAX_CONFIG_BYTES + 1)
     except FileNotFoundError:
-        return ToolkitConfig(path=path, from_env=from_env)
+        return None
     except IsADirectoryError:
         raise ConfigError(f"{path}: is a directory, not a config.toml file") from None
     except OSError as e:
         raise ConfigError(f"{path}: cannot read: {e.strerror}") from None
     if len(data) > MAX_CONFIG_BYTES:
         raise ConfigError(f"{path}: larger than {MAX_CONFIG_BYTES} bytes; not a config.toml")
-    return parse(data, path=path, from_env=from_env)
+    return data
+
+
+def read_user_file(path: str) -> bytes | None:
+    """The per-user file's bytes (None: there is none), refused when another user could
+    have written it."""
+    from nvdocker2.host.files import Untrusted, read_own_file
+
+    try:
+        data = read_own_file(path, MAX_CONFIG_BYTES)
+    except Untrusted as e:
+        raise ConfigError(
+            f"{path}: refusing this per-user config.toml: {e} (only a file of yours or root's,"
+            " that no one else can write, is read; fix it with chown/chmod go-w, or remove it)"
+        ) from None
+    except IsADirectoryError:
+        raise ConfigError(f"{path}: is a directory, not a config.toml file") from None
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read: {e.strerror}") from None
+    if data is not None and len(data) > MAX_CONFIG_BYTES:
+        raise ConfigError(f"{path}: larger than {MAX_CONFIG_BYTES} bytes; not a config.toml")
+    return data
+
+
+def _merge(base: dict, over: dict) -> dict:
+    """`base` with every key of `over` in its place; tables are merged key by key."""
+    out = dict(base)
+    for key, value in over.items():
+        old = out.get(key)
+        out[key] = _merge(old, value) if isinstance(old, dict) and isinstance(value, dict) \
+            else value
+    return out
 
 
 def parse(data: bytes, path: str = DEFAULT_CONFIG_PATH, from_env: bool = False) -> ToolkitConfig:
     """Parse config.toml bytes into a ToolkitConfig, checking the type of every known key."""
+    return _build(_document(data, path), path, from_env, path)
+
+
+def _document(data: bytes, path: str) -> dict:
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
@@ -198,6 +287,11 @@ def parse(data: bytes, path: str = DEFAULT_CONFIG_PATH, from_env: bool = False) 
     doc = _read_plain_toml(text)
     if doc is None:
         doc = _read_toml(text, path)
+    return doc
+
+
+def _build(doc: dict, path: str, from_env: bool, source: str | None) -> ToolkitConfig:
+    """The ToolkitConfig of a parsed document, checking the type of every known key."""
     r = _Reader(doc, path)
     runtime = r.table("nvidia-container-runtime")
     hook = r.table("nvidia-container-runtime-hook")
@@ -272,7 +366,7 @@ def parse(data: bytes, path: str = DEFAULT_CONFIG_PATH, from_env: bool = False) 
         ),
         path=path,
         from_env=from_env,
-        source=path,
+        source=source,
     )
 
 

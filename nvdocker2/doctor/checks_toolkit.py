@@ -76,29 +76,37 @@ def hook_installed(ctx: Context) -> Outcome:
 def toolkit_config(ctx: Context) -> Outcome:
     cfg = ctx.toolkit_config()
     via = " (from NVIDIA_CONTAINER_RUNTIME_CONFIG)" if cfg.from_env else ""
-    if not cfg.exists:
-        return ok(f"{cfg.path}{via} absent: the runtime and hook use the defaults")
+    user = f"; per-user {cfg.user_path} over it" if cfg.user_exists else ""
     if cfg.error is not None:
+        where = cfg.user_path if cfg.user_path is not None and \
+            cfg.error.startswith(str(cfg.user_path)) else cfg.path
         return fail(
             f"{cfg.error}{via}: the runtime and the hook refuse it, so every GPU container "
             "fails to start",
-            f"correct that key in {cfg.path}, or remove the file to use the defaults",
+            f"correct that key in {where}, or remove the file to use the defaults",
         )
-    return ok(f"{cfg.path}{via}: valid")
+    if not cfg.exists:
+        return ok(f"{cfg.path}{via} absent: the runtime and hook use the defaults{user}")
+    return ok(f"{cfg.path}{via}: valid{user}")
 
 
 @check("toolkit.rootless", "no-cgroups matches rootless/rootful Docker", needs=("toolkit.config",))
 def toolkit_rootless(ctx: Context) -> Outcome:
-    no_cgroups = ctx.toolkit_config().config.cli.no_cgroups
-    path = ctx.toolkit_config().path
+    tk = ctx.toolkit_config()
+    no_cgroups = tk.config.cli.no_cgroups
+    path = tk.path
     if ctx.rootless():
+        where = tk.user_path or path
         if not no_cgroups:
             return fail(
-                "rootless Docker, but [nvidia-container-cli] no-cgroups is not true: "
-                "the hook cannot write device cgroups and GPU containers fail",
-                f"set no-cgroups = true under [nvidia-container-cli] in {path}",
+                f"rootless Docker, but [nvidia-container-cli] no-cgroups is not true in "
+                f"{path} or the per-user {where}: the hook cannot write device cgroups and "
+                "GPU containers fail",
+                "run nvdocker2 install as this user (it sets it), or set no-cgroups = true "
+                f"under [nvidia-container-cli] in {where}",
             )
-        return ok("rootless Docker with no-cgroups = true")
+        read = f"per-user {tk.user_path} read over {path}" if tk.user_exists else str(path)
+        return ok(f"rootless Docker with no-cgroups = true ({read})")
     if no_cgroups:
         return warn(
             "rootful Docker with no-cgroups = true: GPUs are not added to the "

@@ -27,27 +27,44 @@ class ToolkitFile:
     config: toolkit_config.ToolkitConfig
     error: str | None = None
     from_env: bool = False
+    # Rootless Docker: the per-user config.toml the runtime reads over `path` (None: not
+    # rootless, or no HOME); `user_exists` whether there is one.
+    user_path: PurePosixPath | None = None
+    user_exists: bool = False
 
 
 def _read_toolkit_config(ctx: Context) -> ToolkitFile:
-    """config.toml through the runtime's own reader, so doctor refuses what the runtime would."""
+    """config.toml through the runtime's own reader, so doctor refuses what the runtime would;
+    for a rootless Docker with the per-user file over it, as that runtime reads them."""
     env_path = ctx.env.get(toolkit_config.CONFIG_ENV)
     path = PurePosixPath(env_path or toolkit_config.DEFAULT_CONFIG_PATH)
     real = ctx.root.path(path)
-    defaults = toolkit_config.ToolkitConfig(path=str(path), from_env=bool(env_path))
+    from_env = bool(env_path)
+    defaults = toolkit_config.ToolkitConfig(path=str(path), from_env=from_env)
+    user = toolkit_config.user_config_path(ctx.env) if ctx.rootless() else None
+    user_path = PurePosixPath(user) if user else None
     try:
-        raw = real.read_bytes()
+        raw: bytes | None = real.read_bytes()
     except FileNotFoundError:
-        return ToolkitFile(path, False, defaults, None, bool(env_path))
+        raw = None
     except OSError as exc:
-        return ToolkitFile(
-            path, True, defaults, f"{path}: cannot read: {exc.strerror}", bool(env_path)
-        )
+        return ToolkitFile(path, True, defaults, f"{path}: cannot read: {exc.strerror}",
+                           from_env, user_path)
+    user_raw = None
     try:
-        cfg = toolkit_config.parse(raw, str(path), bool(env_path))
+        if user_path is not None:
+            real_user = str(ctx.root.path(user_path))
+            try:
+                user_raw = toolkit_config.read_user_file(real_user)
+            except toolkit_config.ConfigError as exc:  # named as the host names it
+                raise toolkit_config.ConfigError(
+                    str(exc).replace(real_user, str(user_path))) from None
+        cfg = toolkit_config.layered(raw, str(path), from_env, user_raw, user)
     except toolkit_config.ConfigError as exc:
-        return ToolkitFile(path, True, defaults, str(exc), bool(env_path))
-    return ToolkitFile(path, True, cfg, None, bool(env_path))
+        return ToolkitFile(path, raw is not None, defaults, str(exc), from_env, user_path,
+                           user_path is not None and ctx.root.path(user_path).exists())
+    return ToolkitFile(path, raw is not None, cfg, None, from_env, user_path,
+                       user_raw is not None)
 
 
 # How nvdocker2's launchers put the package on sys.path: the package's launchers

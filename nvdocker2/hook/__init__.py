@@ -134,7 +134,8 @@ def prestart(config_file: str | None, debug: bool, stdin) -> int:
         config = toolkit_config.load(config_file)
     except toolkit_config.ConfigError as e:
         raise HookError(str(e)) from None
-    _debug(debug, f"config {config.path} ({'read' if config.source else 'absent, defaults'})")
+    _debug(debug, f"config {config.path} ({'read' if config.source else 'absent, defaults'})"
+           + (f", per-user {config.user_source} over it" if config.user_source else ""))
     bundle, pid = read_state(stdin)
     spec, rootfs = load_spec(bundle)
     try:

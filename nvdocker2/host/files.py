@@ -160,3 +160,50 @@ def symlink_at(target: str, name: str, dir_fd: int) -> None:
     if not name or "/" in name or name in (".", ".."):
         raise ValueError(f"not an entry name: {name!r}")
     os.symlink(target, name, dir_fd=dir_fd)
+
+
+class Untrusted(OSError):
+    """A file that another user could have written; the message says who and how."""
+
+
+def read_own_file(path: str, limit: int, euid: int | None = None) -> bytes | None:
+    """The bytes of `path` (at most `limit` + 1 of them), a user's own settings, or None when
+    there is no such file.
+
+    Read only when no other user could have written it: the file (symlinks followed) belongs
+    to this user or root and is writable by neither its group nor others, and no directory on
+    the way lets another user replace it (nvdocker2.host.run.unsafe_to_run). Untrusted says
+    why not. In a user namespace without the host's root, "this user" is the namespace's root
+    (the host user it maps): the overflow owner may be anyone and is never trusted here."""
+    from nvdocker2.host.run import unsafe_to_run
+
+    euid = os.geteuid() if euid is None else euid
+    try:
+        os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    owners = (0, euid)
+    why = unsafe_to_run(path, euid, owners=owners)
+    if why is not None:
+        raise Untrusted(why)
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise Untrusted(f"{path} is not a regular file")
+        if st.st_uid not in owners:
+            raise Untrusted(f"{path} belongs to uid {st.st_uid}")
+        if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+            raise Untrusted(f"{path} is writable by its group or others "
+                            f"(mode {stat.S_IMODE(st.st_mode):04o})")
+        chunks = []
+        left = limit + 1
+        while left > 0:
+            chunk = os.read(fd, min(left, 65536))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)

@@ -115,6 +115,12 @@ def unmapped_owner() -> tuple[int, int] | None:
     return _unmapped  # type: ignore[return-value]
 
 
+def rootless() -> bool:
+    """Whether this process runs rootless: as a user other than root, or as the root of a user
+    namespace that does not map the host's root (a rootless engine's runtime and hooks)."""
+    return os.geteuid() != 0 or unmapped_owner() is not None
+
+
 def trusted_uids(euid: int | None = None) -> frozenset[int]:
     """Root is trusted; a non-root caller (rootless engines) also trusts itself; in a user
     namespace without the host's root, so are the files of unmapped owners (unmapped_owner)."""
@@ -133,16 +139,19 @@ def _others_may_write(st: os.stat_result) -> bool:
 
 
 def unsafe_to_run(
-    path: Union[str, "os.PathLike[str]"], euid: int | None = None, want_dir: bool = False
+    path: Union[str, "os.PathLike[str]"], euid: int | None = None, want_dir: bool = False,
+    owners: Iterable[int] | None = None,
 ) -> str | None:
     """Why the file at `path` must not be trusted (run, or read as code), or None when safe.
 
     Walks the path from `/`, following symlinks: every directory must be owned by a trusted
     user and not writable by others (or be sticky, with the entry inside owned by a trusted
     user), and the file itself (a directory with `want_dir`) owned by a trusted user and not
-    writable by others.
+    writable by others. `owners` narrows who the file itself may belong to (a user's own
+    settings: never the overflow owner of a user namespace, who may be any user of the host).
     """
     trusted = trusted_uids(euid)
+    mine = trusted if owners is None else frozenset(owners)
     pending = os.fspath(path)
     if not pending.startswith("/"):
         return f"{pending} is not an absolute path"
@@ -176,7 +185,7 @@ def unsafe_to_run(
                 sticky = bool(parent.st_mode & stat.S_ISVTX)
                 if not sticky or st.st_uid not in trusted:
                     return f"{current} is writable by other users"
-            if st.st_uid not in trusted:
+            if st.st_uid not in (mine if last else trusted):
                 return f"{entry} belongs to uid {st.st_uid}"
             if stat.S_ISLNK(st.st_mode):
                 links += 1

@@ -282,7 +282,7 @@ def _passthrough_settings() -> tuple[tuple[str, ...], str | None, str]:
             data = f.read(1024 * 1024 + 1)
     except OSError:
         data = b""
-    if _needs_full_config(data):
+    if _needs_full_config(data) or _user_config_exists():
         from nvdocker2 import toolkit_config
 
         try:
@@ -292,6 +292,18 @@ def _passthrough_settings() -> tuple[tuple[str, ...], str | None, str]:
             return DEFAULT_RUNTIMES, None, "info"
         return config.runtime.runtimes, config.runtime.debug, config.runtime.log_level
     return DEFAULT_RUNTIMES, None, "info"
+
+
+def _user_config_exists() -> bool:
+    """Rootless, a per-user config.toml may set what a pass-through reads too."""
+    from nvdocker2.host.run import rootless
+
+    if not rootless():
+        return False
+    from nvdocker2.toolkit_config import user_config_path
+
+    path = user_config_path()
+    return path is not None and os.path.lexists(path)
 
 
 def _needs_full_config(data: bytes) -> bool:

@@ -19,7 +19,9 @@ class Journal:
     {"config": PATH,
      "runtimes_key": {"present": bool},                  # did "runtimes" exist before us
      "runtimes": {NAME: {"previous": SLOT, "installed": ENTRY}},
-     "default_runtime": {"previous": SLOT, "installed": NAME} | absent}
+     "default_runtime": {"previous": SLOT, "installed": NAME} | absent,
+     "user_config": {"path": PATH, "previous": SLOT, "file": bool, "table": bool,
+                     "dir": bool} | absent}              # rootless: the per-user config.toml
     where SLOT is {"present": false} or {"present": true, "value": ...}. Values are written
     with the document writer, so numbers keep their exact text.
     """
@@ -55,7 +57,8 @@ class Journal:
         """Replace the record (None or empty: remove the file)."""
         from nvdocker2.engines.docker.daemonjson import document
 
-        if not record or (not record.get("runtimes") and not record.get("default_runtime")):
+        if not record or not any(record.get(k) for k in ("runtimes", "default_runtime",
+                                                          "user_config")):
             self.restore(None)
             return
         try:

@@ -5,6 +5,12 @@ starts Debian's `dockerd-rootless.sh` (rootlesskit, slirp4netns) with its own da
 namespace's /dev copy lets the user open /dev/net/tun (0600 on this VM; the machine's node is
 not changed). install must find `$XDG_CONFIG_HOME/docker/daemon.json` (or ~/.config/...), reload
 that user's dockerd by signal and verify through its socket; nothing is written to /etc.
+
+install also sets `no-cgroups = true` in the user's own config.toml of the runtime
+(`$XDG_CONFIG_HOME/nvidia-container-runtime/config.toml`): a GPU container of the rootless
+dockerd then reaches the TEST FIXTURE nvidia-container-cli (tests/fixtures) with `--no-cgroups`,
+while the same run through a rootful private dockerd, with the same global config.toml and the
+user's HOME, does not (root's runtime never reads a user's file).
 """
 
 from __future__ import annotations
@@ -18,10 +24,13 @@ import time
 from pathlib import Path
 
 import pytest
+from privatedockerd import PrivateDockerd, busybox_rootfs_tar
 from privatepodman import PrivatePodman, RootlessUser, runtime_launcher
 
 REPO = Path(__file__).resolve().parents[2]
 ROOTLESS_SH = "/usr/share/docker.io/contrib/dockerd-rootless.sh"
+FIXTURE_CLI = REPO / "tests" / "fixtures" / "nvidia-container-cli"
+MARKER = "configured by the test fixture nvidia-container-cli for pid "
 
 
 def _server_up(r) -> bool:
@@ -46,7 +55,8 @@ def rootless(request, podman_prerequisites):
         user = RootlessUser(pod, home, {})
         pod.sh("chmod 0666 /dev/net/tun")  # the namespace's copy
         config_home = home / ("xdg-config" if request.param == "xdg" else ".config")
-        env = user.env + f" PYTHONPATH={REPO}"
+        gpu = _Gpu(root, user.uid)
+        env = user.env + f" PYTHONPATH={REPO} NVIDIA_CONTAINER_RUNTIME_CONFIG={gpu.config}"
         if request.param == "xdg":
             env += f" XDG_CONFIG_HOME={config_home}"
         sock = f"/run/user/{user.uid}/docker.sock"
@@ -64,7 +74,10 @@ def rootless(request, podman_prerequisites):
             assert time.monotonic() < deadline, (home / "dockerd.log").read_text()[-2000:]
             time.sleep(0.5)
         nvdocker2 = f"{sys.executable} -m nvdocker2"
-        yield as_user, nvdocker2, runtime, config_home / "docker/daemon.json", sock, root
+        gpu.env = {"HOME": str(home), **({"XDG_CONFIG_HOME": str(config_home)}
+                                        if request.param == "xdg" else {})}
+        gpu.user_config = config_home / "nvidia-container-runtime" / "config.toml"
+        yield as_user, nvdocker2, runtime, config_home / "docker/daemon.json", sock, root, gpu
     finally:
         if user is not None:
             user.stop()
@@ -72,10 +85,43 @@ def rootless(request, podman_prerequisites):
         shutil.rmtree(root, ignore_errors=True)
 
 
+class _Gpu:
+    """The test's global config.toml (root's, never edited): the fixture cli, recording its
+    argv in a directory the rootless runtime (the user, on the host) can write."""
+
+    def __init__(self, root: Path, uid: int) -> None:
+        base = root / "gpu"
+        self.cli = base / "cli" / "nvidia-container-cli"
+        self.cli.parent.mkdir(parents=True)
+        shutil.copy(FIXTURE_CLI, self.cli)
+        self.record = base / "record"
+        self.record.mkdir()
+        os.chown(self.record, uid, -1)
+        self.config = base / "config.toml"
+        self.text = (f'[nvidia-container-cli]\npath = "{self.cli}"\n'
+                     f'environment = ["FIXTURE_RECORD_DIR={self.record}"]\n')
+        self.config.write_text(self.text)
+        self.image_tar = base / "rootfs.tar"  # where the user can read it
+        shutil.copy(busybox_rootfs_tar(), self.image_tar)
+        self.image_tar.chmod(0o644)
+        self.env: dict[str, str] = {}
+        self.user_config = Path()
+
+    def argv(self) -> list[str]:
+        f = self.record / "argv"
+        argv = f.read_text().splitlines()
+        f.unlink()
+        return argv
+
+
+GPU_RUN = ("run --rm --network=none --runtime=nvidia -e NVIDIA_VISIBLE_DEVICES=0 "
+           "nvd2-busybox cat /nvidia-marker")
+
+
 def test_install_edits_the_users_daemon_json_reloads_its_dockerd_and_uninstall_undoes_it(
     rootless,
 ):
-    as_user, nvdocker2, runtime, config, sock, root = rootless
+    as_user, nvdocker2, runtime, config, sock, root, _ = rootless
     r = as_user(f"{nvdocker2} install --runtime-path {runtime} --json")
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
@@ -98,3 +144,43 @@ def test_install_edits_the_users_daemon_json_reloads_its_dockerd_and_uninstall_u
     assert not config.exists()  # there was no file before install
     info = as_user(f"docker -H unix://{sock} info --format '{{{{json .Runtimes}}}}'")
     assert "nvidia" not in json.loads(info.stdout)
+
+
+def test_a_rootless_users_gpu_container_gets_no_cgroups_and_a_rootful_ones_does_not(rootless):
+    as_user, nvdocker2, runtime, config, sock, root, gpu = rootless
+    r = as_user(f"{nvdocker2} install --runtime-path {runtime} --json")
+    assert r.returncode == 0, r.stderr
+    assert gpu.user_config.read_bytes() == b"[nvidia-container-cli]\nno-cgroups = true\n"
+    assert (gpu.user_config.stat().st_uid, gpu.user_config.stat().st_mode & 0o777) == \
+        (int(as_user("id -u").stdout), 0o644)
+    assert gpu.config.read_text() == gpu.text  # root's global file: never touched
+
+    docker = f"docker -H unix://{sock}"
+    assert as_user(f"{docker} import {gpu.image_tar} nvd2-busybox").returncode == 0
+    r = as_user(f"{docker} {GPU_RUN}")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith(MARKER)
+    argv = gpu.argv()
+    assert argv[:5] == [str(gpu.cli), "--load-kmods", "configure", "--ldconfig=@/sbin/ldconfig",
+                        "--no-cgroups"]
+
+    # Root's runtime, with the same global file and the user's HOME (and XDG_CONFIG_HOME),
+    # reads no per-user file: no --no-cgroups.
+    env = dict(os.environ, NVIDIA_CONTAINER_RUNTIME_CONFIG=str(gpu.config), **gpu.env)
+    rootful = PrivateDockerd(config=json.dumps(
+        {"runtimes": {"nvidia": {"path": runtime}}}).encode(), env=env)
+    try:
+        rootful.start()
+        proc = rootful.docker(*GPU_RUN.replace("nvd2-busybox", rootful.image).split(),
+                              timeout=120)
+        assert proc.stdout.startswith(MARKER)
+        argv = gpu.argv()
+        assert argv[:4] == [str(gpu.cli), "--load-kmods", "configure",
+                            "--ldconfig=@/sbin/ldconfig"]
+        assert "--no-cgroups" not in argv
+    finally:
+        rootful.cleanup()
+
+    r = as_user(f"{nvdocker2} uninstall --json")
+    assert r.returncode == 0, r.stderr
+    assert not gpu.user_config.exists() and not gpu.user_config.parent.exists()

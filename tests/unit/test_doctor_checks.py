@@ -614,6 +614,34 @@ def test_rootless_needs_no_cgroups(host):
     assert_status(host.run(), "toolkit.rootless", OK, "rootless")
 
 
+def test_rootless_reads_the_users_config_toml_over_the_global_one(host):
+    host.info["SecurityOptions"].append("name=rootless")
+    host.env["HOME"] = "/home/u"
+    host.file("/etc/nvidia-container-runtime/config.toml", "[nvidia-container-cli]\n"
+              "no-cgroups = false\n")
+    results = host.run()
+    assert_status(results, "toolkit.rootless", FAIL, "/home/u/.config/nvidia-container-runtime/"
+                  "config.toml", "nvdocker2 install as this user")
+    user = host.file("/home/u/.config/nvidia-container-runtime/config.toml",
+                     "[nvidia-container-cli]\nno-cgroups = true\n")
+    results = host.run()
+    assert_status(results, "toolkit.rootless", OK, "rootless", "per-user /home/u/.config/"
+                  "nvidia-container-runtime/config.toml read over /etc/nvidia-container-runtime")
+    assert_status(results, "toolkit.config", OK, "per-user /home/u/.config/")
+    user.chmod(0o646)  # anyone may change what the rootless runtime does
+    assert_status(host.run(), "toolkit.config", FAIL, "refusing this per-user config.toml",
+                  "writable by other users", "correct that key in /home/u/.config/")
+
+
+def test_rootful_docker_ignores_a_users_config_toml(host):
+    host.env["HOME"] = "/home/u"
+    host.file("/home/u/.config/nvidia-container-runtime/config.toml",
+              "[nvidia-container-cli]\nno-cgroups = true\n")
+    results = host.run()
+    assert_status(results, "toolkit.rootless", OK, "rootful Docker, no-cgroups = false")
+    assert "per-user" not in results["toolkit.config"].detail
+
+
 def test_no_cgroups_on_rootful_warns(host):
     host.file(
         "/etc/nvidia-container-runtime/config.toml", "[nvidia-container-cli]\nno-cgroups = true\n"

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from nvdocker2 import locations
+from nvdocker2.engines.docker import rootless
 from nvdocker2.engines.docker.daemonjson import document, edit, validate
 from nvdocker2.store.atomic import Ownership, resolve_target
 from nvdocker2.store.backups import Backup, Backups
@@ -46,11 +47,13 @@ class DockerEngine(EngineBase):
     groups_backups = False  # rollback restores one file: daemon.json's newest backup
 
     def __init__(self, config: Path, daemon: Any = None, config_reason: str = "",
-                 dockerd_log: Path | None = None) -> None:
+                 dockerd_log: Path | None = None, user_config: Path | None = None) -> None:
         super().__init__(config)
         self.daemon = daemon or NoDaemon()
         self.reason = config_reason
         self.dockerd_log = dockerd_log
+        # Rootless Docker: the runtime's per-user config.toml install sets no-cgroups in.
+        self.user_config = user_config
 
     @property
     def config_reason(self) -> str:  # type: ignore[override]
@@ -185,9 +188,21 @@ class DockerEngine(EngineBase):
             record = self._install_record(ctx, doc, runtime_name,
                                           edit.runtime_entry(runtime_path, args),
                                           set_default and changes[-1].changed)
+        extras: list[FileEdit] = []
+        if self.user_config is not None:
+            user = self.user_config
+            rootless.check_trusted(user)
+            old_user = ctx.read(user)
+            new_user, ch_user, rec_user = rootless.set_no_cgroups(old_user, user)
+            changes.append(ch_user)
+            extras.append(FileEdit(user, old_user, new_user, f"install {rootless.KEY} "
+                                   f"for rootless Docker ({self.config})"))
+            if rec_user is not None and not ctx.dry_run:
+                record = record or dict(ctx.journal().load() or {"config": str(self.config)})
+                record.setdefault(rootless.JOURNAL_KEY, rec_user)
         expect = expectation(new, doc.data, must_have={runtime_name: runtime_path})
         return self.plan(doc, new, new_bytes, changes, f"install runtime {runtime_name}",
-                         expect, record)
+                         expect, record, extras=extras)
 
     def _install_record(self, ctx: Context, doc: document.Document, runtime_name: str,
                         entry: dict, default_set: bool) -> dict:
@@ -272,6 +287,10 @@ class DockerEngine(EngineBase):
                 "dockerd now uses runc)"
             )
         data_changed = any(c.changed for c in changes)
+        extras, remove_dirs = self._put_back_user_config(ctx, rec, changes) \
+            if isinstance(mine, dict) and not rts_rec else ([], ())
+        if extras:
+            rec = {k: v for k, v in rec.items() if k != rootless.JOURNAL_KEY}
         new_bytes: bytes | None = doc.serialize(new) if data_changed else doc.raw
         file_rec = (rec or {}).get("file")
         created_by_install = isinstance(file_rec, dict) and file_rec.get("existed") is False
@@ -284,8 +303,28 @@ class DockerEngine(EngineBase):
         if data_changed:
             self.schema_check(ctx, new)
         record = rec if (rec is not None and not ctx.dry_run) else None
-        return self.plan(doc, new, new_bytes, changes, f"uninstall runtime {runtime_name}",
-                         expectation(new, doc.data), record, journal_before_write=False)
+        plan = self.plan(doc, new, new_bytes, changes, f"uninstall runtime {runtime_name}",
+                         expectation(new, doc.data), record, journal_before_write=False,
+                         extras=extras)
+        return dataclasses.replace(plan, remove_dirs=remove_dirs) if remove_dirs else plan
+
+    def _put_back_user_config(self, ctx: Context, rec: dict, changes: list[Change]
+                              ) -> tuple[list[FileEdit], tuple[Path, ...]]:
+        """The per-user config.toml as it was before install set no-cgroups (its journal
+        entry), when install set it; with its directory, when install made that."""
+        urec = rec.get(rootless.JOURNAL_KEY)
+        if not isinstance(urec, dict) or not isinstance(urec.get("path"), str):
+            return [], ()
+        user = Path(urec["path"])
+        old = ctx.read(user)
+        new, change, warning = rootless.put_back(old, urec, user)
+        if warning:
+            ctx.warn(warning)
+        if change is not None:
+            changes.append(change)
+        made_dir = new is None and old is not None and not urec.get("dir", True)
+        return ([FileEdit(user, old, new, f"uninstall {rootless.KEY} for rootless Docker "
+                          f"({self.config})")], (user.parent,) if made_dir else ())
 
     def plan_rollback(self, ctx: Context, backup: Backup | None,
                       others: Sequence[Backup] = ()) -> Plan:
@@ -356,10 +395,13 @@ def install(config: Path, *, runtime_name: str = "nvidia", runtime_path: str,
             runtime_args: Sequence[str] = (), set_default: bool = False,
             dry_run: bool = False, daemon: Any = None, reporter: Reporter | None = None,
             timeout: float = 30.0, config_reason: str = "", state: Path | None = None,
-            dockerd_log: Path | None = None, require_daemon: bool = False) -> Result:
-    """Add (or update) the runtime entry, optionally make it the default (docs/reference.md §2)."""
+            dockerd_log: Path | None = None, require_daemon: bool = False,
+            user_config: Path | None = None) -> Result:
+    """Add (or update) the runtime entry, optionally make it the default (docs/reference.md §2);
+    for a rootless Docker (`user_config`: the runtime's per-user config.toml) set
+    `[nvidia-container-cli] no-cgroups = true` there too (reference §3)."""
     edit.check_name(runtime_name, adding=True)
-    eng = DockerEngine(config, daemon, config_reason, dockerd_log)
+    eng = DockerEngine(config, daemon, config_reason, dockerd_log, user_config)
     return run(eng, "install", lambda ctx: eng.plan_install(
         ctx, runtime_name, runtime_path, runtime_args, set_default),
         dry_run=dry_run, reporter=reporter, timeout=timeout, state=state,

@@ -88,12 +88,14 @@ class DockerFront:
         elif os.path.isabs(path) and not (os.path.isfile(path) and os.access(path, os.X_OK)):
             warnings.append(f"--runtime-path {path} is not an executable file (yet)")
         daemon, notes = _make_daemon(o, cfg)
+        from nvdocker2.engines.docker import rootless
+
         res = docker_engine.install(
             cfg, runtime_name=o["runtime_name"], runtime_path=path,
             runtime_args=o["runtime_arg"] or [], set_default=o["set_default"],
             dry_run=o["dry_run"], daemon=daemon, reporter=reporter, timeout=o["timeout"],
             config_reason=why, dockerd_log=o["dockerd_log"],
-            require_daemon=o["require_daemon"],
+            require_daemon=o["require_daemon"], user_config=rootless.install_path(),
         )
         notes = _applied(res, notes)
         if mode is not None:
