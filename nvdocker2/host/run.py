@@ -173,8 +173,11 @@ def unsafe_to_run(
             if name == "..":  # every link up to here is resolved: `..` is the real parent
                 current = os.path.dirname(current)
                 parent = os.lstat(current)
-                if last:
-                    return None if want_dir else f"{path} is not a file"
+                if last:  # the directory climbed into is the one to check
+                    if not want_dir:
+                        return f"{path} is not a file"
+                    return f"{current} is writable by other users" if _others_may_write(
+                        parent) else None
                 continue
             entry = os.path.join(current, name)
             try:
@@ -427,7 +430,8 @@ def fork_exec(
                 prepare()
             os.execve(exe, words, environ)
         except BaseException as err:  # noqa: BLE001 - reported by the parent
-            os.write(2, f"{CHILD_FAILED}{err}\n".encode("utf-8", "replace"))
+            # On the pipe itself: it is there even when /dev/null or a dup2 failed.
+            os.write(w, f"{CHILD_FAILED}{err}\n".encode("utf-8", "replace"))
         os._exit(CHILD_STATUS)
     os.close(w)
     return pid, r
