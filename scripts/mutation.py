@@ -393,6 +393,8 @@ def main(argv: list[str] | None = None) -> int:
     report: list[str] = []
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="nvdocker2-mutation.") as tmp:
+        # Readable by other users, as a checkout is: some tests run the copy as `nobody`.
+        os.chmod(tmp, 0o755)
         workers = [Worker(Path(tmp) / f"w{n}", python) for n in range(max(1, args.jobs))]
         for module in modules:
             line, failed = run_module(module, workers)
