@@ -3,14 +3,16 @@ rootless, in the platform matrix's trees.
 
 Each suite gets a tree (trees.py) with the .deb installed, the TEST FIXTURE fake driver tree
 of 2 GPUs at /opt/nvd2-driver inside it, and the spec written by the tree's own `nvdocker2 cdi
-generate` into the tree's /etc/cdi, as an operator writes it there. Podman is the tree's,
-run inside the tree (chroot, the tree's mount namespace) with the settings this VM needs
-(privatepodman.ENGINE_CONF: cgroupfs, runc, ulimits, a file event log); its storage, /etc and
-/run are the tree's, so nothing of this machine is written. The rootless user
-(privatepodman.RootlessUser) is made in the tree's /etc with subuid/subgid ranges; the tree's
+generate` into the tree's /etc/cdi, as an operator writes it there. Podman is the tree's, run
+in a mount namespace made from the tree's and pivot_rooted into the tree (TreePodman: a
+chrooted process may not make the user namespace rootless Podman needs), with the settings
+this VM needs (privatepodman.CONTAINERS_CONF: cgroupfs, runc, ulimits, a file event log); its
+storage, /etc and /run are the tree's, so nothing of this machine is written. The rootless
+user (privatepodman.RootlessUser) is made in the tree's /etc with subuid/subgid ranges; the
 namespace gets a /dev of its own holding the fake nodes (rootless Podman bind-mounts a node
 from its container path). What a user would see is asserted inside the container, with the
-checks the Debian 12 Podman tests use (tests/e2e/podmanchecks.py).
+checks the Debian 12 Podman tests use (tests/e2e/podmanchecks.py); the hostile image's
+"host" paths are the tree's, as Podman there sees the host.
 """
 
 from __future__ import annotations
