@@ -85,7 +85,7 @@ class Host:
                                         image, "sh", "-c", script, check=False)
 
 
-@pytest.fixture(scope="module", params=["trixie", "sid"])
+@pytest.fixture(scope="module", params=[n for n, s in trees.SUITES.items() if s.podman])
 def suite(request) -> str:
     return request.param
 

@@ -5,9 +5,9 @@ A *tree* is a `debootstrap --variant=minbase` root of one Debian suite with dock
 docker-cli, containerd, runc, busybox-static and nvdocker2's Debian dependencies (Debian 13
 and sid: Podman and uidmap too, PODMAN_PACKAGES), built once and cached as an uncompressed
 tarball under /var/cache/nvdocker2-tests (NVDOCKER2_TEST_CACHE), then unpacked into a fresh
-temporary directory per use. Nothing of this machine is changed: the
-tree's daemons run chrooted inside a private mount namespace, and only processes started here
-are ever signalled, by pid.
+temporary directory per use. Nothing of this machine is changed: the tree's daemons run
+chrooted inside a private mount namespace, and only processes started here are ever
+signalled, by pid.
 
 Stable API (other test modules build on it; extend, do not change):
 
