@@ -63,6 +63,34 @@ def runtime_launcher(root: Path) -> str:
     return str(bindir / "nvidia-container-runtime")
 
 
+def image_tar(base: Path, extra: Iterable[tuple[str, object]] = ()) -> bytes:
+    """The rootfs tar `base` plus `extra` entries: (path, what), what is bytes (a file, 0644),
+    ("symlink", target), ("dir",) or ("file", bytes, mode)."""
+    buf = io.BytesIO()
+    with tarfile.open(base) as rootfs, tarfile.open(fileobj=buf, mode="w") as out:
+        for member in rootfs.getmembers():
+            data = rootfs.extractfile(member) if member.isfile() else None
+            out.addfile(member, data)
+        for path, what in extra:
+            info = tarfile.TarInfo(path.lstrip("/"))
+            info.mtime = int(time.time())
+            data = None
+            if isinstance(what, bytes):
+                what = ("file", what, 0o644)
+            if what[0] == "symlink":
+                info.type = tarfile.SYMTYPE
+                info.linkname = what[1]
+            elif what[0] == "dir":
+                info.type = tarfile.DIRTYPE
+                info.mode = 0o755
+            else:
+                info.size = len(what[1])
+                info.mode = what[2]
+                data = io.BytesIO(what[1])
+            out.addfile(info, data)
+    return buf.getvalue()
+
+
 def missing_prerequisites() -> list[str]:
     """What this machine lacks to run a private Podman (empty when it can)."""
     missing = [f"{tool} (on PATH)" for tool in REQUIRED if shutil.which(tool) is None]
@@ -88,12 +116,28 @@ class PrivatePodman:
         )
 
     def start(self) -> None:
-        for d in ("tmp", "storage", "run", "ovl/etc/up", "ovl/etc/work", "ovl/var-lib/up",
-                  "ovl/var-lib/work"):
-            (self.root / d).mkdir(parents=True, exist_ok=True)
-        (self.root / "containers.conf").write_text(CONTAINERS_CONF.format(root=self.root))
-        (self.root / "storage.conf").write_text(STORAGE_CONF.format(root=self.root))
+        for d in ("tmp", "storage", "run"):
+            self.host_path(self.root / d).mkdir(parents=True, exist_ok=True)
+        self.host_path(self.root / "containers.conf").write_text(
+            CONTAINERS_CONF.format(root=self.root))
+        self.host_path(self.root / "storage.conf").write_text(
+            STORAGE_CONF.format(root=self.root))
+        self.holder = subprocess.Popen(
+            self.holder_argv(),
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
+        )
+        line = self.holder.stdout.readline()
+        if line.strip() != "ready":
+            err = self.holder.stderr.read() if self.holder.poll() is not None else ""
+            self.cleanup()
+            raise RuntimeError(f"private podman namespace did not start: {line!r} {err}")
+
+    def holder_argv(self) -> list[str]:
+        """The namespace's holder: overlays on /etc and /var/lib, a tmpfs on /run; it prints
+        `ready` and sleeps."""
         ovl = self.root / "ovl"
+        for d in ("etc/up", "etc/work", "var-lib/up", "var-lib/work"):
+            (ovl / d).mkdir(parents=True, exist_ok=True)
         script = (
             "set -e\n"
             f"mount -t overlay nvd2-etc -o lowerdir=/etc,upperdir={ovl}/etc/up,"
@@ -105,15 +149,7 @@ class PrivatePodman:
             "echo ready\n"
             "exec sleep 86400\n"
         )
-        self.holder = subprocess.Popen(
-            ["unshare", "--mount", "--propagation", "private", "sh", "-c", script],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
-        )
-        line = self.holder.stdout.readline()
-        if line.strip() != "ready":
-            err = self.holder.stderr.read() if self.holder.poll() is not None else ""
-            self.cleanup()
-            raise RuntimeError(f"private podman namespace did not start: {line!r} {err}")
+        return ["unshare", "--mount", "--propagation", "private", "sh", "-c", script]
 
     # --- running things inside the namespace -------------------------------------------------
 
@@ -142,38 +178,20 @@ class PrivatePodman:
         """Put a spec into /etc/cdi as Podman in our namespace sees it."""
         self._run(["sh", "-c", f"cat > /etc/cdi/{name}"], check=True, timeout=30, input=text)
 
-    def import_image(self, tag: str, extra: Iterable[tuple[str, object]] = ()) -> str:
-        """`podman import` of the busybox-static rootfs plus `extra` entries.
-
-        `extra` holds (path, what): what is bytes (a file, 0644), ("symlink", target),
-        ("dir",) or ("file", bytes, mode). Returns the tag.
-        """
-        buf = io.BytesIO()
-        with tarfile.open(busybox_rootfs_tar()) as base, tarfile.open(fileobj=buf, mode="w") as out:
-            for member in base.getmembers():
-                data = base.extractfile(member) if member.isfile() else None
-                out.addfile(member, data)
-            for path, what in extra:
-                info = tarfile.TarInfo(path.lstrip("/"))
-                info.mtime = int(time.time())
-                data = None
-                if isinstance(what, bytes):
-                    what = ("file", what, 0o644)
-                if what[0] == "symlink":
-                    info.type = tarfile.SYMTYPE
-                    info.linkname = what[1]
-                elif what[0] == "dir":
-                    info.type = tarfile.DIRTYPE
-                    info.mode = 0o755
-                else:
-                    info.size = len(what[1])
-                    info.mode = what[2]
-                    data = io.BytesIO(what[1])
-                out.addfile(info, data)
+    def import_image(self, tag: str, extra: Iterable[tuple[str, object]] = (),
+                     engine=None) -> str:
+        """`podman import` of the busybox-static rootfs plus `extra` (see image_tar), by this
+        Podman or by `engine` (a RootlessUser); the tag."""
         tar = self.root / f"{tag.replace('/', '_').replace(':', '_')}.tar"
-        tar.write_bytes(buf.getvalue())
-        self.podman("import", str(tar), tag)
+        self.host_path(tar).write_bytes(image_tar(busybox_rootfs_tar(), extra))
+        self.host_path(tar).chmod(0o644)
+        (engine or self).podman("import", str(tar), tag)
         return tag
+
+    @staticmethod
+    def host_path(path: str | os.PathLike) -> Path:
+        """This machine's path of a path the namespace's commands see (the same here)."""
+        return Path(path)
 
     # --- stopping ----------------------------------------------------------------------------
 
@@ -210,26 +228,26 @@ class PrivatePodman:
                 if stream:
                     stream.close()
             self.holder = None
-        shutil.rmtree(self.root, ignore_errors=True)
+        shutil.rmtree(self.host_path(self.root), ignore_errors=True)
 
 
 class RootlessUser:
-    """A throwaway user running rootless Podman inside a started `PrivatePodman`'s namespace.
+    """A throwaway user running rootless Podman inside a started `PrivatePodman`'s namespace
+    (or any `pod` with the same `sh`, `root` and `host_path`: a platform tree's Podman).
 
     The user, its subuid/subgid ranges and its runtime directory are made in the namespace,
-    whose /etc is an overlay: the machine's /etc/passwd and /etc/subuid never hold it, and it
-    is gone with the namespace. Rootless Podman 4.3 bind-mounts each device node from its
-    container `path`, so the namespace's /dev becomes a tmpfs copy of /dev plus `nodes`
-    (name -> (major, minor)). Its pause process starts with its first command, inside the
-    namespace, and dies with it.
+    whose /etc is an overlay (or a tree's own): the machine's /etc/passwd and /etc/subuid never
+    hold it, and it is gone with the namespace. Rootless Podman 4.3 bind-mounts each device
+    node from its container `path`, so the namespace's /dev becomes a tmpfs copy of /dev plus
+    `nodes` (name -> (major, minor)). Its pause process starts with its first command, inside
+    the namespace, and dies with it. `home` is a path as the namespace's commands see it.
     """
 
-    def __init__(self, pod: PrivatePodman, home: Path, nodes: dict[str, tuple[int, int]]):
+    def __init__(self, pod, home: Path, nodes: dict[str, tuple[int, int]]):
         self.pod = pod
         self.name = "nvd2rl" + os.urandom(3).hex()
         self.home = home
         dev = pod.root / "dev"
-        dev.mkdir()
         mknods = "".join(f"mknod -m 0666 /dev/{n} c {ma} {mi}\n" for n, (ma, mi) in nodes.items())
         pod.sh(
             "set -e\n"
@@ -239,6 +257,7 @@ class RootlessUser:
             f"echo {self.name}:300000:65536 >> /etc/subuid\n"
             f"grep -q '^{self.name}:' /etc/subgid 2>/dev/null || "
             f"echo {self.name}:300000:65536 >> /etc/subgid\n"
+            f"mkdir {dev}\n"
             f"mount -t tmpfs -o mode=0755 nvd2-dev {dev}\n"
             f"cp -a /dev/. {dev}/ 2>/dev/null || true\n"
             f"mount --bind {dev} /dev\n"
@@ -250,8 +269,9 @@ class RootlessUser:
         self.gid = int(pod.sh(f"id -g {self.name}").stdout)
         pod.sh(f"mkdir -m 0700 -p /run/user/{self.uid} && chown {self.name}: /run/user/{self.uid}")
         conf = home / "containers.conf"
-        conf.write_text(ENGINE_CONF.format(root=home))
-        os.chown(conf, self.uid, self.gid)
+        local_conf = pod.host_path(conf)
+        local_conf.write_text(ENGINE_CONF.format(root=home))
+        os.chown(local_conf, self.uid, self.gid)
         self.env = (f"HOME={home} XDG_RUNTIME_DIR=/run/user/{self.uid} CONTAINERS_CONF={conf} "
                     "PATH=/usr/sbin:/usr/bin:/sbin:/bin")
 

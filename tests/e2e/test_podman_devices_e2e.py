@@ -18,11 +18,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from fixtures.fake_driver import DRIVER_VERSION, LIB64_DIR, build_fake_driver
+import podmanchecks as checks
+from fixtures.fake_driver import build_fake_driver
+from podmanchecks import LIBCUDA
 from privatepodman import PrivatePodman, runtime_launcher
 
 REPO = Path(__file__).resolve().parents[2]
-LIBCUDA = f"{LIB64_DIR}/libcuda.so.{DRIVER_VERSION}"
 
 
 def nvdocker2(*args: str, env=None) -> subprocess.CompletedProcess:
@@ -55,15 +56,6 @@ def in_container(pod, image, device: str, script: str, *extra: str):
                       "sh", "-c", script, check=False)
 
 
-def nvidia_nodes(pod, image, device: str) -> list[str]:
-    r = in_container(pod, image, device, "cd /dev && ls -d nvidia*")
-    assert r.returncode == 0, r.stderr
-    return sorted(r.stdout.split())
-
-
-CONTROL = ["nvidia-modeset", "nvidia-uvm", "nvidia-uvm-tools", "nvidiactl"]
-
-
 def test_the_generated_spec_declares_0_5_0_and_validate_says_every_reader_reads_it(setup):
     _, _, out, _ = setup
     assert 'cdiVersion: "0.5.0"' in out.read_text()
@@ -72,13 +64,11 @@ def test_the_generated_spec_declares_0_5_0_and_validate_says_every_reader_reads_
     assert "accepted by podman-4.3 (CDI 0.5.2), docker-25 (CDI 0.6.2)" in r.stdout
 
 
-@pytest.mark.parametrize("which", ["index", "uuid", "all"])
+@pytest.mark.parametrize("which", checks.WHICH)
 def test_a_container_sees_exactly_the_gpus_it_asked_for(setup, which):
     pod, driver, _, image = setup
-    device = {"index": "nvidia.com/gpu=0", "uuid": f"nvidia.com/gpu={driver.gpus[1].uuid}",
-              "all": "nvidia.com/gpu=all"}[which]
-    gpus = {"index": ["nvidia0"], "uuid": ["nvidia1"], "all": ["nvidia0", "nvidia1"]}[which]
-    assert nvidia_nodes(pod, image, device) == sorted(gpus + CONTROL)
+    device, gpus = checks.requested(driver, which)
+    checks.assert_exactly_these_gpus(in_container(pod, image, device, checks.NODES), gpus)
 
 
 def test_a_container_without_the_device_sees_no_gpu_and_no_driver_file(setup):
@@ -90,15 +80,8 @@ def test_a_container_without_the_device_sees_no_gpu_and_no_driver_file(setup):
 
 def test_the_driver_files_are_there_read_only(setup):
     pod, _, _, image = setup
-    r = in_container(pod, image, "nvidia.com/gpu=0",
-                     f"grep ' {LIBCUDA} ' /proc/mounts; head -c 4 {LIBCUDA} | od -An -c; "
-                     f"(echo x >> {LIBCUDA} && echo WROTE); true")
-    assert r.returncode == 0, r.stderr
-    mount, magic = r.stdout.splitlines()[:2]
-    assert mount.split()[3].split(",")[0] == "ro"
-    assert magic.split() == ["177", "E", "L", "F"]
-    assert "WROTE" not in r.stdout
-    assert "Read-only file system" in r.stderr
+    r = in_container(pod, image, "nvidia.com/gpu=0", checks.DRIVER_FILES)
+    checks.assert_driver_files_read_only(r, "Read-only file system")
 
 
 def test_an_image_linking_out_of_its_rootfs_changes_nothing_on_the_host(setup, tmp_path):
@@ -106,21 +89,11 @@ def test_an_image_linking_out_of_its_rootfs_changes_nothing_on_the_host(setup, t
     (a host directory and a host file); the links the hook makes and the cache ldconfig
     writes must land inside the container, never there."""
     pod, _, _, _ = setup
-    host_dir = tmp_path / "host-lib"
-    host_dir.mkdir()
-    host_file = tmp_path / "host-cache"
-    host_file.write_bytes(b"operator's bytes\n")
-    image = pod.import_image("localhost/nvd2-links-out:1", [
-        (LIB64_DIR, ("symlink", str(host_dir))),
-        ("/etc/ld.so.cache", ("symlink", str(host_file))),
-    ])
-    r = in_container(pod, image, "nvidia.com/gpu=all", f"ls {LIB64_DIR}/")
-    assert sorted(os.listdir(host_dir)) == []
-    assert host_file.read_bytes() == b"operator's bytes\n"
-    # The links resolve inside the container's root: the driver files and the hook's soname
-    # links are there, in the container.
-    assert r.returncode == 0, r.stderr
-    assert {"libcuda.so.1", f"libcuda.so.{DRIVER_VERSION}"} <= set(r.stdout.split())
+    host_dir, host_file = checks.make_host_targets(tmp_path)
+    image = pod.import_image("localhost/nvd2-links-out:1",
+                             checks.links_out_image(str(host_dir), str(host_file)))
+    r = in_container(pod, image, "nvidia.com/gpu=all", checks.LIST_LIBRARIES)
+    checks.assert_links_out_changed_nothing(r, host_dir, host_file)
 
 
 # --- validate --for podman-4.3 against Podman 4.3 itself --------------------------------------

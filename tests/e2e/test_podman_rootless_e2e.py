@@ -18,13 +18,13 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from fixtures.fake_driver import DRIVER_VERSION, LIB64_DIR, build_fake_driver
+import podmanchecks as checks
+from fixtures.fake_driver import build_fake_driver
+from podmanchecks import LIBCUDA
 from privatedockerd import busybox_rootfs_tar
 from privatepodman import PrivatePodman, RootlessUser, runtime_launcher
 
 REPO = Path(__file__).resolve().parents[2]
-LIBCUDA = f"{LIB64_DIR}/libcuda.so.{DRIVER_VERSION}"
-CONTROL = ["nvidia-modeset", "nvidia-uvm", "nvidia-uvm-tools", "nvidiactl"]
 IMAGE = "localhost/nvd2-rootless:1"
 
 
@@ -82,28 +82,19 @@ def test_the_user_exists_only_in_the_namespace_and_maps_subordinate_ids(rl):
     assert len(r.stdout.strip().splitlines()) >= 2  # subordinate ranges too, not one uid
 
 
-@pytest.mark.parametrize("which", ["index", "uuid", "all"])
+@pytest.mark.parametrize("which", checks.WHICH)
 def test_a_rootless_container_sees_exactly_the_gpus_it_asked_for(rl, which):
     user, driver = rl
-    device = {"index": "nvidia.com/gpu=0", "uuid": f"nvidia.com/gpu={driver.gpus[1].uuid}",
-              "all": "nvidia.com/gpu=all"}[which]
-    gpus = {"index": ["nvidia0"], "uuid": ["nvidia1"], "all": ["nvidia0", "nvidia1"]}[which]
-    r = run(user, device, "cd /dev && ls -d nvidia*")
-    assert r.returncode == 0, r.stderr
-    assert sorted(r.stdout.split()) == sorted(gpus + CONTROL)
+    device, gpus = checks.requested(driver, which)
+    checks.assert_exactly_these_gpus(run(user, device, checks.NODES), gpus)
 
 
 def test_rootless_driver_files_are_read_only_and_in_the_ld_cache(rl):
     user, _ = rl
-    r = run(user, "nvidia.com/gpu=all",
-            f"grep ' {LIBCUDA} ' /proc/mounts; (echo x >> {LIBCUDA} && echo WROTE); "
-            "grep -c libcuda.so.1 /etc/ld.so.cache")
-    assert r.returncode == 0, r.stderr
-    lines = r.stdout.splitlines()
-    assert lines[0].split()[3].split(",")[0] == "ro"
-    # root's file is nobody's in the user namespace: the write is refused before EROFS.
-    assert "WROTE" not in r.stdout and f"can't create {LIBCUDA}" in r.stderr
-    assert lines[-1] == "1"  # the createContainer hook ran ldconfig, rootless too
+    # root's file is nobody's in the user namespace: the write is refused before EROFS; the
+    # createContainer hook ran ldconfig, rootless too.
+    r = run(user, "nvidia.com/gpu=all", checks.DRIVER_FILES)
+    checks.assert_driver_files_read_only(r, f"can't create {LIBCUDA}")
 
 
 def test_a_spec_the_user_cannot_read_gives_no_gpu_and_validate_says_why(rl, tmp_path):

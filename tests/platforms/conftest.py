@@ -45,8 +45,9 @@ def selected_platforms() -> list[str]:
 
 def pytest_collection_modifyitems(config, items):
     """Mark the platform tests; deselect those written for one suite (a fixture named after it,
-    as the CDI tests' `sid` and `trixie`) when that suite is not selected, so a run of one
-    platform (`make matrix` runs each alone) neither runs nor skips another's tests."""
+    as the CDI tests' `sid` and `trixie`, or a `suite` fixture parameter, as the Podman tests')
+    when that suite is not selected, so a run of one platform (`make matrix` runs each alone)
+    neither runs nor skips another's tests."""
     here = Path(__file__).parent
     chosen = set(selected_platforms())
     keep, drop = [], []
@@ -54,6 +55,9 @@ def pytest_collection_modifyitems(config, items):
         if Path(str(item.fspath)).parent == here:
             item.add_marker(pytest.mark.platforms)
         bound = set(getattr(item, "fixturenames", ())) & set(trees.SUITES)
+        callspec = getattr(item, "callspec", None)
+        if callspec is not None and "suite" in callspec.params:
+            bound.add(callspec.params["suite"])
         (drop if bound - chosen else keep).append(item)
     if drop:
         config.hook.pytest_deselected(items=drop)

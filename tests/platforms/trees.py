@@ -2,11 +2,12 @@
 Docker, containerd or Python than this machine's).
 
 A *tree* is a `debootstrap --variant=minbase` root of one Debian suite with docker.io,
-docker-cli, containerd, runc, busybox-static and nvdocker2's Debian dependencies, built once and
-cached as an uncompressed tarball under /var/cache/nvdocker2-tests (NVDOCKER2_TEST_CACHE), then
-unpacked into a fresh temporary directory per use. Nothing of this machine is changed: the
-tree's daemons run chrooted inside a private mount namespace, and only processes started here
-are ever signalled, by pid.
+docker-cli, containerd, runc, busybox-static and nvdocker2's Debian dependencies (Debian 13
+and sid: Podman and uidmap too, PODMAN_PACKAGES), built once and cached as an uncompressed
+tarball under /var/cache/nvdocker2-tests (NVDOCKER2_TEST_CACHE), then unpacked into a fresh
+temporary directory per use. Nothing of this machine is changed: the tree's daemons run
+chrooted inside a private mount namespace, and only processes started here are ever
+signalled, by pid.
 
 Stable API (other test modules build on it; extend, do not change):
 
@@ -21,6 +22,8 @@ Stable API (other test modules build on it; extend, do not change):
       .run_dir                  this machine's directory that is the tree's /run
       .enter()                  start the tree's mount namespace (idempotent; done by the
                                 daemon starters and by sh())
+      .namespace_argv(argv)     argv run in that namespace without the chroot (to make a
+                                namespace of one's own from it)
       .sh(cmd, env=, timeout=, input=)
                                 /bin/sh -c cmd inside the tree (chroot, in the namespace, so
                                 it sees the tree's /run: daemons' sockets and pidfiles, and
@@ -95,6 +98,9 @@ RECIPE = "1"
 # Docker's packages, then nvdocker2's Debian dependencies (the packaging tests' list). docker-cli:
 # from Debian 13 docker.io only recommends the CLI (bookworm's docker.io has it).
 PACKAGES = ("docker.io", "containerd", "runc", "busybox-static", *INCLUDE)
+# Podman 5 and the newuidmap/newgidmap its rootless mode needs (the Debian 13 and sid trees:
+# tests/platforms/test_podman_platform.py).
+PODMAN_PACKAGES = ("podman", "uidmap")
 IMAGE = "nvd2-busybox:latest"
 TREE_ENV = {
     "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
@@ -119,6 +125,8 @@ class Suite:
     extra_packages: tuple[str, ...] = ()
     # apt options the suite needs (sid's Release file can be expired against the clock)
     apt_options: tuple[str, ...] = ()
+    # the Podman major.minor of a suite whose tree has PODMAN_PACKAGES ("" where it has not)
+    podman: str = ""
 
     @property
     def packages(self) -> tuple[str, ...]:
@@ -132,10 +140,11 @@ class Suite:
 SUITES = {
     "bookworm": Suite("bookworm", "Debian 12", "20.10", "1.6", "1.1", "3.11"),
     "trixie": Suite("trixie", "Debian 13", "26.1", "1.7", "1.1", "3.13",
-                    extra_packages=("docker-cli",)),
+                    extra_packages=("docker-cli", *PODMAN_PACKAGES), podman="5.4"),
     "sid": Suite(
-        "sid", "Debian sid", "28.5", "2.1", "1.3", "3.14", extra_packages=("docker-cli",),
-        apt_options=('Acquire::Check-Valid-Until "false";',),
+        "sid", "Debian sid", "28.5", "2.1", "1.3", "3.14",
+        extra_packages=("docker-cli", *PODMAN_PACKAGES),
+        apt_options=('Acquire::Check-Valid-Until "false";',), podman="5.8",
     ),
 }
 
@@ -357,11 +366,14 @@ class Tree:
             raise TreeUnavailable(self.suite, f"cannot set up the tree's mounts: {err}")
         self._namespace = _mount_ns(self._holder.pid)
 
-    def _inside(self, argv: Sequence[str]) -> list[str]:
+    def namespace_argv(self, argv: Sequence[str]) -> list[str]:
+        """argv run in the tree's mount namespace, not chrooted (this machine's programs)."""
         self.enter()
         assert self._holder is not None
-        return ["nsenter", f"--mount=/proc/{self._holder.pid}/ns/mnt", "--",
-                "chroot", str(self.root), *argv]
+        return ["nsenter", f"--mount=/proc/{self._holder.pid}/ns/mnt", "--", *argv]
+
+    def _inside(self, argv: Sequence[str]) -> list[str]:
+        return self.namespace_argv(["chroot", str(self.root), *argv])
 
     def popen(self, argv: Sequence[str], env: Mapping[str, str] | None = None,
               **kwargs) -> subprocess.Popen:
