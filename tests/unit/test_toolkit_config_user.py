@@ -276,3 +276,14 @@ def test_in_a_user_namespace_without_roots_mapping_only_the_users_own_file_is_re
         f"{f}: refusing this per-user config.toml: {f} belongs to uid {NOBODY} (only a file of "
         "yours or root's, that no one else can write, is read; fix it with chown/chmod go-w, "
         "or remove it)")
+
+
+@needs_root
+def test_root_on_the_host_never_reads_a_per_user_file(files):
+    """Without `user=`, whether to read it is whether this process runs rootless: root on the
+    host (here, the test suite) is not, whatever HOME says."""
+    g, home = files
+    _user_file(home / ".config", "[nvidia-container-cli]\nno-cgroups = true\n")
+    cfg = load(str(g), {"HOME": str(home)})
+    assert cfg.cli.no_cgroups is False and cfg.user_source is None
+    assert load(str(g), {"HOME": str(home)}, user=True).cli.no_cgroups is True
