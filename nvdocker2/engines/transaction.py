@@ -543,10 +543,12 @@ def rollback(engine: Any, backup_id: str | None, *, service: Service | None = No
              reporter: Reporter | None = None, timeout: float = 30.0, dry_run: bool = False,
              state: Path | None = None, files: list[Path] | None = None,
              require_daemon: bool = False) -> Result:
-    """Restore the newest transaction's backups of the files of the engine's config (or the
-    one with `backup_id`, which must be one of them, and the others of its transaction); the
-    current files are backed up first. Another config's backups are never touched. `files`:
-    the engine's files as its front knows them (default: its config and `engine.files()`)."""
+    """Restore the newest transaction of the engine's config: the newest whose backups are all
+    of that config's files (or the one of `backup_id`, which must be one of them), every file of
+    it; the current files are backed up first. A transaction that also changed a file of
+    another config (two configs sharing a drop-in) is that config's: never picked, and refused
+    by id. `files`: the engine's files as its front knows them (default: its config and
+    `engine.files()`)."""
     st = state if state is not None else state_dir()
     backups = Backups(st)
     every = backups.all()
@@ -554,25 +556,60 @@ def rollback(engine: Any, backup_id: str | None, *, service: Service | None = No
         files = list(dict.fromkeys([Path(engine.config), *(Path(p) for p in engine.files())]))
     names = [str(p) for p in files]
     listing = f"list them with: nvdocker2 backups --engine {engine.name} --config {engine.config}"
+
+    def foreign(b: Backup) -> list[str]:
+        """The files of `b`'s transaction that are not this config's."""
+        return [x.config for x in backups.group(b, every) if x.config not in names]
+
     if backup_id:
         first = backups.get(backup_id)
         if first.config not in names:
             raise BadInput(f"backup {backup_id} is of {first.config}, not of a file of "
                            f"{engine.config} ({', '.join(names)})", listing)
+        others = foreign(first)
+        if others:
+            raise BadInput(f"backup {backup_id} is of a change that also changed "
+                           f"{', '.join(others)}, not a file of {engine.config} "
+                           f"({', '.join(names)})",
+                           f"roll it back with the --config of that change; {listing}")
     else:
         mine = [b for b in every if b.config in names]
         if not mine:
             raise BadInput(f"no backups of {', '.join(names)} in {backups.dir}",
                            f"nothing to roll back to; {listing}")
-        first = mine[0]
+        first = next((b for b in mine if not foreign(b)), None)
+        if first is None:
+            raise BadInput(f"no change of {engine.config} alone to roll back: every backup of "
+                           f"{', '.join(names)} is of a change that also changed "
+                           f"{', '.join(foreign(mine[0]))}", listing)
     group = list({b.config: b for b in backups.group(first, every)}.values())
 
     def planner(ctx: Context) -> Plan:
         files = tuple(FileEdit(Path(b.config), ctx.read(Path(b.config)), backups.read(b),
                                owner=b.ownership) for b in group)
+        for f in files:
+            _changed_since(ctx, backups, every, first, f, names)
         changes = tuple(Change(b.config, "restored", ABSENT, b.id) for b in group)
         return Plan(files, changes if any(f.changed for f in files) else (),
                     f"rollback to {first.id} ({engine.name})")
 
     return transact(engine, "rollback", planner, service=service, reporter=reporter,
                     timeout=timeout, dry_run=dry_run, state=st, require_daemon=require_daemon)
+
+
+def _changed_since(ctx: Context, backups: Backups, every: list[Backup], first: Backup,
+                   f: FileEdit, names: list[str]) -> None:
+    """Warn when a file a rollback restores was changed, after `first`'s transaction, by a
+    change of another config (a shared drop-in) and still holds what that change left: the
+    rollback undoes it too."""
+    later = [b for b in every
+             if b.config == str(f.path) and (b.time, b.id) > (first.time, first.id)]
+    if not later or f.old == backups.read(later[-1]):
+        return  # nothing changed it since, or it is back to what `first`'s transaction left
+    for b in later:
+        others = [x.config for x in backups.group(b, every) if x.config not in names]
+        if others:
+            ctx.warn(f"{f.path} was changed since by a change that also changed "
+                     f"{', '.join(others)} (backup {b.id}): restoring it undoes that change "
+                     "there too")
+            return
