@@ -587,8 +587,8 @@ def rollback(engine: Any, backup_id: str | None, *, service: Service | None = No
     def planner(ctx: Context) -> Plan:
         files = tuple(FileEdit(Path(b.config), ctx.read(Path(b.config)), backups.read(b),
                                owner=b.ownership) for b in group)
-        for f in files:
-            _changed_since(ctx, backups, every, first, f, names)
+        for b, f in zip(group, files):
+            _changed_since(ctx, backups, every, b, f.old, names)
         changes = tuple(Change(b.config, "restored", ABSENT, b.id) for b in group)
         return Plan(files, changes if any(f.changed for f in files) else (),
                     f"rollback to {first.id} ({engine.name})")
@@ -597,19 +597,21 @@ def rollback(engine: Any, backup_id: str | None, *, service: Service | None = No
                     timeout=timeout, dry_run=dry_run, state=st, require_daemon=require_daemon)
 
 
-def _changed_since(ctx: Context, backups: Backups, every: list[Backup], first: Backup,
-                   f: FileEdit, names: list[str]) -> None:
-    """Warn when a file a rollback restores was changed, after `first`'s transaction, by a
-    change of another config (a shared drop-in) and still holds what that change left: the
-    rollback undoes it too."""
-    later = [b for b in every
-             if b.config == str(f.path) and (b.time, b.id) > (first.time, first.id)]
-    if not later or f.old == backups.read(later[-1]):
-        return  # nothing changed it since, or it is back to what `first`'s transaction left
+def _changed_since(ctx: Context, backups: Backups, every: list[Backup], own: Backup,
+                   now: bytes | None, names: list[str]) -> None:
+    """Warn when the file of `own`, which a rollback restores (`now`: its bytes), was changed
+    after `own`'s transaction by a change of another config (a shared drop-in) and does not
+    hold what `own`'s transaction left: the rollback undoes that change too."""
+    later = [b for b in every if b.config == own.config and (b.time, b.id) > (own.time, own.id)]
+    if not later:
+        return
+    with contextlib.suppress(NvDockerError):  # a damaged backup: no proof it is back
+        if now == backups.read(later[-1]):
+            return  # what `own`'s transaction left, the next change's backup says
     for b in later:
         others = [x.config for x in backups.group(b, every) if x.config not in names]
         if others:
-            ctx.warn(f"{f.path} was changed since by a change that also changed "
+            ctx.warn(f"{own.config} was changed since by a change that also changed "
                      f"{', '.join(others)} (backup {b.id}): restoring it undoes that change "
                      "there too")
             return

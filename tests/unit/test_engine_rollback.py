@@ -180,3 +180,16 @@ def test_rollback_when_every_backup_is_another_configs_is_refused(tmp_path):
                                  f"--config {first}")
     assert (second.read_bytes(), dropin.read_bytes()) == kept
     assert first.read_bytes() == b"version = 3\n"
+
+
+def test_rollback_to_a_backup_of_another_dropin_is_refused(two):
+    first, second, go = two
+    go(first, "install")
+    theirs = go(second, "install").backup
+    kept = (first.read_bytes(), second.read_bytes())
+    with pytest.raises(BadInput) as raised:
+        go(first, "rollback", theirs)
+    assert raised.value.message == (f"backup {theirs} is of {second}, not of a file of {first} "
+                                    f"({first})")
+    assert raised.value.hint == f"list them with: nvdocker2 backups --engine crio --config {first}"
+    assert (first.read_bytes(), second.read_bytes()) == kept
