@@ -82,8 +82,11 @@ def test_progress_of_a_change_names_its_backup_the_restart_and_the_wait(cfg, tmp
 
 def test_progress_of_a_change_undone_through_transitional_files(cfg, tmp_path):
     seen, st = Watcher(), tmp_path / "st"
-    with pytest.raises(DockerdRejected):
+    with pytest.raises(DockerdRejected) as e:
         _go(LinesEngine(cfg, via=True), Recorder(cfg, fail=1), st, seen)
+    assert e.value.message == (
+        f"linesd did not take the new {cfg}: linesd reports the old lines; the previous file "
+        f"was restored from backup {_only(st).id} and linesd reports the previous state again")
     assert seen.lines == [
         f"backup {_only(st).id} saved",
         "restarting linesd (test) with the transitional file",

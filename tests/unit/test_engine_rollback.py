@@ -16,6 +16,7 @@ from nvdocker2.engines.base import Request
 from nvdocker2.engines.containerd import ContainerdEngine
 from nvdocker2.engines.crio import CrioEngine
 from nvdocker2.errors import BadInput
+from nvdocker2.store.backups import Backups
 
 A = "/usr/bin/nvidia-container-runtime"
 TOML_ONLY = "containerd is not installed here: the candidate was checked as TOML only"
@@ -114,7 +115,7 @@ def test_rollback_of_a_config_leaves_a_change_of_another_config_to_that_one(shar
     code, out, err = go(first, "rollback", "--dry-run", "--json")
     assert code == 0, err
     assert json.loads(out)["warnings"] == [
-        f"{dropin} was changed since by a change that also changed {second} (backup "
+        f"{dropin} was changed since by a change of {second} (backup "
         f"{next(b['id'] for b in _backups(second, go) if b['config'] == str(dropin))}): "
         "restoring it undoes that change there too", TOML_ONLY]
     code, out, err = go(first, "rollback")
@@ -153,8 +154,7 @@ def test_rollback_by_id_of_another_configs_change_is_refused(shared):
     code, out, err = go(first, "rollback", theirs)
     assert code == 2 and out == ""
     assert err.splitlines() == [
-        f"error: backup {theirs} is of a change that also changed {second}, not a file of "
-        f"{first} ({first}, {dropin})",
+        f"error: backup {theirs} is of a change of {second}, not of {first}",
         "hint: roll it back with the --config of that change; list them with: nvdocker2 "
         f"backups --engine containerd --config {first}"]
     assert (first.read_bytes(), second.read_bytes(), dropin.read_bytes()) == before
@@ -174,8 +174,8 @@ def test_rollback_when_every_backup_is_another_configs_is_refused(tmp_path):
         txn.rollback(ContainerdEngine(first, exe="", check=False), None, service=Service(),
                      state=st, files=[first, dropin])
     assert raised.value.message == (
-        f"no change of {first} alone to roll back: every backup of {first}, {dropin} is of a "
-        f"change that also changed {second}")
+        f"no change of {first} to roll back: every backup of {first}, {dropin} is of a change "
+        f"of {second}")
     assert raised.value.hint == ("list them with: nvdocker2 backups --engine containerd "
                                  f"--config {first}")
     assert (second.read_bytes(), dropin.read_bytes()) == kept
@@ -193,3 +193,40 @@ def test_rollback_to_a_backup_of_another_dropin_is_refused(two):
                                     f"({first})")
     assert raised.value.hint == f"list them with: nvdocker2 backups --engine crio --config {first}"
     assert (first.read_bytes(), second.read_bytes()) == kept
+
+
+def test_rollback_warns_once_naming_the_newest_change_of_the_other_config(shared):
+    first, second, dropin, go = shared
+    go(first, "install", "--runtime-path", "/rt/one")
+    go(second, "install", "--runtime-path", "/rt/two")
+    go(second, "install", "--runtime-path", "/rt/three")
+    newest, older, oldest = [b["id"] for b in _backups(second, go) if b["config"] == str(dropin)]
+    code, out, err = go(first, "rollback", "--dry-run", "--json")
+    assert code == 0, err
+    assert json.loads(out)["warnings"] == [
+        f"{dropin} was changed since by a change of {second} (backup {newest}): "
+        "restoring it undoes that change there too", TOML_ONLY]
+    assert len({newest, older, oldest}) == 3 and b"/rt/three" in dropin.read_bytes()
+
+
+def test_rollback_tells_the_configs_apart_by_files_in_backups_that_record_no_config(tmp_path):
+    """Backups made before they recorded their config: a change that also changed a file that
+    is not this config's is the other config's."""
+    st, first, second = tmp_path / "st", tmp_path / "config.toml", tmp_path / "other.toml"
+    dropin = tmp_path / "conf.d" / "99-nvidia.toml"
+    dropin.parent.mkdir()
+    first.write_bytes(b"version = 3\n# first, installed\n")
+    second.write_bytes(b"version = 3\n# second, installed\n")
+    dropin.write_bytes(b"version = 3\n# the second's\n")
+    backups = Backups(st)
+    for config, data, tag in ((first, b"version = 3\n", "1a2b3c4d"), (dropin, None, "1a2b3c4d"),
+                              (second, b"version = 3\n# second\n", "5e6f7a8b"),
+                              (dropin, b"version = 3\n# the first's\n", "5e6f7a8b")):
+        backups.create(config, data, f"install nvidia (containerd) [{tag}]")
+    result = txn.rollback(ContainerdEngine(first, exe="", check=False), None, service=Service(),
+                          state=st, files=[first, dropin])
+    assert first.read_bytes() == b"version = 3\n" and not dropin.exists()
+    assert second.read_bytes() == b"version = 3\n# second, installed\n"
+    (theirs,) = [b.id for b in backups.all() if b.tag == "5e6f7a8b" and b.config == str(dropin)]
+    assert result.warnings == (f"{dropin} was changed since by a change of {second} (backup "
+                               f"{theirs}): restoring it undoes that change there too",)
