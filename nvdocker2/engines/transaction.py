@@ -368,7 +368,7 @@ def _apply(ctx: Context, action: str, plan: Plan, journal: Journal,
     try:
         for f in changed:
             made.append(backups.create(f.path, f.old, (f.reason or plan.reason) + tag,
-                                       Ownership.of(_as_read(ctx, f).stat)))
+                                       Ownership.of(_as_read(ctx, f).stat), engine.config))
         main = next((b for b, f in zip(made, changed) if f.path == engine.config), made[0])
         ctx.reporter.progress(f"backup {main.id} saved")
         journal_old = journal.read_bytes()
@@ -543,10 +543,12 @@ def rollback(engine: Any, backup_id: str | None, *, service: Service | None = No
              reporter: Reporter | None = None, timeout: float = 30.0, dry_run: bool = False,
              state: Path | None = None, files: list[Path] | None = None,
              require_daemon: bool = False) -> Result:
-    """Restore the newest transaction's backups of the files of the engine's config (or the
-    one with `backup_id`, which must be one of them, and the others of its transaction); the
-    current files are backed up first. Another config's backups are never touched. `files`:
-    the engine's files as its front knows them (default: its config and `engine.files()`)."""
+    """Restore the newest transaction of the engine's config, every file of it (or the one of
+    `backup_id`, which must be of one of its files); the current files are backed up first.
+    A transaction made for another config (two configs sharing a drop-in: the config its
+    backups record, or, in backups that record none, a file it changed that is not one of this
+    config's) is never picked, and refused by id. `files`: the engine's files as its front
+    knows them (default: its config and `engine.files()`)."""
     st = state if state is not None else state_dir()
     backups = Backups(st)
     every = backups.all()
@@ -554,25 +556,70 @@ def rollback(engine: Any, backup_id: str | None, *, service: Service | None = No
         files = list(dict.fromkeys([Path(engine.config), *(Path(p) for p in engine.files())]))
     names = [str(p) for p in files]
     listing = f"list them with: nvdocker2 backups --engine {engine.name} --config {engine.config}"
+
+    def foreign(b: Backup) -> list[str]:
+        return _foreign(backups, every, b, str(engine.config), names)
+
     if backup_id:
         first = backups.get(backup_id)
         if first.config not in names:
             raise BadInput(f"backup {backup_id} is of {first.config}, not of a file of "
                            f"{engine.config} ({', '.join(names)})", listing)
+        others = foreign(first)
+        if others:
+            raise BadInput(f"backup {backup_id} is of a change of {', '.join(others)}, not of "
+                           f"{engine.config}",
+                           f"roll it back with the --config of that change; {listing}")
     else:
         mine = [b for b in every if b.config in names]
         if not mine:
             raise BadInput(f"no backups of {', '.join(names)} in {backups.dir}",
                            f"nothing to roll back to; {listing}")
-        first = mine[0]
+        first = next((b for b in mine if not foreign(b)), None)
+        if first is None:
+            raise BadInput(f"no change of {engine.config} to roll back: every backup of "
+                           f"{', '.join(names)} is of a change of {', '.join(foreign(mine[0]))}",
+                           listing)
     group = list({b.config: b for b in backups.group(first, every)}.values())
 
     def planner(ctx: Context) -> Plan:
         files = tuple(FileEdit(Path(b.config), ctx.read(Path(b.config)), backups.read(b),
                                owner=b.ownership) for b in group)
+        for b, f in zip(group, files):
+            _changed_since(ctx, backups, every, b, f.old, foreign)
         changes = tuple(Change(b.config, "restored", ABSENT, b.id) for b in group)
         return Plan(files, changes if any(f.changed for f in files) else (),
                     f"rollback to {first.id} ({engine.name})")
 
     return transact(engine, "rollback", planner, service=service, reporter=reporter,
                     timeout=timeout, dry_run=dry_run, state=st, require_daemon=require_daemon)
+
+
+def _foreign(backups: Backups, every: list[Backup], b: Backup, config: str,
+             names: list[str]) -> list[str]:
+    """Why `b`'s transaction is not one of `config`'s (whose files are `names`): the config it
+    recorded, or, in backups that record none, the files it changed that are not `config`'s."""
+    group = backups.group(b, every)
+    made_for = {x.for_config for x in group} - {None}
+    if made_for:
+        return sorted(made_for - {config})
+    return [x.config for x in group if x.config not in names]
+
+
+def _changed_since(ctx: Context, backups: Backups, every: list[Backup], own: Backup,
+                   now: bytes | None, foreign: Callable[[Backup], list[str]]) -> None:
+    """Warn when the file of `own`, which a rollback restores (`now`: its bytes), was changed
+    after `own`'s transaction by a change of another config (a shared drop-in) and does not
+    hold what `own`'s transaction left: the rollback undoes that change too."""
+    later = [b for b in every if b.config == own.config and (b.time, b.id) > (own.time, own.id)]
+    if not later:
+        return
+    with contextlib.suppress(NvDockerError):  # a damaged backup: no proof it is back
+        if now == backups.read(later[-1]):
+            return  # what `own`'s transaction left, the next change's backup says
+    for b in later:
+        others = foreign(b)
+        if others:
+            ctx.warn(f"{own.config} was changed since by a change of {', '.join(others)} "
+                     f"(backup {b.id}): restoring it undoes that change there too")
+            return

@@ -40,7 +40,9 @@ _TAG_RE = re.compile(r" \[([0-9a-f]{8})\]$")
 @dataclass(frozen=True)
 class Backup:
     """One saved version of a config file. `existed` False: the file did not exist then.
-    `ownership`: the file's mode, owner and group then (None in backups of version 0.1)."""
+    `ownership`: the file's mode, owner and group then (None in backups of version 0.1).
+    `for_config`: the engine config whose change made it (None in backups made before it was
+    recorded, and outside an engine's transaction)."""
 
     id: str
     time: str
@@ -51,6 +53,7 @@ class Backup:
     size: int
     file: Path
     ownership: Ownership | None = None
+    for_config: str | None = None
 
     @property
     def tag(self) -> str | None:
@@ -86,7 +89,8 @@ class Backups:
         self.dir = state / "backups"
 
     def create(
-        self, config: Path, data: bytes | None, reason: str, ownership: Ownership | None = None
+        self, config: Path, data: bytes | None, reason: str, ownership: Ownership | None = None,
+        for_config: Path | None = None,
     ) -> Backup:
         now = _dt.datetime.now(_dt.timezone.utc)
         bid = now.strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(3)
@@ -109,6 +113,8 @@ class Backups:
         }
         if data is not None and ownership is not None:
             meta.update(mode=f"{ownership.mode:04o}", uid=ownership.uid, gid=ownership.gid)
+        if for_config is not None:
+            meta["for_config"] = str(for_config)
         atomic_write(
             self.dir / f"{bid}.meta.json",
             (json.dumps(meta, indent=2, ensure_ascii=False) + "\n").encode(),
@@ -144,6 +150,7 @@ class Backups:
             size=int(meta.get("size", 0)),
             file=self.dir / name,
             ownership=ownership,
+            for_config=meta["for_config"] if isinstance(meta.get("for_config"), str) else None,
         )
 
     def all(self, config: Path | None = None) -> list[Backup]:
