@@ -32,13 +32,13 @@ DEFAULT_NVIDIA = ('\n[plugins."io.containerd.grpc.v1.cri".containerd]\n'
                   '  default_runtime_name = "nvidia"\n')
 
 
-def req(set_default=False, own=(RT,), name="nvidia", path=RT):
-    return Request(name, path, set_default, own)
+def req(set_default=False, name="nvidia", path=RT):
+    return Request(name, path, set_default, (RT,))
 
 
-def install(raw, request, journal=None, major=1, imported=(), dropin=None, implicit=None):
-    return E.plan_install(D.parse(ROOT, raw), list(imported), dropin, major, request,
-                          journal or {}, implicit)
+def install(raw, request, journal=None, major=1, dropin=None, implicit=None):
+    return E.plan_install(D.parse(ROOT, raw), [], dropin, major, request, journal or {},
+                          implicit)
 
 
 def uninstall(raw, request, journal, dropin=None):
@@ -611,3 +611,15 @@ def test_a_created_config_toml_that_holds_only_our_runtime_is_removed():
              + b'"\n')
     back = uninstall(alone, req(), plan.journal)
     assert [(f.path, f.new) for f in back.files] == [(ROOT, None)]
+
+
+def test_containerd_2_uninstall_leaves_config_tomls_own_runtime_byte_for_byte():
+    """On containerd 2 install writes only the drop-in, which overrides the runtime
+    config.toml has; uninstall removes the drop-in and the import, and config.toml's runtime
+    is what containerd runs again."""
+    plan = install(EXISTING, req(), major=2)
+    assert printed(plan)[0]["before"] == OLD_NVIDIA
+    back = uninstall(new(plan), req(), plan.journal, dropin=D.parse(DROPIN, new(plan, DROPIN)))
+    assert [(f.path, f.new) for f in back.files] == [(ROOT, EXISTING), (DROPIN, None)]
+    assert [c["key"] for c in printed(back)] == [str(DROPIN), "imports"]
+    assert check(back.expect, {"nvidia": "/usr/local/nvidia/runtime"}) == []

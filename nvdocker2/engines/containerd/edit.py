@@ -350,7 +350,7 @@ def _install_in_place(root: D.Config, table: dict, req: Request, entry: dict,
         # After what an earlier install appended (still the file's end), the two are one block
         # for uninstall to take off; after other lines, the earlier block is what it looks for.
         before = entry.get("appended")
-        if not isinstance(before, str) or not before:
+        if not isinstance(before, str):
             entry["appended"] = appended
         elif text.endswith(before):
             entry["appended"] = before + appended
@@ -388,22 +388,26 @@ def plan_uninstall(root: D.Config, dropin: D.Config | None, req: Request,
             text = text[: -len(appended)]
             expected = _loads_or(text, {"<error>": "unparsable"})
             # What they held: our runtime, or (where it was there before) only the default.
+            # Whole tables that were not there before: taking them off only removes keys.
             for key, was in ((("runtimes", name), cur), (("default_runtime_name",),
                              _get_in(root.data, cri + ("default_runtime_name",)))):
-                now = _get_in(expected, cri + key)
-                if now != was:
-                    changes.append(Change(D.dotted(cri + key),
-                                          "removed" if now is ABSENT else "replaced", was, now))
+                if was is not ABSENT and _get_in(expected, cri + key) is ABSENT:
+                    changes.append(Change(D.dotted(cri + key), "removed", was, ABSENT))
         else:
             prev = _unslot(entry.get("previous"))
             if prev is not ABSENT and isinstance(prev, dict):
+                # Only what differs is written: a key rewritten by tomlkit loses its layout,
+                # and on containerd 2 config.toml's own runtime is not install's (as it was).
                 for k in list(cur):
                     if k not in prev:
                         text = _tk_set(text, cri + ("runtimes", name, k), ABSENT)
                 for k, v in prev.items():
-                    text = _tk_set(text, cri + ("runtimes", name, k), v)
-                _set_in(expected, cri + ("runtimes", name), prev)
-                changes.append(Change(f"{D.dotted(cri)}.runtimes.{name}", "replaced", cur, prev))
+                    if cur.get(k) != v:
+                        text = _tk_set(text, cri + ("runtimes", name, k), v)
+                if cur != prev:
+                    _set_in(expected, cri + ("runtimes", name), prev)
+                    changes.append(Change(f"{D.dotted(cri)}.runtimes.{name}", "replaced", cur,
+                                          prev))
             else:
                 text = _drop_table(text, cri + ("runtimes", name))
                 _set_in(expected, cri + ("runtimes", name), ABSENT)
