@@ -623,3 +623,35 @@ def test_containerd_2_uninstall_leaves_config_tomls_own_runtime_byte_for_byte():
     assert [(f.path, f.new) for f in back.files] == [(ROOT, EXISTING), (DROPIN, None)]
     assert [c["key"] for c in printed(back)] == [str(DROPIN), "imports"]
     assert check(back.expect, {"nvidia": "/usr/local/nvidia/runtime"}) == []
+
+
+def test_the_candidate_check_of_an_uninstall_that_puts_a_runtime_back():
+    """containerd's verdict on the files an uninstall writes: where the runtime goes, it must
+    be gone; where uninstall puts another package's back (or leaves it), it may stay with
+    its own binary and the default may change, but nothing else may."""
+    from nvdocker2.engines.containerd import service
+
+    def dump(nvidia, default="nvidia", snapshotter="overlayfs"):
+        ctd = {"snapshotter": snapshotter, "default_runtime_name": default,
+               "runtimes": {"runc": {"runtime_type": RUNC}, "nvidia": nvidia}}
+        return {"version": 2, "plugins": {"io.containerd.grpc.v1.cri": {"containerd": ctd}}}
+
+    ours, old = dump(KUBEADM_OURS), dump(OLD_NVIDIA, default="runc")
+    assert service.compare_dumps(ours, old, "nvidia", RT, False, None) == []
+    assert service.compare_dumps(ours, old, "nvidia", RT, False, True) == [
+        'the runtime "nvidia" would still be configured']
+    assert service.compare_dumps(ours, dump(OLD_NVIDIA, snapshotter="native"), "nvidia", RT,
+                                 False, None) == [
+        "plugins.io.containerd.grpc.v1.cri.containerd.snapshotter would change"]
+    # the engine asks for that where the plan keeps the runtime
+    from nvdocker2.engines.containerd import ContainerdEngine
+
+    class Quiet(ContainerdEngine):
+        def __init__(self, config):
+            super().__init__(config, exe="", check=False)
+
+    plan = install(EXISTING, req())
+    kept = Quiet(ROOT).plan_uninstall({ROOT: new(plan)}.get, req(), plan.journal)
+    assert kept.check == (req(), None)
+    gone = Quiet(ROOT).plan_uninstall({ROOT: KUBEADM_V2 + KUBEADM_TABLE.encode()}.get, req(), {})
+    assert gone.check == (req(), True)
