@@ -315,6 +315,15 @@ def test_containerd_2_gets_a_dropin_and_the_import_line_and_uninstall_takes_both
     own = D.parse(DROPIN, V3_DROPIN)
     again = install(new(plan), req(set_default=True), plan.journal, major=2, dropin=own)
     assert not again.changed and again.journal is None
+    assert [c["action"] for c in printed(again)] == ["unchanged", "unchanged"]
+    # a new runtime path: our drop-in's runtime is what it replaces, and what containerd is
+    # to run again if the new file is put back
+    moved = install(new(plan), req(path="/opt/rt"), plan.journal, major=2, dropin=own)
+    assert printed(moved)[0] == {"key": f"{CRI3}.runtimes.nvidia", "action": "replaced",
+                                 "before": V3_OURS, "after": dict(V3_OURS, options=dict(
+                                     V3_OURS["options"], BinaryName="/opt/rt"))}
+    assert check(moved.expect_old, {"nvidia": RT}) == []
+    assert entry(moved)["previous"] == {"present": False}
 
     back = uninstall(new(plan), req(set_default=True), plan.journal, dropin=own)
     assert [(f.path, f.new) for f in back.files] == [(ROOT, V3), (DROPIN, None)]

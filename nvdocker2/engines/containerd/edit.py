@@ -232,17 +232,22 @@ def plan_install(root: D.Config, imported: list[D.Config], dropin: D.Config | No
     if name == "runc":
         implicit = None
     table = runtime_table(eff, cri, name, path, where)
-    before_rt = _runtimes(eff, cri, where).get(name, ABSENT)
-    before_default = default_name(eff, cri)
+    before_rt = _runtimes(eff, cri, where).get(name, ABSENT)  # what uninstall puts back
+    # What containerd runs now, our drop-in included: what the change list and a put-back
+    # compare with.
+    now = eff if dropin is None or lay.dropin is None else D.merged(
+        root, imported + [dropin], lay.deep_merge)
+    running = _runtimes(now, cri, where).get(name, ABSENT)
+    before_default = default_name(now, cri)
     changes = [Change(f"{D.dotted(cri)}.runtimes.{name}",
-                      "unchanged" if before_rt == table else
-                      ("added" if before_rt is ABSENT else "replaced"), before_rt, table)]
+                      "unchanged" if running == table else
+                      ("added" if running is ABSENT else "replaced"), running, table)]
     if req.set_default:
         changes.append(Change(f"{D.dotted(cri)}.default_runtime_name",
                               "unchanged" if before_default == name else "replaced",
                               before_default, name))
     expect = {"present": {name: path}, "absent": [], "default": name if req.set_default else None}
-    expect_old = {"present": {}, "absent": [name] if before_rt is ABSENT else [],
+    expect_old = {"present": {}, "absent": [name] if running is ABSENT else [],
                   "default": before_default if req.set_default else None}
     hiding = [] if lay.deep_merge else cri_imports(imported)
     if hiding:
