@@ -29,6 +29,7 @@ from privatecontainerd import (  # noqa: E402
 )
 
 from nvdocker2.engines.containerd import service  # noqa: E402
+from nvdocker2.engines.containerd.document import tomllib  # noqa: E402
 
 NVDOCKER2 = [sys.executable, "-m", "nvdocker2"]
 BINS = [b for b in os.environ.get("NVD2_CONTAINERD_BINS", "").split(":") if b] or [
@@ -395,3 +396,41 @@ def test_rollback_and_its_dry_run_restore_the_files_containerd_checked(container
     assert "nvidia" not in _cri_runtimes(c, t0)
     with contextlib.suppress(OSError):
         (c.dir / "conf.d").rmdir()
+
+
+OTHER_NVIDIA = (
+    '      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia]\n'
+    '        runtime_type = "io.containerd.runc.v2"\n'
+    '        [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia.options]\n'
+    '          BinaryName = "/opt/other-package/nvidia-runtime"\n')
+
+
+def test_uninstall_puts_another_packages_runtime_back_and_containerd_runs_it(containerd,
+                                                                               tmp_path):
+    """config.toml had another package's `nvidia` runtime: install makes it ours (1.x in
+    place, 2.x with the drop-in over it), uninstall gives the old one back; containerd's
+    check of the candidate and its CRI plugin after the restart both accept that it stays."""
+    c = containerd
+    state = tmp_path / "state"
+    original = c.config.read_bytes()
+    other = original + OTHER_NVIDIA.encode()
+    c.config.write_bytes(other)
+    c.systemctl("restart", "containerd")
+    try:
+        p = _run(c, state, "install")
+        assert p.returncode == 0, p.stderr
+        t1 = time.time()
+        p = _run(c, state, "uninstall")
+        assert p.returncode == 0, p.stderr
+        assert json.loads(p.stdout)["verified"] is True
+        assert tomllib.loads(c.config.read_text()) == tomllib.loads(other.decode())
+        if service.major_version(c.exe) >= 2:
+            assert c.config.read_bytes() == other  # the drop-in went, config.toml as it was
+        assert _cri_runtimes(c, t1)["nvidia"] == "/opt/other-package/nvidia-runtime"
+    finally:
+        for f in (c.dir / "conf.d").glob("*"):
+            f.unlink()
+        with contextlib.suppress(OSError):
+            (c.dir / "conf.d").rmdir()
+        c.config.write_bytes(original)
+        c.systemctl("restart", "containerd")

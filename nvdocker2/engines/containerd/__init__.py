@@ -127,7 +127,9 @@ class ContainerdEngine(EngineBase):
         made = rec.get("dropin_dir")
         if made and not edit._other_users(rec, journal, req.runtime_name):
             plan = dataclasses.replace(plan, remove_dirs=(Path(made),))
-        return dataclasses.replace(plan, check=(req, True))
+        # The runtime goes, or stays as it was before install (put back) or left alone (None).
+        gone = req.runtime_name in plan.expect["absent"]
+        return dataclasses.replace(plan, check=(req, True if gone else None))
 
     def check_candidate(self, ctx: Any, plan: Plan, staged: Sequence[Any]) -> None:
         """containerd's own verdict on the candidate files (BadInput when it refuses)."""

@@ -232,17 +232,22 @@ def plan_install(root: D.Config, imported: list[D.Config], dropin: D.Config | No
     if name == "runc":
         implicit = None
     table = runtime_table(eff, cri, name, path, where)
-    before_rt = _runtimes(eff, cri, where).get(name, ABSENT)
-    before_default = default_name(eff, cri)
+    before_rt = _runtimes(eff, cri, where).get(name, ABSENT)  # what uninstall puts back
+    # What containerd runs now, our drop-in included: what the change list and a put-back
+    # compare with.
+    now = eff if dropin is None or lay.dropin is None else D.merged(
+        root, imported + [dropin], lay.deep_merge)
+    running = _runtimes(now, cri, where).get(name, ABSENT)
+    before_default = default_name(now, cri)
     changes = [Change(f"{D.dotted(cri)}.runtimes.{name}",
-                      "unchanged" if before_rt == table else
-                      ("added" if before_rt is ABSENT else "replaced"), before_rt, table)]
+                      "unchanged" if running == table else
+                      ("added" if running is ABSENT else "replaced"), running, table)]
     if req.set_default:
         changes.append(Change(f"{D.dotted(cri)}.default_runtime_name",
                               "unchanged" if before_default == name else "replaced",
                               before_default, name))
     expect = {"present": {name: path}, "absent": [], "default": name if req.set_default else None}
-    expect_old = {"present": {}, "absent": [name] if before_rt is ABSENT else [],
+    expect_old = {"present": {}, "absent": [name] if running is ABSENT else [],
                   "default": before_default if req.set_default else None}
     hiding = [] if lay.deep_merge else cri_imports(imported)
     if hiding:
@@ -346,8 +351,14 @@ def _install_in_place(root: D.Config, table: dict, req: Request, entry: dict,
             else:
                 sep = "" if not text or text.endswith("\n") else nl
                 appended = sep + (nl if text.strip() else "") + block
-    if appended and "appended" not in entry:
-        entry["appended"] = appended
+    if appended:
+        # After what an earlier install appended (still the file's end), the two are one block
+        # for uninstall to take off; after other lines, the earlier block is what it looks for.
+        before = entry.get("appended")
+        if not isinstance(before, str):
+            entry["appended"] = appended
+        elif text.endswith(before):
+            entry["appended"] = before + appended
     return _checked(root.path, text + appended, expected), entry
 
 
@@ -381,17 +392,27 @@ def plan_uninstall(root: D.Config, dropin: D.Config | None, req: Request,
             # The exact bytes install appended: taking them off gives back the file before.
             text = text[: -len(appended)]
             expected = _loads_or(text, {"<error>": "unparsable"})
-            changes.append(Change(f"{D.dotted(cri)}.runtimes.{name}", "removed", cur, ABSENT))
+            # What they held: our runtime, or (where it was there before) only the default.
+            # Whole tables that were not there before: taking them off only removes keys.
+            for key, was in ((("runtimes", name), cur), (("default_runtime_name",),
+                             _get_in(root.data, cri + ("default_runtime_name",)))):
+                if was is not ABSENT and _get_in(expected, cri + key) is ABSENT:
+                    changes.append(Change(D.dotted(cri + key), "removed", was, ABSENT))
         else:
             prev = _unslot(entry.get("previous"))
             if prev is not ABSENT and isinstance(prev, dict):
+                # Only what differs is written: a key rewritten by tomlkit loses its layout,
+                # and on containerd 2 config.toml's own runtime is not install's (as it was).
                 for k in list(cur):
                     if k not in prev:
                         text = _tk_set(text, cri + ("runtimes", name, k), ABSENT)
                 for k, v in prev.items():
-                    text = _tk_set(text, cri + ("runtimes", name, k), v)
-                _set_in(expected, cri + ("runtimes", name), prev)
-                changes.append(Change(f"{D.dotted(cri)}.runtimes.{name}", "replaced", cur, prev))
+                    if cur.get(k) != v:
+                        text = _tk_set(text, cri + ("runtimes", name, k), v)
+                if cur != prev:
+                    _set_in(expected, cri + ("runtimes", name), prev)
+                    changes.append(Change(f"{D.dotted(cri)}.runtimes.{name}", "replaced", cur,
+                                          prev))
             else:
                 text = _drop_table(text, cri + ("runtimes", name))
                 _set_in(expected, cri + ("runtimes", name), ABSENT)
@@ -404,13 +425,15 @@ def plan_uninstall(root: D.Config, dropin: D.Config | None, req: Request,
                         and list(rest) == ["runc"]):
                     text = _drop_table(text, cri + ("runtimes", "runc"))
                     _set_in(expected, cri + ("runtimes", "runc"), ABSENT)
-                    if not _get_in(expected, cri + ("runtimes",)):
-                        _set_in(expected, cri + ("runtimes",), ABSENT)
+    # A runtime that was there before install (put back) or is not ours (left) stays.
+    gone = _get_in(expected, cri + ("runtimes", name)) is ABSENT
     now_default = _get_in(_loads_or(text, expected), cri + ("default_runtime_name",))
-    if now_default == name:
-        prev_d = _unslot(entry.get("previous_default")) if entry.get("set_default") else ABSENT
-        if prev_d == name:
-            prev_d = ABSENT
+    # The default goes back to what install recorded; unrecorded, or recorded as this runtime,
+    # it stays while the runtime does and goes with it.
+    prev_d = _unslot(entry.get("previous_default")) if entry.get("set_default") else name
+    if prev_d == name and gone:
+        prev_d = ABSENT
+    if now_default == name and prev_d != name:
         text = _tk_set(text, cri + ("default_runtime_name",), prev_d)
         _set_in(expected, cri + ("default_runtime_name",), prev_d)
         changes.append(Change(f"{D.dotted(cri)}.default_runtime_name",
@@ -448,7 +471,7 @@ def plan_uninstall(root: D.Config, dropin: D.Config | None, req: Request,
     files.insert(0, FileEdit(root.path, root.raw, new_root))
     changed = any(f.changed for f in files)
     rec = _with_entry(journal, root.path, name, None) if (changed or entry) else None
-    expect = {"present": {}, "absent": [name], "default": None}
+    expect = {"present": {}, "absent": [name] if gone else [], "default": None}
     expect_old = {"present": {}, "absent": [], "default": None}
     return Plan(tuple(files), tuple(changes), f"uninstall runtime {name} (containerd)", rec,
                 expect, expect_old, warnings=tuple(warnings), journal_before_write=False)

@@ -81,22 +81,23 @@ def _get(d: Any, keys: tuple[str, ...]) -> Any:
 
 
 def compare_dumps(before: dict, after: dict, name: str, path: str, set_default: bool,
-                  removing: bool = False) -> list[str]:
-    """What differs between the effective configs besides our runtime (and default)."""
+                  removing: bool | None = False) -> list[str]:
+    """What differs between the effective configs besides our runtime (and default).
+    `removing` None: an uninstall that puts back, or leaves, a runtime of that name."""
     cri = dump_cri(after)
     problems = []
     rt = _get(after, cri + ("runtimes", name))
     if removing:
         if rt is not None:
             problems.append(f'the runtime "{name}" would still be configured')
-    else:
+    elif removing is False:
         if not isinstance(rt, dict) or _get(rt, ("options", "BinaryName")) != path:
             problems.append(f'the runtime "{name}" with BinaryName {path} would not be in '
                             "containerd's effective configuration (another import overrides it?)")
         if set_default and _get(after, cri + ("default_runtime_name",)) != name:
             problems.append(f'default_runtime_name would not be "{name}"')
-    problems += [f"{k} would change" for k in changed_keys(before, after, name,
-                                                           set_default or removing)]
+    problems += [f"{k} would change" for k in changed_keys(
+        before, after, name, set_default or removing is not False)]
     return problems
 
 
