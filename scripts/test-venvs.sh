@@ -11,6 +11,8 @@ cd "$(dirname "$0")/.."
 cache=${NVDOCKER2_PIP_CACHE:-/var/cache/nvdocker2-tests/pip}
 python=${NVDOCKER2_VENV_PYTHON:-/usr/bin/python3}
 root=$(mktemp -d /tmp/nvdocker2-venvs.XXXXXX)
+# Readable by other users, as a checkout is: some tests run the venv's python as `nobody`.
+chmod 0755 "$root"
 trap 'rm -rf "$root"' EXIT
 mkdir -p "$cache"
 failed=()
