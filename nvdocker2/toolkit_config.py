@@ -286,7 +286,7 @@ def _document(data: bytes, path: str) -> dict:
         raise ConfigError(f"{path}: not UTF-8 text (byte {e.start})") from None
     doc = _read_plain_toml(text)
     if doc is None:
-        doc = _read_toml(text, path)
+        doc = read_toml(text, path)
     return doc
 
 
@@ -370,7 +370,8 @@ def _build(doc: dict, path: str, from_env: bool, source: str | None) -> ToolkitC
     )
 
 
-def _read_toml(text: str, path: str) -> dict:
+def read_toml(text: str, path: str) -> dict:
+    """tomllib's reading of `text` (tomli before Python 3.11); ConfigError naming `path`."""
     if sys.version_info >= (3, 11):
         import tomllib  # novermin: only on 3.11+, tomli below
     else:  # pragma: no cover - exercised on Python < 3.11 only

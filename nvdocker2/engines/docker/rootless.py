@@ -10,26 +10,19 @@ held before is recorded in daemon.json's journal, and uninstall puts that back o
 key still holds what install wrote.
 
 Edits go through tomlkit, which keeps comments and layout; the result is parsed again and must
-differ from the old document in that one key alone.
+differ from the old document in that one key alone. tomlkit is imported only where a file is
+edited: every Docker command imports this module.
 """
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any, Mapping
-
-import tomlkit
 
 from nvdocker2 import locations, toolkit_config
 from nvdocker2.changes import ABSENT, Change
 from nvdocker2.errors import BadInput
 from nvdocker2.store.journal import slot, unslot
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - Python < 3.11
-    import tomli as tomllib
 
 TABLE = "nvidia-container-cli"
 KEY = "no-cgroups"
@@ -57,12 +50,18 @@ def check_trusted(path: Path) -> None:
 
 def _parse(raw: bytes | None, path: Path) -> tuple[Any, dict]:
     """(tomlkit document, plain dict) of the file's bytes (None: no file)."""
+    import tomlkit
+
     text = "" if raw is None else raw.decode("utf-8", "strict")
+    hint = f"fix {path} by hand, then run again; nothing was changed"
     try:
-        return tomlkit.parse(text), tomllib.loads(text)
-    except (tomllib.TOMLDecodeError, tomlkit.exceptions.ParseError) as e:
-        raise BadInput(f"{path}: invalid TOML: {e}", f"fix {path} by hand, then run again; "
-                       "nothing was changed") from None
+        doc = tomlkit.parse(text)
+    except tomlkit.exceptions.ParseError as e:
+        raise BadInput(f"{path}: invalid TOML: {e}", hint) from None
+    try:
+        return doc, toolkit_config.read_toml(text, str(path))
+    except toolkit_config.ConfigError as e:
+        raise BadInput(str(e), hint) from None
 
 
 def _table(doc: dict, path: Path) -> Any:
@@ -77,7 +76,8 @@ def _checked(new_text: str, expected: dict, path: Path) -> bytes:
     """`new_text`, after checking it holds `expected` (old with one key changed) and that the
     runtime reads it."""
     data = new_text.encode("utf-8")
-    if tomllib.loads(new_text) != expected:  # pragma: no cover - tomlkit keeps other keys
+    # tomlkit keeps the other keys as they were: this refusal is a safety net.
+    if toolkit_config.read_toml(new_text, str(path)) != expected:  # pragma: no cover
         raise BadInput(f"{path}: cannot change [{TABLE}] {KEY} without touching other keys",
                        f"edit {path} by hand")
     try:
@@ -90,6 +90,8 @@ def _checked(new_text: str, expected: dict, path: Path) -> bytes:
 
 def set_no_cgroups(raw: bytes | None, path: Path) -> tuple[bytes | None, Change, dict | None]:
     """(new bytes, the change, the journal record of what it replaced; None: unchanged)."""
+    import tomlkit
+
     doc, old = _parse(raw, path)
     table = _table(old, path)
     before = ABSENT if table is ABSENT else table.get(KEY, ABSENT)
@@ -113,6 +115,8 @@ def put_back(raw: bytes | None, record: dict, path: Path
 
     The key goes back to what it held before install, unless someone changed it since; a
     table or file install created goes away again when nothing else is left in it."""
+    import tomlkit
+
     key = f"{path}: [{TABLE}] {KEY}"
     if raw is None:
         return None, None, None
