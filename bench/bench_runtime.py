@@ -44,6 +44,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Sequence
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests" / "e2e"))
@@ -243,10 +244,12 @@ def spread(summaries: list[dict[str, dict]]) -> dict[str, dict]:
     return out
 
 
-def print_table(summary: dict[str, dict], title: str) -> None:
+TABLE_KEYS = ("wall ms", "ratio to runc", "ratio to NVIDIA Go", "shim cpu ms", "hook cpu ms",
+              "shim + hook cpu ms", "runtime calls")
+
+
+def print_table(summary: dict[str, dict], title: str, keys: Sequence[str] = TABLE_KEYS) -> None:
     print(title, flush=True)
-    keys = ["wall ms", "ratio to runc", "ratio to NVIDIA Go", "shim cpu ms", "hook cpu ms",
-            "shim + hook cpu ms", "runtime calls"]
     for name, fig in summary.items():
         cells = []
         for k in keys:

@@ -342,28 +342,33 @@ def bench_dockerd(report: Report, runs: int, work: Path) -> None:
         pd.remove_rootfs_tar()
 
 
+def run_bench_script(name: str, rounds: int, repeat: int, anchor: Path | None) -> dict:
+    """Run bench/NAME with --json, print its table, return its figures (ValueError: why not)."""
+    print(f"{name}:", flush=True)
+    argv = [sys.executable, str(REPO / "bench" / name), "--rounds", str(rounds), "--repeat",
+            str(repeat), "--json"]
+    if anchor is not None:
+        argv += ["--anchor", str(anchor)]
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=7200)
+    out = r.stdout
+    if r.returncode != 0:
+        raise ValueError(f"exited {r.returncode}: {(r.stderr or out).strip()[-300:]}")
+    data = json.loads(out[out.index("\n{") + 1:])
+    print(out[:out.index("\n{")], flush=True)
+    return data
+
+
 def bench_docker_run(report: Report, rounds: int, repeat: int, anchor: Path | None) -> None:
     """GPU `docker run`s through runc, nvdocker2 (pip install and the packages' launchers,
     and `--gpus all`) and, with `anchor`, NVIDIA's Go runtime and hook, interleaved in the same
     rounds on one private dockerd (bench/bench_runtime.py, which see): wall time ratios paired
     per round, and the CPU of the shim and the hook from getrusage of the real processes."""
-    script = REPO / "bench" / "bench_runtime.py"
-    print("docker run: bench/bench_runtime.py", flush=True)
-    argv = [sys.executable, str(script), "--rounds", str(rounds), "--repeat", str(repeat),
-            "--json"]
-    if anchor is not None:
-        argv += ["--anchor", str(anchor)]
-    r = subprocess.run(argv, capture_output=True, text=True, timeout=7200)
-    out = r.stdout
     try:
-        if r.returncode != 0:
-            raise ValueError(f"exited {r.returncode}: {(r.stderr or out).strip()[-300:]}")
-        data = json.loads(out[out.index("\n{") + 1:])
+        data = run_bench_script("bench_runtime.py", rounds, repeat, anchor)
     except ValueError as e:
         report.add(Figure("docker run", "GPU docker run / runc", None, "x", "", "≤ 1.04", None,
                           f"bench_runtime.py failed: {e}"))
         return
-    print(out[:out.index("\n{")], flush=True)
     fig = data["figures"]
     how = f"median of {rounds} interleaved rounds, ×{repeat} runs"
 
@@ -404,6 +409,43 @@ def bench_docker_run(report: Report, rounds: int, repeat: int, anchor: Path | No
         "runc (it then execs the real one) and for nvidia-container-cli, and logs the CPU the "
         "runtime or hook had used when it exec'd it; the recorder's own start, measured on the "
         "runc runs, is subtracted from each call")
+
+
+def bench_cdi(report: Report, rounds: int, repeat: int, anchor: Path | None) -> None:
+    """CDI mode on Docker 28.5 (the sid tree of the platform matrix, bench/bench_cdi.py, which
+    see): `docker run --device nvidia.com/gpu=all` with our spec, the same spec with NVIDIA's
+    nvidia-cdi-hook in place of ours (with `anchor`) and with no hook (the floor), interleaved
+    with runc in the same rounds."""
+    if anchor is not None and not (anchor / "nvidia-cdi-hook").is_file():
+        anchor = None
+    try:
+        data = run_bench_script("bench_cdi.py", rounds, repeat, anchor)
+    except ValueError as e:
+        report.add(Figure("CDI mode", "CDI docker run / runc: nvdocker2", None, "x", "",
+                          "≤ 1.05", None, f"bench_cdi.py failed: {e}"))
+        return
+    fig = data["figures"]
+    how = f"median of {rounds} interleaved rounds, ×{repeat} runs, Docker {data['docker']}"
+    for name, f in fig.items():
+        if name == "runc":
+            continue
+        ratio = f["ratio to runc"]
+        ours = name == "nvdocker2 CDI"
+        spread = f"runs: {', '.join(f'{v:.3f}' for v in ratio['runs'])}"
+        report.add(Figure("CDI mode", f"CDI docker run / runc: {name}", ratio["median"], "x",
+                          how, "≤ 1.05" if ours else "",
+                          ratio["median"] <= 1.05 if ours else None,
+                          f"{spread}; {f['wall ms']['median']:.0f} ms vs runc "
+                          f"{fig['runc']['wall ms']['median']:.0f} ms"))
+        if "ratio to NVIDIA hook" in f and name != "NVIDIA hook":
+            r2 = f["ratio to NVIDIA hook"]
+            report.add(Figure("CDI mode", f"CDI docker run / NVIDIA hook: {name}",
+                              r2["median"], "x", how, "", None,
+                              f"runs: {', '.join(f'{v:.3f}' for v in r2['runs'])}"))
+    report.notes.append(
+        "CDI mode figures: the TEST FIXTURE fake driver (no GPU) in the Debian sid tree; "
+        "'no hook' is the same spec without any hook (device nodes and mounts alone), the "
+        "floor a hook adds to")
 
 
 # --- the report ----------------------------------------------------------------------------------
@@ -524,10 +566,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="docker run: interleaved rounds per run (default 30)")
     ap.add_argument("--repeat", type=int, default=3,
                     help="docker run: runs of all the rounds, for the spread (default 3)")
+    ap.add_argument("--cdi-rounds", type=int, default=20,
+                    help="CDI mode: interleaved rounds per run (default 20)")
     ap.add_argument("--anchor", type=Path, metavar="DIR",
-                    help="docker run: NVIDIA's nvidia-container-runtime and "
-                    "nvidia-container-runtime-hook, run in the same rounds")
-    ap.add_argument("--only", choices=("installer", "scaling", "dockerd", "docker-run"),
+                    help="NVIDIA's nvidia-container-runtime and nvidia-container-runtime-hook"
+                    " (docker run) and nvidia-cdi-hook (CDI mode), run in the same rounds")
+    ap.add_argument("--only", choices=("installer", "scaling", "dockerd", "docker-run", "cdi"),
                     action="append",
                     help="run only these sections (repeatable)")
     args = ap.parse_args(argv)
@@ -542,7 +586,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{k}: {v}")
     report = Report()
     t0 = time.monotonic()
-    sections = args.only or ["installer", "scaling", "dockerd", "docker-run"]
+    sections = args.only or ["installer", "scaling", "dockerd", "docker-run", "cdi"]
     with tempfile.TemporaryDirectory(prefix="nvd2-bench-") as tmp:
         work = Path(tmp)
         os.environ["NVDOCKER2_STATE_DIR"] = str(work / "state")
@@ -560,6 +604,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 report.notes.append("docker run figures not measured: --no-dockerd")
             else:
                 bench_docker_run(report, args.rounds, args.repeat, args.anchor)
+        if "cdi" in sections:
+            if args.no_dockerd:
+                report.notes.append("CDI mode figures not measured: --no-dockerd")
+            else:
+                bench_cdi(report, args.cdi_rounds, args.repeat, args.anchor)
     info.append(("load average at the end", _load()))
     write_results(args.out, report, info, args.runs, time.monotonic() - t0)
     print(f"wrote {args.out}")

@@ -14,13 +14,14 @@ host's ldconfig there as root, so before it does, in the hook's own process:
   needs) in every capability set, so the ldconfig exec'd next gets nothing else.
 
 The container itself never sees any of this: its mounts stay as runc made them. Linux only,
-stdlib only (ctypes, imported when a hook runs as root).
+stdlib only (ctypes' C half, imported when a hook runs as root).
 """
 
 from __future__ import annotations
 
 import errno
 import os
+import sys
 
 from nvdocker2.direct.errors import DirectError
 from nvdocker2.direct.rootfs import resolve_in_root
@@ -83,62 +84,88 @@ def mounts_below(root: str, mountinfo: str) -> dict[str, bool]:
 
 
 class _Libc:
-    """The few libc calls the standard library lacks, raising OSError like os does."""
+    """The few libc calls the standard library lacks, raising OSError like os does.
+
+    Bound through `_ctypes`, the C half of ctypes, with the two C types the calls need: the
+    ctypes package itself costs every GPU container start about 4 ms of CPU to import (it
+    builds dozens of classes and imports struct), its C half about 0.5 ms."""
 
     def __init__(self) -> None:
-        import ctypes
+        import _ctypes
 
-        self._ctypes = ctypes
-        self._libc = ctypes.CDLL(None, use_errno=True)
+        class Int(_ctypes._SimpleCData):
+            _type_ = "i"
+
+        class ULong(_ctypes._SimpleCData):
+            _type_ = "L"
+
+        class Function(_ctypes.CFuncPtr):
+            _flags_ = _ctypes.FUNCFLAG_CDECL | _ctypes.FUNCFLAG_USE_ERRNO
+            _restype_ = Int
+
+        class Library:  # what CFuncPtr looks a symbol up in: an object with a _handle
+            _handle = _ctypes.dlopen(None, os.RTLD_NOW)
+
+        self._errno = _ctypes.get_errno
+        self._ulong = ULong
+        self._call = {name: Function((name, Library))
+                      for name in ("unshare", "mount", "umount2", "prctl", "capset")}
 
     def _check(self, result: int, what: str) -> None:
         if result != 0:
-            err = self._ctypes.get_errno()
+            err = self._errno()
             raise OSError(err, f"{what}: {os.strerror(err)}")
 
     def unshare(self, flags: int) -> None:
-        self._check(self._libc.unshare(flags), "unshare(CLONE_NEWNS)")
+        self._check(self._call["unshare"](flags), "unshare(CLONE_NEWNS)")
 
     def mount(self, source: bytes | None, target: str, fstype: bytes | None, flags: int,
               data: bytes | None, what: str) -> None:
-        c = self._ctypes
-        self._check(self._libc.mount(source, os.fsencode(target), fstype, c.c_ulong(flags),
-                                     data), what)
+        self._check(self._call["mount"](source, os.fsencode(target), fstype,
+                                        self._ulong(flags), data), what)
 
     def umount2(self, target: str, flags: int) -> None:
-        self._check(self._libc.umount2(os.fsencode(target), flags), f"detaching {target}")
+        self._check(self._call["umount2"](os.fsencode(target), flags), f"detaching {target}")
 
     def prctl(self, option: int, arg: int, what: str, arg3: int = 0) -> int:
-        c = self._ctypes
-        result = self._libc.prctl(option, c.c_ulong(arg), c.c_ulong(arg3), c.c_ulong(0),
-                                  c.c_ulong(0))
+        u = self._ulong
+        result = self._call["prctl"](option, u(arg), u(arg3), u(0), u(0))
         if result < 0:
-            err = c.get_errno()
+            err = self._errno()
             raise OSError(err, f"{what}: {os.strerror(err)}")
         return result
 
     def capset_only(self, cap: int) -> None:
-        """Effective and permitted: `cap` alone; inheritable: nothing."""
-        c = self._ctypes
+        """Effective and permitted: `cap` alone; inheritable: nothing.
 
-        class Header(c.Structure):
-            _fields_ = (("version", c.c_uint32), ("pid", c.c_int))
+        The kernel reads a header {u32 version; int pid} and two {u32 effective, permitted,
+        inheritable} records (bits 0-31, then 32-63), in the machine's byte order."""
+        words = [0] * 6
+        words[3 * (cap // 32)] = words[3 * (cap // 32) + 1] = 1 << (cap % 32)
+        header = _u32(_CAP_VERSION_3) + _u32(0)  # pid 0: this process
+        data = b"".join(_u32(w) for w in words)
+        self._check(self._call["capset"](header, data), "capset")
 
-        class Data(c.Structure):
-            _fields_ = (("effective", c.c_uint32), ("permitted", c.c_uint32),
-                        ("inheritable", c.c_uint32))
 
-        data = (Data * 2)()
-        bit = 1 << (cap % 32)
-        data[cap // 32].effective = data[cap // 32].permitted = bit
-        self._check(self._libc.capset(c.byref(Header(_CAP_VERSION_3, 0)), data), "capset")
+def _u32(value: int) -> bytes:
+    return value.to_bytes(4, sys.byteorder)
+
+
+_LIBC: list[_Libc] = []
+
+
+def _libc() -> _Libc:
+    """The one `_Libc` of this process, bound at its first use."""
+    if not _LIBC:
+        _LIBC.append(_Libc())
+    return _LIBC[0]
 
 
 def private_view(rootfs: str, keep: set[tuple[int, int]]) -> None:
     """Enter a mount namespace of our own where below `rootfs` only the image's files and the
     read-only mounts of files whose (st_dev, st_ino) is in `keep` remain, with ldconfig's aux
     cache directory covered read-only; raises OSError if that cannot be had."""
-    libc = _Libc()
+    libc = _libc()
     libc.unshare(CLONE_NEWNS)
     libc.mount(None, "/", None, MS_REC | MS_PRIVATE, None, "making mounts private")
     root = os.path.realpath(rootfs)
@@ -189,7 +216,7 @@ def drop_privileges() -> None:
     """no_new_privs, and CAP_SYS_CHROOT alone in the bounding, effective and permitted sets
     (inheritable and ambient empty): what this process execs next can chroot and nothing
     else a capability grants."""
-    libc = _Libc()
+    libc = _libc()
     libc.prctl(PR_SET_NO_NEW_PRIVS, 1, "setting no_new_privs")
     for cap in range(64):
         if cap == CAP_SYS_CHROOT:

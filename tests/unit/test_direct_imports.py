@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 import nvdocker2
 
@@ -58,3 +61,21 @@ def test_the_hook_role_starts_without_json_re_subprocess_typing_or_discovery(tmp
     heavy = {"json", "re", "subprocess", "typing", "dataclasses", "ctypes",
              "nvdocker2.direct.discover", "nvdocker2.direct.spec", "nvdocker2.direct.ldcache"}
     assert heavy & set(loaded) == set()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="confining ldconfig needs root")
+def test_the_confined_ldconfig_child_binds_libc_without_the_ctypes_package(tmp_path):
+    """The child that confines ldconfig runs on every GPU container start too: it binds the
+    libc calls through ctypes' C half, and still ends with CAP_SYS_CHROOT alone under
+    no_new_privs."""
+    code = (f"import os, sys; sys.path.append({ROOT!r})\n"
+            "from nvdocker2.direct.confine import drop_privileges, private_view\n"
+            f"private_view({str(tmp_path)!r}, set())\n"
+            "drop_privileges()\n"
+            "status = dict(l.split(':', 1) for l in open('/proc/self/status'))\n"
+            "print(status['CapEff'].strip(), status['CapBnd'].strip(),"
+            " status['NoNewPrivs'].strip(), 'ctypes' in sys.modules)")
+    proc = subprocess.run([sys.executable, "-I", "-S", "-c", code], capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["0000000000040000", "0000000000040000", "1", "False"]
