@@ -15,7 +15,7 @@ rotating order, so that every figure is paired with runc in the same round:
 - `nvdocker2 --gpus all`: no `--runtime`; dockerd adds the standalone hook itself;
 - `NVIDIA Go` (with `--anchor DIR`): NVIDIA's `nvidia-container-runtime`, which adds its
   `nvidia-container-runtime-hook`, built from NVIDIA/nvidia-container-toolkit (see
-  docs/benchmarks.md). DIR may also hold `nvidia-cdi-hook`; CDI mode is not measured here.
+  docs/benchmarks.md). DIR may also hold `nvidia-cdi-hook`, which bench_cdi.py runs.
 
 There is no GPU: a static recorder (bench/recorder.c, built here with the C compiler) stands
 in for runc and for nvidia-container-cli. CPU time survives exec, so the recorder's first act,
