@@ -175,23 +175,28 @@ def main(argv: list[str] | None = None) -> int:
 
         print(f"{PROG} version {__version__} (nvdocker2)")
         return 0
-    from nvdocker2.oneline import one_line  # here: the runtime imports this package too
-
     try:
         config_file, debug, command = _parse_argv(args)
     except _Usage as e:
-        print(f"{PROG}: error: {one_line(e)}\n{USAGE}", file=sys.stderr)
+        _error(e)
+        print(USAGE, file=sys.stderr)
         return 2
     if command != "prestart":
         return 0
     try:
         return prestart(config_file, debug, sys.stdin.buffer)
     except HookError as e:
-        print(f"{PROG}: error: {one_line(e)}", file=sys.stderr)
+        _error(e)
         return 1
     except Exception as e:  # one line, never a traceback in docker's error, unless --debug
         if debug:
             raise
-        print(f"{PROG}: error: internal error: {one_line(f'{type(e).__name__}: {e}')}",
-              file=sys.stderr)
+        _error(f"internal error: {type(e).__name__}: {e}")
         return 1
+
+
+def _error(text: object) -> None:
+    # Imported here, on errors only: one module less at every container start.
+    from nvdocker2.oneline import one_line
+
+    print(f"{PROG}: error: {one_line(text)}", file=sys.stderr)

@@ -14,12 +14,12 @@ What every path made here can rely on, whoever calls and whatever the umask:
   (`derived_mode`): a copy of a 0600 config.toml is 0600.
 
 Replacing an existing file is the atomic write's (nvdocker2.store), which creates its temp
-file through `create_exclusive` here. Stdlib only.
+file through `create_exclusive` here. Stdlib only; the runtime's `create` imports this module
+at every container start, so `errno` is imported on the error paths alone.
 """
 
 from __future__ import annotations
 
-import errno
 import os
 import stat
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing
@@ -58,6 +58,8 @@ def make_dirs(d: PathLike, mode: int) -> list[str]:
             os.mkdir(m, mode)
         except FileExistsError:
             if not os.path.isdir(m) or os.path.islink(m):
+                import errno  # error paths only (see the module docstring)
+
                 raise NotADirectoryError(errno.ENOTDIR, "Not a directory", m) from None
             continue
         os.chmod(m, mode)  # the umask took bits off what mkdir was given
@@ -111,6 +113,8 @@ def ensure_file(path: PathLike, mode: int) -> None:
         os.close(create_exclusive(path, mode))
     except FileExistsError:
         if os.path.islink(path):
+            import errno  # error paths only (see the module docstring)
+
             raise OSError(errno.ELOOP, "Too many levels of symbolic links", str(path)) from None
 
 

@@ -102,12 +102,13 @@ def unmapped_owner() -> tuple[int, int] | None:
     if _unmapped is False:
         _unmapped = None
         try:
-            with open("/proc/self/uid_map", encoding="ascii") as f:
+            # Bytes, not text: a text file would import an encoding at every container start.
+            with open("/proc/self/uid_map", "rb") as f:
                 maps = [line.split() for line in f]
-            if not any(m[:2] == ["0", "0"] for m in maps):
+            if not any(m[:2] == [b"0", b"0"] for m in maps):
                 ids = []
                 for name in ("overflowuid", "overflowgid"):
-                    with open(f"/proc/sys/kernel/{name}", encoding="ascii") as f:
+                    with open(f"/proc/sys/kernel/{name}", "rb") as f:
                         ids.append(int(f.read()))
                 _unmapped = (ids[0], ids[1])
         except (OSError, ValueError):

@@ -22,7 +22,6 @@ import os
 
 from nvdocker2.hook import PROG as HOOK_PROG
 from nvdocker2.hook import HookError, spec_rootfs
-from nvdocker2.hook.cli_argv import CliNotFound, argv_before_pid, cli_environment, find_cli
 from nvdocker2.hook.request import RequestError, request_from_spec
 
 SHELL = "/bin/sh"
@@ -60,13 +59,19 @@ def gpu_prestart_hook(spec: dict, spec_path: str, bundle: str, config) -> dict |
     try:
         rootfs = spec_rootfs(spec, spec_path, os.path.abspath(bundle))
         request = request_from_spec(spec, config)
-        if request is None:
-            return None
-        cli = find_cli(config)
-    except (HookError, CliNotFound) as e:
+    except HookError as e:
         raise Refusal(str(e)) from None
     except RequestError as e:
         raise Refusal(e.message) from None
+    if request is None:
+        return None
+    # Only a GPU container needs the cli: where nvidia is the default runtime, most are not.
+    from nvdocker2.hook.cli_argv import CliNotFound, argv_before_pid, cli_environment, find_cli
+
+    try:
+        cli = find_cli(config)
+    except CliNotFound as e:
+        raise Refusal(str(e)) from None
     argv = argv_before_pid(cli, request, config)
     env = [f"{name}={value}" for name, value in cli_environment(config).items()]
     # argv[0] "sh": a bash that is /bin/sh then runs in POSIX mode and reads no start-up file.
