@@ -10,6 +10,8 @@ commands. `main` is the console script: it maps every outcome to an exit code (r
 from __future__ import annotations
 
 import contextlib
+import copy
+import os
 import re
 import signal
 import sys
@@ -91,6 +93,30 @@ def _usage_error(e: Any, argv: List[str]) -> int:
     return EXIT_BAD_INPUT
 
 
+def _app_for(args: List[str]) -> Any:
+    """`app`, or a copy holding only what `args` can reach: typer builds every command it holds
+    (each one's options, from every engine) on each start, though a command line runs one.
+    The named command or group alone where the first word that is not an option names one;
+    no command for a plain `--version`; the whole app for help, completion and anything
+    else, so that every error and every help text is the one the whole app gives."""
+    if os.environ.get("_NVDOCKER2_COMPLETE") or "-h" in args or "--help" in args:
+        return app
+    word = next((a for a in args if not a.startswith("-")), None)
+    if word is None:
+        if "--version" not in args:
+            return app
+        names: set = set()
+    else:
+        names = {word}
+        known = {c.name for c in app.registered_commands} | {g.name for g in app.registered_groups}
+        if word not in known:
+            return app
+    narrow = copy.copy(app)
+    narrow.registered_commands = [c for c in app.registered_commands if c.name in names]
+    narrow.registered_groups = [g for g in app.registered_groups if g.name in names]
+    return narrow
+
+
 def _exits() -> tuple:
     """typer.Exit, and click's Exit where typer raises that instead (typer < 0.20)."""
     return tuple({typer.Exit, getattr(_click_errors, "Exit", typer.Exit)})
@@ -114,7 +140,7 @@ def main(argv: Optional[List[str]] = None) -> None:
         if empty is not None:
             raise _click_errors.BadParameter("an empty path names no file",
                                              param_hint=f"'{empty}'")
-        rv = app(args=argv, prog_name="nvdocker2", standalone_mode=False)
+        rv = _app_for(args)(args=argv, prog_name="nvdocker2", standalone_mode=False)
     except _exits() as e:
         sys.exit(e.exit_code)
     except _click_errors.UsageError as e:

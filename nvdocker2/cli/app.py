@@ -15,6 +15,7 @@ import traceback
 from typing import Any, Callable, Iterator
 
 from nvdocker2 import __version__
+from nvdocker2.cli import values
 from nvdocker2.errors import EXIT_INTERNAL, NvDockerError
 from nvdocker2.oneline import one_line
 
@@ -43,7 +44,12 @@ _click_errors = sys.modules[typer.BadParameter.__module__]
 
 class _Command(typer.core.TyperCommand):
     """Plain click help on every typer: typer < 0.8 formats help with rich whenever rich is
-    importable, and rich's tables cut long defaults with "…"."""
+    importable, and rich's tables cut long defaults with "…". Option values are converted
+    without pydantic where typer >= 0.29 would import it for them (nvdocker2.cli.values)."""
+
+    def parse_args(self, ctx: Any, args: Any) -> Any:
+        values.quicken(self.get_params(ctx))
+        return super().parse_args(ctx, args)
 
     def format_help(self, ctx: Any, formatter: Any) -> None:
         super(typer.core.TyperCommand, self).format_help(ctx, formatter)
@@ -55,6 +61,10 @@ class _Command(typer.core.TyperCommand):
 
 class _Group(typer.core.TyperGroup):
     __doc__ = _Command.__doc__
+
+    def parse_args(self, ctx: Any, args: Any) -> Any:
+        values.quicken(self.get_params(ctx))
+        return super().parse_args(ctx, args)
 
     def format_help(self, ctx: Any, formatter: Any) -> None:
         super(typer.core.TyperGroup, self).format_help(ctx, formatter)

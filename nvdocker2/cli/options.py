@@ -7,6 +7,7 @@ A flag that the chosen engine does not declare is a usage error naming the engin
 
 from __future__ import annotations
 
+import functools
 import inspect
 from enum import Enum
 from pathlib import Path
@@ -101,9 +102,16 @@ def to_typer(opt: CliOption, panel: Optional[str] = None) -> Any:
         kw["case_sensitive"] = False
     if opt.minimum is not None:  # checked here: typer's own check words it its own way
         kw["callback"] = _at_least(opt.minimum)
-    if panel and "rich_help_panel" in inspect.signature(typer.Option).parameters:
+    if panel and _typer_has_panels():
         kw["rich_help_panel"] = panel  # shown by typer's rich help; ours prints click's plain
     return typer.Option(opt.default, *opt.flags, **kw)
+
+
+@functools.lru_cache(maxsize=1)
+def _typer_has_panels() -> bool:
+    """Whether typer.Option takes rich_help_panel (typer >= 0.6); asked once, not for each
+    option of each command every time the commands are built."""
+    return "rich_help_panel" in inspect.signature(typer.Option).parameters
 
 
 def _at_least(minimum: float) -> Callable[[Any], Any]:

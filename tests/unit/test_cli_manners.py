@@ -3,6 +3,7 @@ the same on every typer version nvdocker2 supports (Debian 12's 0.7 to the newes
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -125,3 +126,28 @@ def test_start_up_imports_neither_rich_nor_jsonschema(args):
     r = subprocess.run([sys.executable, "-I", "-c", code, *args], capture_output=True, text=True,
                        timeout=60)
     assert r.stderr.splitlines()[-1] == "loaded: []", r.stderr
+
+
+def test_install_reload_none_imports_no_schema_library_pydantic_rich_or_http(tmp_path):
+    """`install --reload none` on a daemon.json that conforms (issue 22: it must start fast)
+    loads neither jsonschema (the quick check passes it), pydantic (typer >= 0.29 would build
+    its adapters with it), rich (no spinner without a terminal) nor http.client (no dockerd
+    to ask); it still does the whole change."""
+    fixture = Path(__file__).parent.parent / "fixtures" / "daemon-45-lines.json"
+    cfg = tmp_path / "daemon.json"
+    cfg.write_bytes(fixture.read_bytes())
+    code = (
+        "import sys\nfrom nvdocker2.cli import main\n"
+        "try:\n    main(sys.argv[1:])\nexcept SystemExit as e:\n    rc = e.code\n"
+        "heavy = [m for m in ('jsonschema', 'pydantic', 'rich', 'http.client') "
+        "if m in sys.modules]\n"
+        "sys.stderr.write(f'exit {rc}, loaded: {heavy}\\n')\n"
+    )
+    r = subprocess.run([sys.executable, "-I", "-c", code, "install", "--config", str(cfg),
+                        "--runtime-path", "/usr/bin/nvidia-container-runtime", "--reload", "none"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.stderr.splitlines()[-1] == "exit 0, loaded: []", r.stderr
+    assert "added runtimes.nvidia" in r.stdout
+    doc = json.loads(cfg.read_text())
+    assert doc["runtimes"]["nvidia"] == {"path": "/usr/bin/nvidia-container-runtime"}
+    assert doc["runtimes"]["kata"] == {"runtimeType": "io.containerd.kata.v2"}

@@ -385,7 +385,7 @@ def run(engine: DockerEngine, action: str, planner: Callable[[Context], Plan], *
         dry_run: bool = False, reporter: Reporter | None = None, timeout: float = 30.0,
         state: Path | None = None, require_daemon: bool = False) -> Result:
     """One daemon.json transaction of `engine` (its daemon as the service)."""
-    validate.preload()  # the slow import happens before the lock is taken
+    validate.preload()  # the schema is read before the lock is taken
     return transact(engine, action, planner, service=engine.service(), reporter=reporter,
                     timeout=timeout, dry_run=dry_run, state=state,
                     require_daemon=require_daemon)

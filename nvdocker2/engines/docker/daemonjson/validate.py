@@ -2,7 +2,9 @@
 
 `validate()` runs the packaged JSON Schema (types of every documented key, both runtime entry
 forms) and turns what dockerd would refuse into plain errors naming the key; unknown top-level
-keys are warnings (dockerd refuses them, but a newer dockerd may know them).
+keys are warnings (dockerd refuses them, but a newer dockerd may know them). jsonschema is
+imported only for a document that conforms.py cannot pass: one with an error, whose messages
+jsonschema words.
 `dockerd_validate()` runs `dockerd --validate --config-file FILE` where that flag exists
 (Docker >= 23); on older dockerd it reports "not available" instead of failing.
 """
@@ -14,11 +16,11 @@ import json
 import os
 import re
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from nvdocker2 import locations
+from nvdocker2.engines.docker.daemonjson.conforms import conforms
 from nvdocker2.engines.docker.daemonjson.edit import dangling_default
 from nvdocker2.host import run
 
@@ -43,8 +45,7 @@ IGNORED_SINGULAR = {
 @functools.lru_cache(maxsize=1)
 def schema() -> dict:
     """The packaged schema (engines/docker/daemonjson/schema.json)."""
-    text = resources.files("nvdocker2.engines.docker.daemonjson").joinpath("schema.json").read_text("utf-8")
-    return json.loads(text)
+    return json.loads(Path(__file__).with_name("schema.json").read_text("utf-8"))
 
 
 @functools.lru_cache(maxsize=1)
@@ -63,8 +64,8 @@ def _validator_class() -> Any:
 
 
 def preload() -> None:
-    """Import jsonschema and build the validator now, so it is not done while the lock is held."""
-    _validator_class()
+    """Read the schema now, so it is not done while the lock is held. jsonschema is imported
+    only for a document the quick check does not pass (`validate`)."""
     schema()
 
 
@@ -129,14 +130,7 @@ def _message(err: Any) -> str:
 
 def validate(doc: dict) -> tuple[list[str], list[str]]:
     """(errors, warnings) for a whole daemon.json object. Errors mean dockerd would refuse it."""
-    validator = _validator_class()(schema())
-    errors: list[str] = []
-    seen: set[str] = set()
-    for err in sorted(validator.iter_errors(doc), key=lambda e: list(map(str, e.absolute_path))):
-        msg = _message(err)
-        if msg not in seen:
-            seen.add(msg)
-            errors.append(msg)
+    errors = [] if conforms(schema(), doc) else _schema_errors(doc)
     warnings: list[str] = []
     if isinstance(doc, dict):
         known = known_keys()
@@ -160,6 +154,19 @@ def validate(doc: dict) -> tuple[list[str], list[str]]:
                 "unless a --add-runtime flag defines it)"
             )
     return errors, warnings
+
+
+def _schema_errors(doc: Any) -> list[str]:
+    """jsonschema's errors for `doc`, as plain messages naming the key, each once."""
+    validator = _validator_class()(schema())
+    errors: list[str] = []
+    seen: set[str] = set()
+    for err in sorted(validator.iter_errors(doc), key=lambda e: list(map(str, e.absolute_path))):
+        msg = _message(err)
+        if msg not in seen:
+            seen.add(msg)
+            errors.append(msg)
+    return errors
 
 
 def _out_of_range_numbers(doc: dict) -> list[str]:

@@ -3,21 +3,25 @@
 Standard library only (http.client over a unix socket): the installer needs three GET
 endpoints, runs from package scripts on hosts where the docker SDK is not installed (Debian 12
 packages no python3-docker that we depend on), and should not pay the SDK's import time on
-every `install`.
+every `install`. http.client itself (with ssl and email) is imported at the first request, so
+`install --reload none` does not load it.
 """
 
 from __future__ import annotations
 
-import http.client
+import functools
 import json
 import os
 import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from nvdocker2.errors import BadInput
+
+if TYPE_CHECKING:
+    import http.client
 
 DEFAULT_DOCKER_HOST = "unix:///var/run/docker.sock"
 
@@ -79,20 +83,26 @@ def parse_docker_host(value: str | None, environ: Mapping[str, str] | None = Non
     )
 
 
-class _UnixHTTPConnection(http.client.HTTPConnection):
-    def __init__(self, path: str, timeout: float) -> None:
-        super().__init__("localhost", timeout=timeout)
-        self._path = path
+@functools.lru_cache(maxsize=1)
+def _unix_connection_class() -> Any:
+    import http.client
 
-    def connect(self) -> None:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            sock.settimeout(self.timeout)
-            sock.connect(self._path)
-        except BaseException:
-            sock.close()
-            raise
-        self.sock = sock
+    class UnixHTTPConnection(http.client.HTTPConnection):
+        def __init__(self, path: str, timeout: float) -> None:
+            super().__init__("localhost", timeout=timeout)
+            self._path = path
+
+        def connect(self) -> None:
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                sock.settimeout(self.timeout)
+                sock.connect(self._path)
+            except BaseException:
+                sock.close()
+                raise
+            self.sock = sock
+
+    return UnixHTTPConnection
 
 
 class EngineClient:
@@ -108,10 +118,14 @@ class EngineClient:
 
     def _connection(self, timeout: float) -> http.client.HTTPConnection:
         if self.host.socket_path is not None:
-            return _UnixHTTPConnection(self.host.socket_path, timeout)
+            return _unix_connection_class()(self.host.socket_path, timeout)
+        import http.client
+
         return http.client.HTTPConnection(self.host.tcp_host, self.host.tcp_port, timeout=timeout)
 
     def get(self, path: str, timeout: float | None = None) -> bytes:
+        import http.client
+
         conn = self._connection(self.timeout if timeout is None else timeout)
         try:
             conn.request("GET", path, headers={"Accept": "application/json"})
