@@ -28,6 +28,7 @@ as the median of the runs' medians and their spread.
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import shutil
 import statistics
@@ -37,6 +38,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import yaml
+
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "bench"))
 sys.path.insert(0, str(REPO / "tests" / "platforms"))
@@ -44,14 +47,14 @@ sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO))
 
 import trees  # noqa: E402
-from bench_runtime import print_table, spread  # noqa: E402
+from bench_runtime import print_table, run_rounds, spread  # noqa: E402
 from fixtures.fake_driver import build_fake_driver  # noqa: E402
 
 from nvdocker2 import __version__  # noqa: E402
 
 DRIVER = "/opt/nvd2-driver"
 CONFIG = "/opt/nvd2/config.toml"
-SPEC = "/opt/nvd2/spec.json"
+INSTALLED_SPEC = "/etc/cdi/nvidia.yaml"  # what `install --mode cdi` writes
 KIND = "nvidia.com/gpu"
 # The comparison specs: the same devices and edits under kinds of their own.
 NVIDIA_KIND = "bench.nvdocker2.invalid/nvidia-hook"
@@ -91,7 +94,7 @@ def nvidia_hooks(ours: dict) -> list[dict]:
 
 
 def variant_spec(spec: dict, kind: str, hooks: list[dict] | None) -> dict:
-    out = json.loads(json.dumps(spec))
+    out = copy.deepcopy(spec)
     out["kind"] = kind
     edits = out["containerEdits"]
     edits.pop("hooks", None)
@@ -107,9 +110,8 @@ def set_up(tree: trees.Tree, deb: Path, anchor: Path | None) -> dict[str, list[s
     tree.path(CONFIG).write_text(f'[nvidia-container-runtime]\ndriver-root = "{DRIVER}"\n')
     env = {"NVIDIA_CONTAINER_RUNTIME_CONFIG": CONFIG}
     tree.ok("nvdocker2 install --mode cdi --json >/dev/null", env=env)
-    tree.ok(f"nvdocker2 cdi generate --output {SPEC} --json >/dev/null", env=env)
-    spec = json.loads(tree.path(SPEC).read_text())
-    ours = [h for h in spec["containerEdits"].get("hooks", [])]
+    spec = yaml.safe_load(tree.path(INSTALLED_SPEC).read_text())
+    ours = spec["containerEdits"].get("hooks", [])
     if len(ours) != 1:
         raise SystemExit(f"bench_cdi.py: error: the spec has {len(ours)} hooks, not 1")
     specs = {BARE_KIND: variant_spec(spec, BARE_KIND, None)}
@@ -145,15 +147,6 @@ def check_libraries_load(dockerd, runs: dict[str, list[str]]) -> None:
         if "libcuda.so.1 ->" not in out or out.strip().splitlines()[-1] == "0":
             raise SystemExit(f"bench_cdi.py: error: {name}: libcuda.so.1 not linked or not in"
                              f" the ld cache:\n{out}")
-
-
-def run_rounds(dockerd, runs: dict[str, list[str]], rounds: int) -> dict[str, list[float]]:
-    names = list(runs)
-    out: dict[str, list[float]] = {n: [] for n in names}
-    for i in range(rounds):
-        for name in names[i % len(names):] + names[:i % len(names)]:
-            out[name].append(one_run(dockerd, runs[name]))
-    return out
 
 
 def summarize(results: dict[str, list[float]]) -> dict[str, dict]:
@@ -193,10 +186,14 @@ def main() -> int:
         print(f"dockerd {dockerd.version}, nvdocker2 {__version__}", flush=True)
         runs = set_up(tree, deb, anchor)
         check_libraries_load(dockerd, runs)
-        run_rounds(dockerd, runs, 1)  # warm-up, not counted
+
+        def one(flags: list[str]) -> float:
+            return one_run(dockerd, flags)
+
+        run_rounds(runs, 1, one)  # warm-up, not counted
         summaries = []
         for n in range(args.repeat):
-            summary = summarize(run_rounds(dockerd, runs, args.rounds))
+            summary = summarize(run_rounds(runs, args.rounds, one))
             summaries.append(summary)
             print_table(summary, f"run {n + 1} of {args.repeat}: {args.rounds} rounds, medians",
                         KEYS)

@@ -44,7 +44,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Callable, Sequence
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests" / "e2e"))
@@ -189,14 +189,15 @@ def variants(anchor: Path | None) -> dict[str, list[str]]:
     return out
 
 
-def run_rounds(daemon, runs: dict[str, list[str]], rounds: int, runc_log: Log, cli_log: Log,
-               ) -> dict[str, list[dict]]:
+def run_rounds(runs: dict[str, list[str]], rounds: int, one: Callable[[list[str]], Any],
+               ) -> dict[str, list[Any]]:
+    """`one(flags)` for every variant once per round, in an order that rotates each round, so
+    no variant always runs first or right after another; the results by variant."""
     names = list(runs)
-    out: dict[str, list[dict]] = {n: [] for n in names}
+    out: dict[str, list[Any]] = {n: [] for n in names}
     for i in range(rounds):
-        order = names[i % len(names):] + names[:i % len(names)]
-        for name in order:
-            out[name].append(one_run(daemon, runs[name], runc_log, cli_log))
+        for name in names[i % len(names):] + names[:i % len(names)]:
+            out[name].append(one(runs[name]))
     return out
 
 
@@ -306,10 +307,14 @@ def main() -> int:
         daemon.start()
         runs = variants(anchor)
         rl, cl = Log(runc_log), Log(cli_log)
-        run_rounds(daemon, runs, 1, rl, cl)  # warm-up, not counted
+
+        def one(flags: list[str]) -> dict:
+            return one_run(daemon, flags, rl, cl)
+
+        run_rounds(runs, 1, one)  # warm-up, not counted
         summaries = []
         for n in range(args.repeat):
-            results = run_rounds(daemon, runs, args.rounds, rl, cl)
+            results = run_rounds(runs, args.rounds, one)
             summary = summarize(results)
             summaries.append(summary)
             print_table(summary, f"run {n + 1} of {args.repeat}: {args.rounds} rounds, "

@@ -387,6 +387,12 @@ def bench_dockerd(report: Report, runs: int, work: Path) -> None:
         pd.remove_rootfs_tar()
 
 
+def median_and_runs(spread: dict) -> tuple[float, str]:
+    """A figure of bench_runtime.py's or bench_cdi.py's --json over repeated runs: its median,
+    and each run's value as a note."""
+    return spread["median"], f"runs: {', '.join(f'{v:.3f}' for v in spread['runs'])}"
+
+
 def run_bench_script(name: str, rounds: int, repeat: int, anchor: Path | None) -> dict:
     """Run bench/NAME with --json, print its table, return its figures (ValueError: why not)."""
     print(f"{name}:", flush=True)
@@ -418,8 +424,7 @@ def bench_docker_run(report: Report, rounds: int, repeat: int, anchor: Path | No
     how = f"median of {rounds} interleaved rounds, ×{repeat} runs"
 
     def cell(name: str, key: str) -> tuple[float, str]:
-        f = fig[name][key]
-        return f["median"], f"runs: {', '.join(f'{v:.3f}' for v in f['runs'])}"
+        return median_and_runs(fig[name][key])
 
     ours = ("nvdocker2 (pip)", "nvdocker2 (packages)")
     for name in fig:
@@ -474,19 +479,16 @@ def bench_cdi(report: Report, rounds: int, repeat: int, anchor: Path | None) -> 
     for name, f in fig.items():
         if name == "runc":
             continue
-        ratio = f["ratio to runc"]
+        ratio, spread = median_and_runs(f["ratio to runc"])
         ours = name == "nvdocker2 CDI"
-        spread = f"runs: {', '.join(f'{v:.3f}' for v in ratio['runs'])}"
-        report.add(Figure("CDI mode", f"CDI docker run / runc: {name}", ratio["median"], "x",
-                          how, "≤ 1.05" if ours else "",
-                          ratio["median"] <= 1.05 if ours else None,
+        report.add(Figure("CDI mode", f"CDI docker run / runc: {name}", ratio, "x",
+                          how, "≤ 1.05" if ours else "", ratio <= 1.05 if ours else None,
                           f"{spread}; {f['wall ms']['median']:.0f} ms vs runc "
                           f"{fig['runc']['wall ms']['median']:.0f} ms"))
         if "ratio to NVIDIA hook" in f and name != "NVIDIA hook":
-            r2 = f["ratio to NVIDIA hook"]
-            report.add(Figure("CDI mode", f"CDI docker run / NVIDIA hook: {name}",
-                              r2["median"], "x", how, "", None,
-                              f"runs: {', '.join(f'{v:.3f}' for v in r2['runs'])}"))
+            ratio, spread = median_and_runs(f["ratio to NVIDIA hook"])
+            report.add(Figure("CDI mode", f"CDI docker run / NVIDIA hook: {name}", ratio, "x",
+                              how, "", None, spread))
     report.notes.append(
         "CDI mode figures: the TEST FIXTURE fake driver (no GPU) in the Debian sid tree; "
         "'no hook' is the same spec without any hook (device nodes and mounts alone), the "

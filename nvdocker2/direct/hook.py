@@ -244,7 +244,7 @@ def _wait_readable_exit(pid: int, deadline: float) -> None:
 
     try:
         fd = os.pidfd_open(pid)
-    except (AttributeError, OSError):  # Python 3.8 or an older kernel
+    except (AttributeError, OSError):  # a Python built without it, or a kernel before 5.3
         return
     try:
         select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
