@@ -29,7 +29,9 @@ Reported per variant: the median over rounds of the wall time ratio to runc in t
 (and to NVIDIA's, with --anchor), the median CPU of the runtime calls less runc's own (the
 recorder's start, measured on the runc runs), the median CPU of the hook, and their sum. With
 --repeat N the whole set of rounds runs N times and every figure is given as the median of
-each run and their spread (lowest to highest).
+each run and their spread (lowest to highest). Last, the interpreter floor: the CPU of a bare
+`python3 -I -S` (the launchers' interpreter) exec'ing the recorder, with and without
+`import os`, and behind /bin/sh: what a Python `create` costs before any of nvdocker2 runs.
 """
 
 from __future__ import annotations
@@ -231,6 +233,36 @@ def summarize(results: dict[str, list[dict]]) -> dict[str, dict]:
     return out
 
 
+# What any Python `create` pays before nvdocker2 runs a line: the interpreter the packages'
+# launchers run, started as they start it (-I -S), exec'ing the runc recorder at once.
+FLOOR_CODE = "import {module}; {module}.execv({recorder!r}, ['runc', '--version'])"
+
+
+def interpreter_floor(recorder: Path, runc_log: Log, runs: int) -> dict[str, float]:
+    """Median CPU (ms, net of the recorder's own start) of a bare `python3 -I -S` that execs
+    the recorder through `posix` alone, the same with `import os` (every runtime module needs
+    it), and that one behind `/bin/sh` (as the launcher runs `create`): with the other
+    runtime calls and the hook, the least a Python `create` can cost, whatever it imports."""
+    python = os.path.realpath(sys.executable)
+    cases = {
+        "python -I -S": [python, "-I", "-S", "-c",
+                         FLOOR_CODE.format(module="posix", recorder=str(recorder))],
+        "python -I -S, import os": [python, "-I", "-S", "-c",
+                                    FLOOR_CODE.format(module="os", recorder=str(recorder))],
+    }
+    cases["sh, then python -I -S, import os"] = [
+        "/bin/sh", "-c", 'exec "$@"', "sh", *cases["python -I -S, import os"]]
+    cases["recorder alone"] = [str(recorder), "--version"]
+    cpu: dict[str, list[float]] = {name: [] for name in cases}
+    runc_log.new()
+    for _ in range(runs):
+        for name, argv in cases.items():
+            subprocess.run(argv, stdout=subprocess.DEVNULL, check=True)
+            cpu[name].extend(c for c, _ in runc_log.new())
+    base = statistics.median(cpu.pop("recorder alone"))
+    return {name: (statistics.median(v) - base) * 1000 for name, v in cpu.items()}
+
+
 def spread(summaries: list[dict[str, dict]]) -> dict[str, dict]:
     """Every figure over the repeats: median, lowest, highest, and each run's value."""
     out: dict[str, dict] = {}
@@ -325,10 +357,13 @@ def main() -> int:
         total = spread(summaries)
         print_table(total, f"over {args.repeat} runs: median [lowest-highest] of the runs' "
                     "medians")
+        floor = interpreter_floor(runc_dir / "runc", rl, max(args.rounds, 30))
+        print("interpreter floor, CPU ms: "
+              + "; ".join(f"{k} {v:.2f}" for k, v in floor.items()), flush=True)
         if args.json:
             print(json.dumps({"rounds": args.rounds, "repeat": args.repeat,
                               "anchor": str(anchor) if anchor else None, "figures": total,
-                              "runs": summaries}, indent=2))
+                              "runs": summaries, "floor": floor}, indent=2))
     finally:
         if daemon is not None:
             daemon.cleanup()

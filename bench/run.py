@@ -449,6 +449,12 @@ def bench_docker_run(report: Report, rounds: int, repeat: int, anchor: Path | No
                           f"shim {fig[name]['shim cpu ms']['median']:.2f} ms (all "
                           f"{fig[name]['runtime calls']['median']:.0f} runtime calls), hook "
                           f"{fig[name]['hook cpu ms']['median']:.2f} ms; {spread}"))
+    floor = data.get("floor")
+    if floor:
+        report.notes.append(
+            "interpreter floor (CPU, net of the recorder's start, median of "
+            f"{max(rounds, 30)} runs): " + "; ".join(f"{k} {v:.2f} ms" for k, v in floor.items())
+            + "; what a Python `create` costs before any nvdocker2 module is imported")
     for n, summary in enumerate(data["runs"], 1):
         for name, f in summary.items():
             calls = ", ".join(f"{k} {v:.2f} ms" for k, v in f["cpu ms by call"].items())
