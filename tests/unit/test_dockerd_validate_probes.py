@@ -11,6 +11,7 @@ import json
 import os
 
 import pytest
+from cli_run import cli
 
 from nvdocker2.engines.docker.daemonjson import validate
 from nvdocker2.store.probes import Probes
@@ -219,3 +220,30 @@ def test_a_dry_run_reads_the_record_but_writes_none(tmp_path, cand, old_dockerd,
     fresh_process()
     _check(cand, exe, state, remember=False)
     assert _runs(calls) == 2
+
+
+def test_install_runs_a_dockerd_without_validate_once_across_runs(
+        tmp_path, monkeypatch, old_dockerd, fresh_process):
+    exe, calls = old_dockerd
+    monkeypatch.setenv("PATH", f"{exe.parent}:/usr/bin:/bin")
+    state = tmp_path / "state"
+    monkeypatch.setenv("NVDOCKER2_STATE_DIR", str(state))
+    configs = [tmp_path / f"daemon{n}.json" for n in range(3)]
+    for cfg in configs:
+        cfg.write_text('{"log-level": "info"}\n')
+
+    def install(cfg, *more):
+        fresh_process()
+        code, out, err = cli("install", "--config", str(cfg), "--reload", "none",
+                             "--runtime-path", "/usr/bin/runc", *more)
+        assert code == 0, err
+        return out
+
+    install(configs[0], "--dry-run")
+    assert _runs(calls) == 1 and not state.exists()  # a dry run asks and records nothing
+    install(configs[0])
+    install(configs[1])
+    install(configs[2])
+    assert _runs(calls) == 2
+    for cfg in configs:
+        assert '"nvidia"' in cfg.read_text()
