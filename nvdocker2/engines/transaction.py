@@ -23,7 +23,6 @@ import contextlib
 import difflib
 import os
 import secrets
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, ContextManager, Sequence
@@ -249,6 +248,8 @@ def _dry_run(ctx: Context, action: str, plan: Plan) -> Result:
     temp directory: nothing is created beside the files or in the state dir."""
     if not plan.changed:
         return _result(ctx, action, plan)
+    import tempfile  # a dry run's only
+
     with tempfile.TemporaryDirectory(prefix="nvdocker2-dry-run-") as d:
         for _, _, s in _checked(ctx, plan, Path(d)):
             s.discard()

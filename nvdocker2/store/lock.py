@@ -30,9 +30,9 @@ def state_dir() -> Path:
 
 def clean_state_temps(state: Path) -> list[Path]:
     """Remove temp files of ours that a killed run left in the state directory (backups/,
-    journal/). Everything there is ours; the pid in the name protects a live writer."""
+    journal/, probes/). Everything there is ours; the pid in the name protects a live writer."""
     removed: list[Path] = []
-    for d in (state / "backups", state / "journal"):
+    for d in (state / "backups", state / "journal", state / "probes"):
         removed += remove_dead_temps(d)
     return removed
 

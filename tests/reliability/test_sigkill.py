@@ -71,13 +71,14 @@ def _action_for(data: bytes, original: bytes) -> str:
 def _leftovers(config_dir: Path, state: Path) -> tuple[list[str], list[str]]:
     """Names beside daemon.json other than itself; names in the state dir other than ours."""
     beside = sorted(n for n in os.listdir(config_dir) if n != "daemon.json" and n != "state")
-    extra = sorted(n for n in os.listdir(state) if n not in ("backups", "journal", "lock"))
+    extra = sorted(n for n in os.listdir(state)
+                   if n not in ("backups", "journal", "lock", "probes"))
     return beside, extra
 
 
 def _temps_in_state(state: Path) -> list[str]:
     found = []
-    for sub in ("backups", "journal"):
+    for sub in ("backups", "journal", "probes"):
         d = state / sub
         if d.is_dir():
             found += [f"{sub}/{n}" for n in os.listdir(d) if TMP_MARK in n]

@@ -131,16 +131,16 @@ def test_start_up_imports_neither_rich_nor_jsonschema(args):
 def test_install_reload_none_imports_no_schema_library_pydantic_rich_or_http(tmp_path):
     """`install --reload none` on a daemon.json that conforms (issue 22: it must start fast)
     loads neither jsonschema (the quick check passes it), pydantic (typer >= 0.29 would build
-    its adapters with it), rich (no spinner without a terminal) nor http.client (no dockerd
-    to ask); it still does the whole change."""
+    its adapters with it), rich (no spinner without a terminal), http.client nor socket (no
+    dockerd to ask) nor tempfile (a dry run's); it still does the whole change."""
     fixture = Path(__file__).parent.parent / "fixtures" / "daemon-45-lines.json"
     cfg = tmp_path / "daemon.json"
     cfg.write_bytes(fixture.read_bytes())
     code = (
         "import sys\nfrom nvdocker2.cli import main\n"
         "try:\n    main(sys.argv[1:])\nexcept SystemExit as e:\n    rc = e.code\n"
-        "heavy = [m for m in ('jsonschema', 'pydantic', 'rich', 'http.client') "
-        "if m in sys.modules]\n"
+        "heavy = [m for m in ('jsonschema', 'pydantic', 'rich', 'http.client', 'socket', "
+        "'tempfile') if m in sys.modules]\n"
         "sys.stderr.write(f'exit {rc}, loaded: {heavy}\\n')\n"
     )
     r = subprocess.run([sys.executable, "-I", "-c", code, "install", "--config", str(cfg),

@@ -19,6 +19,7 @@ from nvdocker2.store.atomic import Ownership, resolve_target
 from nvdocker2.store.backups import Backup, Backups
 from nvdocker2.store.journal import slot, unslot
 from nvdocker2.store.lock import state_dir
+from nvdocker2.store.probes import Probes
 from nvdocker2.changes import ABSENT, Change
 from nvdocker2.engines.base import EngineBase, FileEdit, Plan, Request
 from nvdocker2.engines.docker.service import (
@@ -115,7 +116,10 @@ class DockerEngine(EngineBase):
             # The running dockerd's version, where the daemon knows it: below 23, no probe.
             version = getattr(self.daemon, "server_version", None)
             server = version() if version else None
-            check = validate.dockerd_validate(path, server_version=server)
+            # A dockerd found to lack --validate is recorded in the state directory (not by a
+            # dry run) and not run again until that binary changes.
+            check = validate.dockerd_validate(path, server_version=server,
+                                              probes=Probes(ctx.state), remember=not ctx.dry_run)
             if check.available and not check.ok:
                 why = check.output.splitlines()[-1] if check.output else "no reason given"
                 raise BadInput(

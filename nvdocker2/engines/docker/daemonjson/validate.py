@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +22,7 @@ from nvdocker2 import locations
 from nvdocker2.engines.docker.daemonjson.conforms import conforms
 from nvdocker2.engines.docker.daemonjson.edit import dangling_default
 from nvdocker2.host import run
+from nvdocker2.store.probes import Identity, Probes, identity
 
 # Singular flag names dockerd accepts in the file but ignores: the plural is what works.
 IGNORED_SINGULAR = {
@@ -205,7 +205,8 @@ class DockerdCheck:
     dockerd: str | None = None
 
 
-_NO_VALIDATE_FLAG: set[tuple[str, int]] = set()
+# The dockerd binaries (resolved path, identity) this process found without --validate.
+_LACKING: set[tuple[str, Identity]] = set()
 
 
 def find_dockerd() -> str | None:
@@ -216,12 +217,14 @@ def find_dockerd() -> str | None:
 
 def dockerd_validate(
     candidate: Path, dockerd: str | None = None, timeout: float = 20.0,
-    server_version: str | None = None,
+    server_version: str | None = None, probes: Probes | None = None, remember: bool = True,
 ) -> DockerdCheck:
     """Run `dockerd --validate --config-file CANDIDATE`; "unknown flag" means not available.
 
     `server_version`: the running dockerd's version (GET /info); below 23.0, which added
-    --validate, nothing is run."""
+    --validate, nothing is run. `probes`: where a dockerd found to lack the flag is recorded
+    (with `remember`) and looked up, by its resolved path and identity, so that binary is not
+    run again until it changes (store/probes.py); this process remembers it in any case."""
     exe = dockerd or find_dockerd()
     if not exe:
         return DockerdCheck(False, True, "dockerd not found", None)
@@ -230,12 +233,11 @@ def dockerd_validate(
         return DockerdCheck(
             False, True, f"dockerd {server_version} has no --validate (23.0 added it)", exe
         )
-    try:
-        key = (exe, os.stat(exe).st_mtime_ns)
-    except OSError:
+    before = identity(exe)
+    if before is None:
         return DockerdCheck(False, True, f"{exe} not found", None)
-    if key in _NO_VALIDATE_FLAG:
-        return DockerdCheck(False, True, "dockerd has no --validate", exe)
+    if before in _LACKING or (probes is not None and probes.lacks(*before, "--validate")):
+        return DockerdCheck(False, True, f"dockerd has no --validate (found before: {exe})", exe)
     try:
         proc = run.run([exe, "--validate", "--config-file", str(candidate)],
                        timeout=timeout, merge_stderr=True)
@@ -243,6 +245,10 @@ def dockerd_validate(
         return DockerdCheck(False, True, f"could not run {exe}: {e}", exe)
     out = proc.stdout.decode("utf-8", "replace").strip()
     if "unknown flag" in out and "validate" in out:
-        _NO_VALIDATE_FLAG.add(key)
+        # Only a binary that stayed the same while it answered is recorded.
+        if identity(exe) == before:
+            _LACKING.add(before)
+            if probes is not None and remember:
+                probes.remember_lack(*before, "--validate")
         return DockerdCheck(False, True, out, exe)
     return DockerdCheck(True, proc.returncode == 0, out, exe)

@@ -3,8 +3,8 @@
 Standard library only (http.client over a unix socket): the installer needs three GET
 endpoints, runs from package scripts on hosts where the docker SDK is not installed (Debian 12
 packages no python3-docker that we depend on), and should not pay the SDK's import time on
-every `install`. http.client itself (with ssl and email) is imported at the first request, so
-`install --reload none` does not load it.
+every `install`. http.client itself (with ssl and email) and socket are imported at the first
+request, so `install --reload none` does not load them.
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ from __future__ import annotations
 import functools
 import json
 import os
-import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -86,6 +85,7 @@ def parse_docker_host(value: str | None, environ: Mapping[str, str] | None = Non
 @functools.lru_cache(maxsize=1)
 def _unix_connection_class() -> Any:
     import http.client
+    import socket
 
     class UnixHTTPConnection(http.client.HTTPConnection):
         def __init__(self, path: str, timeout: float) -> None:
@@ -125,6 +125,7 @@ class EngineClient:
 
     def get(self, path: str, timeout: float | None = None) -> bytes:
         import http.client
+        import socket
 
         conn = self._connection(self.timeout if timeout is None else timeout)
         try:

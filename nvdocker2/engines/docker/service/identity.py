@@ -16,7 +16,6 @@ signal it, read flags from it, or run a program from its PATH or its executable.
 from __future__ import annotations
 
 import os
-import socket
 import struct
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +36,8 @@ class Peer:
 
 def socket_peer(path: str | os.PathLike, timeout: float = 2.0) -> Peer | None:
     """Who serves the unix socket at `path`, or None when nothing accepts a connection there."""
+    import socket  # only where dockerd is asked something
+
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         sock.settimeout(timeout)
