@@ -44,10 +44,11 @@ AUX_CACHE_DIR = "/var/cache/ldconfig"
 
 
 def mount_id(fd: int) -> int:
-    """The id of the mount `fd` is on (mountinfo's first field), from /proc/self/fdinfo."""
-    with open(f"/proc/self/fdinfo/{fd}", encoding="ascii") as f:
-        for line in f:
-            if line.startswith("mnt_id:"):
+    """The id of the mount `fd` is on (mountinfo's first field), from /proc/self/fdinfo (read
+    as bytes, unbuffered: the hook reads it for every directory it checks)."""
+    with open(f"/proc/self/fdinfo/{fd}", "rb", buffering=0) as f:
+        for line in f.readall().splitlines():
+            if line.startswith(b"mnt_id:"):
                 return int(line.split()[1])
     raise OSError(f"/proc/self/fdinfo/{fd} has no mnt_id")
 
