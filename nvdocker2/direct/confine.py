@@ -53,6 +53,10 @@ def mount_id(fd: int) -> int:
     raise OSError(f"/proc/self/fdinfo/{fd} has no mnt_id")
 
 
+# How the kernel writes these four characters in mountinfo's paths.
+_MOUNTINFO_ESCAPES = {ord(c): f"\\{ord(c):03o}" for c in " \t\n\\"}
+
+
 def unescape_mountinfo(field: str) -> str:
     r"""Mount points in mountinfo have space, tab, newline and backslash as \NNN octal."""
     if "\\" not in field:
@@ -70,10 +74,14 @@ def unescape_mountinfo(field: str) -> str:
 
 def mounts_below(root: str, mountinfo: str) -> dict[str, bool]:
     """Mount points strictly below `root` in a /proc/self/mountinfo text -> whether the topmost
-    mount there is read-only."""
+    mount there is read-only. A busy host has hundreds of mounts, none of them below a new
+    container's root: a line without the root as mountinfo writes it is passed over unsplit."""
     below: dict[str, bool] = {}
     prefix = root.rstrip("/") + "/"
+    escaped = prefix.translate(_MOUNTINFO_ESCAPES)
     for line in mountinfo.splitlines():
+        if escaped not in line:  # its mount point cannot start with `prefix`
+            continue
         fields = line.split(" ")
         if len(fields) < 6:
             continue
