@@ -16,8 +16,9 @@ the image is ever run). Its threat model is in docs/security.md; in short:
   `LDCONFIG_TIMEOUT` seconds.
 
 This runs on every GPU container start, so it imports little: no subprocess (ldconfig is
-checked, forked and exec'd by `nvdocker2.host.run.fork_exec`), ctypes only to confine ldconfig (in the child, between fork and
-exec, so the hook process itself keeps what it had).
+checked, forked and exec'd by `nvdocker2.host.run.fork_exec`), ctypes' C half only to confine
+ldconfig (bound before the fork, called in the child between fork and exec, so the hook
+process itself keeps what it had).
 """
 
 from __future__ import annotations
@@ -276,9 +277,10 @@ def run(argv: list[str], stdin: IO[str]) -> None:
     if os.geteuid() == 0:
         # (Without root ldconfig cannot chroot either, and reads and writes with this user's
         # rights alone.)
-        from nvdocker2.direct.confine import drop_privileges, private_view
+        from nvdocker2.direct.confine import bind_libc, drop_privileges, private_view
 
         keep = driver_files(spec, folders)
+        bind_libc()
 
         def prepare() -> None:
             private_view(rootfs, keep)
