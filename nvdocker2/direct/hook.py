@@ -16,8 +16,9 @@ the image is ever run). Its threat model is in docs/security.md; in short:
   `LDCONFIG_TIMEOUT` seconds.
 
 This runs on every GPU container start, so it imports little: no subprocess (ldconfig is
-checked, forked and exec'd by `nvdocker2.host.run.fork_exec`), ctypes only to confine ldconfig (in the child, between fork and
-exec, so the hook process itself keeps what it had).
+checked, forked and exec'd by `nvdocker2.host.run.fork_exec`), ctypes' C half only to confine
+ldconfig (bound before the fork, called in the child between fork and exec, so the hook
+process itself keeps what it had).
 """
 
 from __future__ import annotations
@@ -26,8 +27,7 @@ import os
 import sys
 
 from nvdocker2.direct.errors import DirectError
-from nvdocker2.direct.rootfs import link_in_root, open_dir_checked, rootfs_of
-from nvdocker2.oneline import one_line
+from nvdocker2.direct.rootfs import links_in_root, open_dir_checked, rootfs_of
 
 TYPE_CHECKING = False  # typing itself costs every container start a few milliseconds
 if TYPE_CHECKING:
@@ -150,6 +150,18 @@ def _folders_in_image(rootfs: str, folders: list[str],
     return found
 
 
+def _by_directory(links: list[tuple[str, str]]) -> list[tuple[str, list[tuple[str, str]]]]:
+    """The links as (directory, [(name, target)...]), a run of links in the same directory
+    together (each directory is then resolved and checked once), in their order."""
+    runs: list[tuple[str, list[tuple[str, str]]]] = []
+    for link, target in links:
+        parent, name = os.path.split(link)
+        if not runs or runs[-1][0] != parent:
+            runs.append((parent, []))
+        runs[-1][1].append((name, target))
+    return runs
+
+
 def _refuse_a_mounted_cache(rootfs: str, check: Callable[[str, str, int], None]) -> None:
     """ldconfig writes /etc/ld.so.cache~ and renames it to /etc/ld.so.cache. Where either is a
     mount point in the container, the container would see that mount move onto (or vanish
@@ -258,16 +270,17 @@ def run(argv: list[str], stdin: IO[str]) -> None:
     rootfs, spec = read_state(stdin)
     check = _same_mount_as_root(rootfs)
     folders = _folders_in_image(rootfs, folders, check)
-    for link, target in links:
-        link_in_root(rootfs, link, target, check)
+    for parent, entries in _by_directory(links):
+        links_in_root(rootfs, parent, entries, check)
     _refuse_a_mounted_cache(rootfs, check)
     prepare = None
     if os.geteuid() == 0:
         # (Without root ldconfig cannot chroot either, and reads and writes with this user's
         # rights alone.)
-        from nvdocker2.direct.confine import drop_privileges, private_view
+        from nvdocker2.direct.confine import bind_libc, drop_privileges, private_view
 
         keep = driver_files(spec, folders)
+        bind_libc()
 
         def prepare() -> None:
             private_view(rootfs, keep)
@@ -289,18 +302,17 @@ def main(argv: list[str], stdin: IO[str] | None = None) -> int:
     try:
         run(argv, stdin if stdin is not None else sys.stdin)
     except DirectError as err:
-        print(f"error: {one_line(err.message)}", file=sys.stderr)
-        if err.hint:
-            print(f"hint: {one_line(err.hint)}", file=sys.stderr)
-        return 1
+        lines = [f"error: {err.message}"] + ([f"hint: {err.hint}"] if err.hint else [])
     except OSError as err:
-        print(f"error: direct-hook: {one_line(err)}", file=sys.stderr)
-        return 1
+        lines = [f"error: direct-hook: {err}"]
     except Exception as err:  # one line, never a traceback in runc's error (unless debugging)
         if os.environ.get("NVDOCKER2_DEBUG") == "1":
             raise
-        print("error: direct-hook: internal error: "
-              + one_line(f"{type(err).__name__}: {str(err)[:300]}"),
-              file=sys.stderr)
-        return 1
-    return 0
+        lines = [f"error: direct-hook: internal error: {type(err).__name__}: {str(err)[:300]}"]
+    else:
+        return 0
+    from nvdocker2.oneline import one_line  # only on errors: one module less per start
+
+    for line in lines:
+        print(one_line(line), file=sys.stderr)
+    return 1

@@ -155,24 +155,36 @@ def link_in_root(root: str, link: str, target: str,
     Returns what was done: "created", "replaced", "kept" or "exists".
     """
     parent, name = os.path.split(link)
+    return links_in_root(root, parent, [(name, target)], on_mount)[0]
+
+
+def links_in_root(root: str, parent: str, entries: list[tuple[str, str]],
+                  on_mount: Callable[[str, str, int], None] | None = None) -> list[str]:
+    """`link_in_root` for each (name, target) of `entries`, all in the directory `parent`
+    (absolute, in-root), which is resolved, opened and checked once; what was done to each."""
     try:
         parent, fd = open_dir_checked(root, parent, on_mount)
     except FileNotFoundError as err:
+        link = os.path.join(parent, entries[0][0])
         raise DirectError(
             f"cannot create {link}: {err.filename} does not exist in the container"
         ) from None
     try:
-        try:
-            st = os.lstat(name, dir_fd=fd)
-        except FileNotFoundError:
-            symlink_at(target, name, fd)
-            return "created"
-        if not stat.S_ISLNK(st.st_mode):
-            return "exists"
-        if os.readlink(name, dir_fd=fd) == target:
-            return "kept"
-        os.unlink(name, dir_fd=fd)
-        symlink_at(target, name, fd)
-        return "replaced"
+        return [_link_at(fd, name, target) for name, target in entries]
     finally:
         os.close(fd)
+
+
+def _link_at(fd: int, name: str, target: str) -> str:
+    try:
+        st = os.lstat(name, dir_fd=fd)
+    except FileNotFoundError:
+        symlink_at(target, name, fd)
+        return "created"
+    if not stat.S_ISLNK(st.st_mode):
+        return "exists"
+    if os.readlink(name, dir_fd=fd) == target:
+        return "kept"
+    os.unlink(name, dir_fd=fd)
+    symlink_at(target, name, fd)
+    return "replaced"

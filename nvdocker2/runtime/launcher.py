@@ -90,7 +90,7 @@ fi
 
 RUNTIME_CODE = (
     "import sys; sys.path[len(sys.path):] = {paths}; "
-    "from nvdocker2.runtime import main; sys.exit(main(sys.argv[2:], sys.argv[1]))"
+    "from nvdocker2.runtime import launch; launch(sys.argv[2:], sys.argv[1])"
 )
 
 HOOK_TEMPLATE = '''#!{python} -IS
@@ -143,7 +143,7 @@ PIP_PATHS = (
     "_nvdocker2_path(sys.argv[1])\n"
 )
 PIP_RUNTIME_CODE = PIP_PATHS + (
-    "from nvdocker2.runtime import main\nsys.exit(main(sys.argv[2:], sys.argv[1]))\n")
+    "from nvdocker2.runtime import launch\nlaunch(sys.argv[2:], sys.argv[1])\n")
 PIP_HOOK_CODE = PIP_PATHS + "from nvdocker2.hook import main\nsys.exit(main(sys.argv[2:]))\n"
 
 

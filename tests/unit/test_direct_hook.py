@@ -99,3 +99,26 @@ def test_debians_nvidia_current_layout_gets_its_links_and_cache_entries_there(tm
     names = {(e.name, e.path) for e in parse_ld_cache((rootfs / "etc/ld.so.cache").read_bytes())}
     assert ("libcuda.so.1", f"{current}/libcuda.so.1") in names
     assert ("libnvidia-ml.so.1", f"{current}/libnvidia-ml.so.1") in names
+
+
+def test_mounts_below_the_root_are_found_as_mountinfo_escapes_them():
+    """What the hook detaches before ldconfig runs: every mount below the container's root,
+    also where the root's path has a space or a backslash (mountinfo writes them as octal)."""
+    from nvdocker2.direct.confine import mounts_below
+
+    root = "/run/a b\\c/rootfs"
+    mountinfo = "\n".join([
+        "21 1 0:20 / / rw,relatime shared:1 - ext4 /dev/vda rw",
+        "30 21 0:25 / /run/a\\040b\\134c/rootfs rw shared:2 - overlay overlay rw",
+        "31 30 0:26 / /run/a\\040b\\134c/rootfs/proc rw,nosuid - proc proc rw",
+        "32 30 8:1 /lib/libcuda.so.1 /run/a\\040b\\134c/rootfs/usr/lib/libcuda.so.1 ro - ext4"
+        " /dev/vda rw",
+        "33 30 0:27 / /run/a\\040b\\134c/rootfs/my\\040vol rw - tmpfs tmpfs rw",
+        "34 21 0:28 / /run/a\\040b\\134c/rootfs-other/x rw - tmpfs tmpfs rw",
+        "35 21 0:29 / /run/other rw - tmpfs tmpfs rw",
+    ])
+    assert mounts_below(root, mountinfo) == {
+        "/run/a b\\c/rootfs/proc": False,
+        "/run/a b\\c/rootfs/usr/lib/libcuda.so.1": True,
+        "/run/a b\\c/rootfs/my vol": False,
+    }

@@ -7,7 +7,7 @@ import os
 import pytest
 
 from nvdocker2.direct import DirectError
-from nvdocker2.direct.rootfs import UnsafePath, link_in_root, resolve_in_root
+from nvdocker2.direct.rootfs import UnsafePath, link_in_root, links_in_root, resolve_in_root
 
 
 def resolve(root, path, final=False):
@@ -64,6 +64,23 @@ def test_link_in_root_creates_replaces_and_keeps(tmp_path):
     (tmp_path / "lib/libreal.so.1").write_text("image's own")
     assert link_in_root(str(tmp_path), "/lib/libreal.so.1", "x") == "exists"
     assert (tmp_path / "lib/libreal.so.1").read_text() == "image's own"
+
+
+def test_links_in_one_directory_are_made_through_one_checked_opening(tmp_path):
+    (tmp_path / "lib").mkdir()
+    (tmp_path / "lib/libreal.so.1").write_text("image's own")
+    os.symlink("old", tmp_path / "lib/libold.so.1")
+    checked = []
+    entries = [("libcuda.so.1", "libcuda.so.9"), ("libreal.so.1", "x"), ("libold.so.1", "new")]
+    assert links_in_root(str(tmp_path), "/lib", entries,
+                         lambda path, resolved, fd: checked.append(path)) == [
+        "created", "exists", "replaced"]
+    assert checked == ["/lib"]
+    assert os.readlink(tmp_path / "lib/libcuda.so.1") == "libcuda.so.9"
+    assert os.readlink(tmp_path / "lib/libold.so.1") == "new"
+    assert (tmp_path / "lib/libreal.so.1").read_text() == "image's own"
+    with pytest.raises(DirectError, match=r"^cannot create /gone/a: /gone does not exist"):
+        links_in_root(str(tmp_path), "/gone", [("a", "t"), ("b", "t")])
 
 
 def test_link_in_root_never_writes_outside(tmp_path):

@@ -123,3 +123,22 @@ def test_pip_launchers_read_pips_sh_form_and_follow_pipx_links(tmp_path):
     r = subprocess.run([str(links / "nvidia-container-runtime-hook"), "poststop"],
                        capture_output=True, text=True, env={})
     assert (r.returncode, r.stderr) == (0, "")
+
+
+def test_the_runtime_launchers_entry_keeps_the_exit_status_and_the_buffered_output(tmp_path):
+    """`launch` (what both runtime launchers run) ends the process without Python's teardown:
+    what was printed to a pipe still comes out, the status is main's, and output that cannot
+    be written is status 120, as with Python's own exit."""
+    code = (f"import sys; sys.path.append({str(REPO)!r}); import nvdocker2.runtime as r\n"
+            "def main(args, self_path):\n"
+            "    print('out', self_path, *args)\n"
+            "    print('err', file=sys.stderr)\n"
+            "    return 3\n"
+            "r.main = main\n"
+            "r.launch(['a', 'b'], 'self')\n")
+    argv = [sys.executable, "-I", "-S", "-c", code]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    assert (proc.returncode, proc.stdout, proc.stderr) == (3, "out self a b\n", "err\n")
+    with open(os.devnull, "w") as null, open("/dev/full", "w") as full:
+        proc = subprocess.run(argv, stdout=full, stderr=null, timeout=60)
+    assert proc.returncode == 120
