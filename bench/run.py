@@ -193,11 +193,18 @@ def bench_installer(report: Report, runs: int, work: Path) -> None:
                       f"{statistics.median(bare) * 1000:.1f} ms"))
 
 
+# The libraries every install imports (the CLI's parser, loaded without rich as
+# nvdocker2.cli.app loads it, and the lock), started alone: the floor under the install
+# figure that nvdocker2's own code cannot lower.
+LIBRARY_FLOOR = "import sys; sys.modules['rich'] = None; import typer, filelock"
+
+
 def install_typical(report: Report, runs: int, work: Path, env: dict) -> None:
     """`install --reload none` as a person runs it (verify left on) on a 45-line daemon.json,
-    a fresh file, backups and journal each run, alternating with a bare interpreter and with
-    the `dockerd --validate` the install runs on the candidate (where a dockerd is found), so
-    the figure can be read against both on a shared machine. The state directory keeps what a
+    a fresh file, backups and journal each run, alternating with a bare interpreter, with one
+    that imports only typer (without rich, as the CLI does) and filelock, and with the
+    `dockerd --validate` the install runs on the candidate (where a dockerd is found), so the
+    figure can be read against each on a shared machine. The state directory keeps what a
     host's keeps between runs: the record of a dockerd without --validate (one run first
     makes it)."""
     config = work / "typical" / "daemon.json"
@@ -206,7 +213,8 @@ def install_typical(report: Report, runs: int, work: Path, env: dict) -> None:
     argv = nvdocker2_argv() + ["install", "--config", str(config), "--reload", "none",
                                "--runtime-path", "/usr/bin/runc"]
     dockerd = validate.find_dockerd()
-    rows: dict[str, list[float]] = {"install": [], "cpu": [], "bare": [], "dockerd": []}
+    rows: dict[str, list[float]] = {"install": [], "cpu": [], "bare": [], "libraries": [],
+                                    "dockerd": []}
     config.write_bytes(DAEMON_45)
     subprocess.run(argv, env={**env, "NVDOCKER2_STATE_DIR": str(state)},
                    stdout=subprocess.DEVNULL, check=True)
@@ -223,6 +231,9 @@ def install_typical(report: Report, runs: int, work: Path, env: dict) -> None:
         t0 = time.perf_counter()
         subprocess.run([sys.executable, "-I", "-c", "pass"], check=True)
         rows["bare"].append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        subprocess.run([sys.executable, "-I", "-c", LIBRARY_FLOOR], check=True)
+        rows["libraries"].append(time.perf_counter() - t0)
         if dockerd:
             config.write_bytes(DAEMON_45)
             t0 = time.perf_counter()
@@ -230,7 +241,8 @@ def install_typical(report: Report, runs: int, work: Path, env: dict) -> None:
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             rows["dockerd"].append(time.perf_counter() - t0)
     ms = {k: statistics.median(v) * 1000 for k, v in rows.items() if v}
-    note = f"bare python3 -I -c pass {ms['bare']:.1f} ms"
+    note = (f"bare python3 -I -c pass {ms['bare']:.1f} ms; typer (without rich) and filelock "
+            f"imported alone {ms['libraries']:.1f} ms")
     note += (f"; {dockerd} --validate alone {ms['dockerd']:.1f} ms" if dockerd
              else "; no dockerd found, so no dockerd --validate")
     report.add(Figure("installer", "install --reload none, 45-line daemon.json (new entry)",
