@@ -87,56 +87,177 @@ def is_python(exe: str) -> bool:
 # --- who may have put a program where it is -------------------------------------------------
 
 
-_unmapped: tuple[int, int] | None | bool = False  # not read yet
+class Ids:
+    """Whose files and processes count as root's, or ours, in this process's user namespace
+    (`trusted_ids`). What a caller may rely on:
+
+    - `uids`: uid 0, the caller's euid, and the kernel's overflow uid only where it stands for
+      unmapped host ids alone: the host's root is not mapped here and no user of this
+      namespace is mapped to the overflow uid either (a rootless engine's `0 1000 1`). In the
+      initial namespace (`0 0 4294967295`) the overflow uid is mapped: it is just nobody.
+    - `gids`: gid 0, and the overflow gid on the same terms (gid_map).
+    - `shared`: the overflow uid where the host's root shows as it here while a user of this
+      namespace is mapped to it too (a standard 65536-id map: an LXD or Incus container,
+      Sysbox, rootless Podman's `1 100000 65536`). Not trusted as such: a file showing it is
+      root's only where the kernel says its owner is unmapped (`_unmapped_owner`), which it
+      can say only to a caller holding CAP_FOWNER here; None otherwise.
+    - `root_mapped`: whether the host's (the parent namespace's) root is mapped here.
+    """
+
+    __slots__ = ("uids", "gids", "shared", "root_mapped")
+
+    def __init__(self, uids: frozenset[int], gids: frozenset[int], shared: int | None,
+                 root_mapped: bool) -> None:
+        self.uids, self.gids, self.shared, self.root_mapped = uids, gids, shared, root_mapped
+
+    def __repr__(self) -> str:
+        return (f"Ids(uids={sorted(self.uids)}, gids={sorted(self.gids)}, "
+                f"shared={self.shared}, root_mapped={self.root_mapped})")
+
+
+_CAP_FOWNER = 3
+# What /proc says about this namespace, read once: (extra uids, extra gids, shared uid, root
+# mapped); False: not read yet.
+_unmapped: tuple[frozenset[int], frozenset[int], int | None, bool] | bool = False
+
+
+def _id_map(path: str) -> list[tuple[int, int, int]]:
+    """The (inside, outside, count) lines of a uid_map or gid_map. Bytes, not text: a text file
+    would import an encoding at every container start."""
+    with open(path, "rb") as f:
+        maps = [tuple(int(n) for n in line.split()) for line in f if line.strip()]
+    if any(len(m) != 3 for m in maps):
+        raise ValueError(f"{path}: not a map")
+    return maps  # type: ignore[return-value]
+
+
+def _maps_inside(maps: list[tuple[int, int, int]], i: int) -> bool:
+    return any(first <= i < first + count for first, _, count in maps)
+
+
+def _maps_outside(maps: list[tuple[int, int, int]], i: int) -> bool:
+    return any(first <= i < first + count for _, first, count in maps)
+
+
+def _read_namespace(proc: str) -> tuple[frozenset[int], frozenset[int], int | None, bool]:
+    """(extra uids, extra gids, shared uid, root mapped) of `proc`/self; where any of it cannot
+    be read, nothing more than root and the caller is trusted."""
+    try:
+        uid_map = _id_map(f"{proc}/self/uid_map")
+    except (OSError, ValueError):
+        return frozenset(), frozenset(), None, True
+    if _maps_outside(uid_map, 0):
+        return frozenset(), frozenset(), None, True
+    try:
+        gid_map = _id_map(f"{proc}/self/gid_map")
+        overflow = []
+        for name in ("overflowuid", "overflowgid"):
+            with open(f"{proc}/sys/kernel/{name}", "rb") as f:
+                overflow.append(int(f.read()))
+    except (OSError, ValueError):
+        return frozenset(), frozenset(), None, False
+    uid, gid = overflow
+    gids = frozenset() if _maps_outside(gid_map, 0) or _maps_inside(gid_map, gid) else {gid}
+    if not _maps_inside(uid_map, uid):
+        return frozenset({uid}), frozenset(gids), None, False
+    return frozenset(), frozenset(gids), uid if _may_ask_owner(proc) else None, False
+
+
+def _may_ask_owner(proc: str) -> bool:
+    """Whether this process holds CAP_FOWNER in its namespace: then the kernel refuses it
+    O_NOATIME on a file exactly when the file's owner is unmapped (`_unmapped_owner`)."""
+    try:
+        with open(f"{proc}/self/status", "rb") as f:
+            for line in f:
+                if line.startswith(b"CapEff:"):
+                    return bool(int(line.split()[1], 16) >> _CAP_FOWNER & 1)
+    except (OSError, ValueError, IndexError):
+        pass
+    return False
+
+
+def trusted_ids(euid: int | None = None, proc: str = "/proc") -> Ids:
+    """Which uids and gids count as root's, or ours (`euid`, default this process's), in the
+    user namespace `proc` describes (its self/uid_map, gid_map, sys/kernel/overflow*): see
+    `Ids`. Read once for /proc; another `proc` (a test's fake one) is read each time."""
+    global _unmapped
+    euid = os.geteuid() if euid is None else euid
+    if proc != "/proc":
+        ns = _read_namespace(proc)
+    else:
+        if _unmapped is False:
+            _unmapped = _read_namespace(proc)
+        ns = _unmapped  # type: ignore[assignment]
+    uids, gids, shared, root_mapped = ns  # type: ignore[misc]
+    return Ids(uids | {0, euid}, gids | {0}, None if shared == euid else shared, root_mapped)
 
 
 def unmapped_owner() -> tuple[int, int] | None:
-    """(uid, gid) the files of unmapped owners show as, in a user namespace that does not map
-    the host's root (a rootless engine's; the kernel's overflow ids); None where root is root.
-
-    There the host's root-owned programs (/, /sbin/ldconfig) show as the overflow ids, as does
-    every file of another unmapped owner: nothing inside can tell them apart, and nothing inside
-    can create a file owned by them. They are trusted there as the rootless engine itself
-    trusts the host's programs it runs."""
-    global _unmapped
-    if _unmapped is False:
-        _unmapped = None
-        try:
-            # Bytes, not text: a text file would import an encoding at every container start.
-            with open("/proc/self/uid_map", "rb") as f:
-                maps = [line.split() for line in f]
-            if not any(m[:2] == [b"0", b"0"] for m in maps):
-                ids = []
-                for name in ("overflowuid", "overflowgid"):
-                    with open(f"/proc/sys/kernel/{name}", "rb") as f:
-                        ids.append(int(f.read()))
-                _unmapped = (ids[0], ids[1])
-        except (OSError, ValueError):
-            _unmapped = None
-    return _unmapped  # type: ignore[return-value]
+    """(uid, gid) the files of unmapped owners show as, where they count as root's
+    (`trusted_ids`: the overflow ids, in a namespace that maps neither the host's root nor
+    them); None elsewhere."""
+    ids = trusted_ids(0)
+    uid, gid = sorted(ids.uids - {0}), sorted(ids.gids - {0})
+    return (uid[0], gid[0]) if uid and gid else None
 
 
 def rootless() -> bool:
     """Whether this process runs rootless: as a user other than root, or as the root of a user
     namespace that does not map the host's root (a rootless engine's runtime and hooks)."""
-    return os.geteuid() != 0 or unmapped_owner() is not None
+    return os.geteuid() != 0 or not trusted_ids().root_mapped
 
 
 def trusted_uids(euid: int | None = None) -> frozenset[int]:
-    """Root is trusted; a non-root caller (rootless engines) also trusts itself; in a user
-    namespace without the host's root, so are the files of unmapped owners (unmapped_owner)."""
-    euid = os.geteuid() if euid is None else euid
-    unmapped = unmapped_owner()
-    return frozenset({0, euid} if unmapped is None else {0, euid, unmapped[0]})
+    """`trusted_ids(euid).uids`: root, the caller, and the overflow uid only where it stands
+    for unmapped owners alone."""
+    return trusted_ids(euid).uids
 
 
-def _others_may_write(st: os.stat_result) -> bool:
+def _others_may_write(st: os.stat_result, ids: Ids) -> bool:
     """Writable by someone untrusted: by everyone, or by a group other than root's."""
     if not st.st_mode & stat.S_IWGRP:
         return bool(st.st_mode & stat.S_IWOTH)
-    unmapped = unmapped_owner()
-    root_groups = (0,) if unmapped is None else (0, unmapped[1])
-    return bool(st.st_mode & stat.S_IWOTH) or st.st_gid not in root_groups
+    return bool(st.st_mode & stat.S_IWOTH) or st.st_gid not in ids.gids
+
+
+def _unmapped_owner(entry: str, st: os.stat_result, ids: Ids) -> bool:
+    """Whether `entry` (lstat `st`), showing the `shared` overflow uid, belongs to an unmapped
+    owner (the host's root, say) rather than to the user mapped to that uid. The kernel lets a
+    holder of CAP_FOWNER open a file O_NOATIME unless its owner is unmapped (EPERM); the open
+    reads nothing and changes nothing. Only files and directories are asked."""
+    if ids.shared is None or st.st_uid != ids.shared:
+        return False
+    if not (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode)):
+        return False
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | getattr(os, "O_NOATIME", 0)
+    try:
+        os.close(os.open(entry, flags))
+    except PermissionError as exc:
+        if exc.errno != 1:  # EACCES: not readable, nothing learnt
+            return False
+        try:
+            again = os.lstat(entry)
+        except OSError:
+            return False
+        return (again.st_dev, again.st_ino, again.st_uid) == (st.st_dev, st.st_ino, st.st_uid)
+    except OSError:
+        return False
+    return False  # opened: its owner is mapped
+
+
+def _owned(entry: str, st: os.stat_result, trusted: frozenset[int], ids: Ids,
+           link_ok: bool = True) -> bool:
+    """Whether `entry` belongs to a trusted owner: one of `trusted`, or, showing the `shared`
+    overflow uid, an unmapped one (the kernel's word). A symlink's owner cannot change where it
+    leads, so one showing that uid counts too (`link_ok`) in a directory no one else can
+    write: only that directory's trusted owner could have put it there."""
+    if st.st_uid in trusted:
+        return True
+    if ids.shared is None or st.st_uid != ids.shared:
+        return False
+    if stat.S_ISLNK(st.st_mode):
+        return link_ok
+    return _unmapped_owner(entry, st, ids)
 
 
 def unsafe_to_run(
@@ -151,7 +272,8 @@ def unsafe_to_run(
     writable by others. `owners` narrows who the file itself may belong to (a user's own
     settings: never the overflow owner of a user namespace, who may be any user of the host).
     """
-    trusted = trusted_uids(euid)
+    ids = trusted_ids(euid)
+    trusted = ids.uids
     mine = trusted if owners is None else frozenset(owners)
     pending = os.fspath(path)
     if not pending.startswith("/"):
@@ -164,7 +286,7 @@ def unsafe_to_run(
             parent = os.lstat("/")
         except OSError as exc:
             return f"cannot read /: {exc.strerror}"
-        if parent.st_uid not in trusted or _others_may_write(parent):
+        if not _owned("/", parent, trusted, ids) or _others_may_write(parent, ids):
             return "/ is writable by other users"
         if not parts and want_dir:
             return None
@@ -178,18 +300,19 @@ def unsafe_to_run(
                     if not want_dir:
                         return f"{path} is not a file"
                     return f"{current} is writable by other users" if _others_may_write(
-                        parent) else None
+                        parent, ids) else None
                 continue
             entry = os.path.join(current, name)
             try:
                 st = os.lstat(entry)
             except OSError as exc:
                 return f"cannot read {entry}: {exc.strerror}"
-            if _others_may_write(parent):
+            if _others_may_write(parent, ids):
                 sticky = bool(parent.st_mode & stat.S_ISVTX)
-                if not sticky or st.st_uid not in trusted:
+                if not sticky or not _owned(entry, st, trusted, ids, link_ok=False):
                     return f"{current} is writable by other users"
-            if st.st_uid not in (mine if last else trusted):
+            if not (_owned(entry, st, trusted, ids) if owners is None or not last
+                    else st.st_uid in mine):
                 return f"{entry} belongs to uid {st.st_uid}"
             if stat.S_ISLNK(st.st_mode):
                 links += 1
@@ -203,12 +326,12 @@ def unsafe_to_run(
                 if want_dir:
                     if not stat.S_ISDIR(st.st_mode):
                         return f"{entry} is not a directory"
-                    if _others_may_write(st):
+                    if _others_may_write(st, ids):
                         return f"{entry} is writable by other users"
                     return None
                 if not stat.S_ISREG(st.st_mode):
                     return f"{entry} is not a regular file"
-                if _others_may_write(st):
+                if _others_may_write(st, ids):
                     return f"{entry} is writable by other users"
                 return None
             if not stat.S_ISDIR(st.st_mode):

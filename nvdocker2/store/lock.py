@@ -12,6 +12,7 @@ from typing import Iterator
 
 from nvdocker2.errors import EnvironmentProblem
 from nvdocker2.host import files
+from nvdocker2.host.run import trusted_ids
 from nvdocker2.store.atomic import make_dirs, os_error, remove_dead_temps
 
 DEFAULT_STATE_DIR = "/var/lib/nvdocker2"
@@ -59,15 +60,17 @@ def _writable_by_others(st: os.stat_result) -> str | None:
 
 def _check_ancestors(state: Path) -> None:
     """No directory above `state` may let another user swap it: owned by root or by us, and
-    not writable by group/others unless sticky (like /tmp)."""
+    not writable by group/others unless sticky (like /tmp). Root's, as
+    nvdocker2.host.run.trusted_ids counts them in this user namespace."""
     uid = os.geteuid()
+    trusted = trusted_ids(uid).uids
     paths = {Path(os.path.abspath(state)), Path(os.path.realpath(state))}
     for above in {a for p in paths for a in p.parents}:
         try:
             st = os.stat(above)
         except OSError:
             continue
-        if st.st_uid not in (0, uid):
+        if st.st_uid not in trusted:
             raise _untrusted(state, above, f"(a directory above it) is owned by uid {st.st_uid}",
                              "use a state directory under directories owned by root or you")
         who = _writable_by_others(st)

@@ -202,7 +202,7 @@ def proc_files(tmp_path: Path, uid_map: str | None,
     proc = tmp_path / "proc"
     proc.mkdir(exist_ok=True)
     files = {}
-    for real, text in (("/proc/self/uid_map", uid_map),
+    for real, text in (("/proc/self/uid_map", uid_map), ("/proc/self/gid_map", uid_map),
                        ("/proc/sys/kernel/overflowuid", overflow[0]),
                        ("/proc/sys/kernel/overflowgid", overflow[1])):
         files[real] = proc / os.path.basename(real)

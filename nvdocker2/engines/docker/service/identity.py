@@ -9,7 +9,8 @@ signal it, read flags from it, or run a program from its PATH or its executable.
   which process is dockerd. Under systemd socket activation the listener is init (pid 1):
   then the unit's MainPID (systemd's own word) is the hint to take.
 - `untrusted_owner` refuses a process unless all its uids are root's (or the invoking user's,
-  for rootless Docker).
+  for rootless Docker), as `nvdocker2.host.run.trusted_ids` counts them: in a user namespace
+  that maps its own `nobody` to the overflow uid (an LXD container's), that uid is nobody's.
 - Where a program may be run from is the door's to say (`nvdocker2.host.run`).
 """
 
@@ -20,7 +21,7 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
-from nvdocker2.host.run import trusted_uids
+from nvdocker2.host.run import trusted_ids
 
 INIT_PID = 1
 
@@ -73,7 +74,7 @@ def untrusted_owner(
 
     `uid` is an owner already known (from `SO_PEERCRED`); /proc is read too when it can be.
     """
-    trusted = trusted_uids(euid)
+    trusted = trusted_ids(euid, os.fspath(proc)).uids
     uids = set(process_uids(pid, proc) or ())
     if uid is not None:
         uids.add(uid)
