@@ -106,7 +106,7 @@ def main(args: list[str] | None = None, self_path: str | None = None) -> int:
         log_path = config.runtime.debug
         runtime = find_low_level_runtime(config.runtime.runtimes, self_path)
         _prepare_bundle(config, bundle, self_path, log_path)
-        _mark_bundle(bundle, config)
+        _mark_bundle(bundle, config, runtime)
         _log(log_path, f"exec {runtime} {' '.join(args)}")
         return _exec(runtime, args)
     except RuntimeFailure as e:
@@ -198,17 +198,26 @@ def _direct_mode(spec: dict, bundle: str, config, self_path: str) -> bool:
     return True
 
 
-def _mark_bundle(bundle: str, config) -> None:
+def _mark_bundle(bundle: str, config, runtime: str) -> None:
     """Leave PLAIN_MARK in the bundle when the pass-throughs of this container can skip
-    config.toml, remove it otherwise. Best effort: without it they read config.toml."""
+    config.toml, remove it otherwise. It names `runtime`, which passed the door's check here:
+    the sh launcher execs it without checking it again (a runtime that passed could only have
+    been changed since by root). Best effort: without it they read config.toml."""
     path = os.path.join(bundle, PLAIN_MARK)
     try:
-        if tuple(config.runtime.runtimes) == DEFAULT_RUNTIMES and not config.runtime.debug:
-            from nvdocker2.host.files import ensure_file
-
-            ensure_file(path, 0o644)
-        else:
+        try:
             os.unlink(path)
+        except FileNotFoundError:
+            pass
+        if (tuple(config.runtime.runtimes) == DEFAULT_RUNTIMES and not config.runtime.debug
+                and "\n" not in runtime):
+            from nvdocker2.host.files import create_exclusive
+
+            fd = create_exclusive(path, 0o644)
+            try:
+                os.write(fd, os.fsencode(runtime + "\n"))
+            finally:
+                os.close(fd)
     except OSError:
         pass
 
@@ -238,9 +247,9 @@ def _legacy_mode(spec: dict, spec_path: str, bundle: str, config) -> bool:
 
 def find_low_level_runtime(names, self_path: str | None = None, path: str | None = None) -> str:
     """The first of `names` that is an executable file: an absolute path as is, a bare name
-    looked up on PATH. A file that is this executable itself is skipped (no exec loop). The
-    one found is refused when a user other than root (or this runtime's own user) could have
-    placed or replaced it (`nvdocker2.host.run.unsafe_to_run`)."""
+    looked up on PATH (its absolute entries). A file that is this executable itself is skipped
+    (no exec loop). The one found is refused when a user other than root (or this runtime's
+    own user) could have placed or replaced it (`nvdocker2.host.run.unsafe_to_run`)."""
     me = None
     if self_path:
         try:
@@ -252,7 +261,8 @@ def find_low_level_runtime(names, self_path: str | None = None, path: str | None
         if "/" in name:
             candidates = [name] if os.path.isabs(name) else []
         else:
-            candidates = [os.path.join(d or ".", name) for d in search]
+            # Absolute entries only: an empty or relative one is the working directory's.
+            candidates = [os.path.join(d, name) for d in search if d.startswith("/")]
         for candidate in candidates:
             try:
                 st = os.stat(candidate)

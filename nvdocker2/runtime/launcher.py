@@ -33,13 +33,132 @@ import sys
 
 from nvdocker2.host.files import write_new
 
+# The door's rules (nvdocker2.host.run.unsafe_to_run) in sh, for what the launchers exec: a
+# stat of the path's directories (one fork, a readlink more for each symlink on the way).
+DOOR = r"""# The door's rules (nvdocker2.host.run.unsafe_to_run) in sh: `trusted PATH` succeeds when
+# PATH is absolute and it, every directory on the way and every symlink, followed, belong to
+# root (or this user) and are writable by no one else (in a sticky directory, an entry of a
+# trusted owner); else it fails, the reason in $why. stat and readlink answer, taken from
+# /usr/bin or /bin as /bin/sh is.
+nl='
+'
+ws=$IFS
+euid=
+for stat in /usr/bin/stat /bin/stat ''; do [ -x "$stat" ] && break; done
+for readlink in /usr/bin/readlink /bin/readlink ''; do [ -x "$readlink" ] && break; done
+ids() {  # this user, and a user namespace's overflow ids where it does not map root
+    [ -n "$euid" ] && return 0
+    euid=-1 ouid=-1 ogid=-1 mapped=
+    if [ -r /proc/self/status ]; then
+        while read -r key x e x; do
+            if [ "$key" = Uid: ]; then euid=$e; break; fi
+        done < /proc/self/status
+    fi
+    if [ -r /proc/self/uid_map ]; then
+        while read -r a b x; do [ "$a.$b" != 0.0 ] || mapped=1; done < /proc/self/uid_map
+    else
+        mapped=1
+    fi
+    if [ -z "$mapped" ]; then
+        [ -r /proc/sys/kernel/overflowuid ] && read -r ouid < /proc/sys/kernel/overflowuid
+        [ -r /proc/sys/kernel/overflowgid ] && read -r ogid < /proc/sys/kernel/overflowgid
+    fi
+}
+owner_ok() {
+    [ "$1" -eq 0 ] && return 0
+    ids
+    [ "$1" -eq "$euid" ] || [ "$1" -eq "$ouid" ]
+}
+others_write() {  # mode gid: writable by everyone, or by a group other than root's
+    [ $(($1 & 2)) -eq 0 ] || return 0
+    [ $(($1 & 16)) -ne 0 ] && [ "$2" -ne 0 ] || return 1
+    ids
+    [ "$2" -ne "$ogid" ]
+}
+trusted() {
+    why= path=$1 pending=$1 links=0
+    while :; do
+        case $pending in
+            *"$nl"*) why="$path: a newline in the path"; return 1 ;;
+            /*) ;;
+            *) why="$path is not an absolute path"; return 1 ;;
+        esac
+        # /, then each prefix up to the first `..` (resolved once those are known not links)
+        list=/ top= rest=
+        IFS=/
+        for part in $pending; do
+            IFS=$ws
+            if [ -n "$rest" ]; then rest=$rest/$part; continue; fi
+            case $part in
+                ''|.) ;;
+                ..) rest=/.. ;;
+                *) top=$top/$part; list=$list$nl$top ;;
+            esac
+        done
+        IFS=$nl
+        set -- $list
+        IFS=$ws
+        [ -n "$stat" ] && out=$("$stat" -c '%u %g %f' -- "$@" 2>/dev/null) || {
+            why="cannot read $path (or a directory on its way)"; return 1; }
+        set -- $out
+        last=${top:-/} pmode= next=
+        IFS=$nl
+        for ent in $list; do
+            IFS=$ws
+            case $# in [0-2]) why="cannot read $ent"; return 1 ;; esac
+            case $3 in *[!0-9a-f]*|'') why="cannot read $ent"; return 1 ;; esac
+            uid=$1 gid=$2 mode=$((0x$3))
+            shift 3
+            if [ -z "$pmode" ]; then
+                if ! owner_ok "$uid" || others_write "$mode" "$gid"; then
+                    why="/ is writable by other users"; return 1
+                fi
+            elif others_write "$pmode" "$pgid"; then
+                if [ $((pmode & 512)) -eq 0 ] || ! owner_ok "$uid"; then
+                    why="$parent is writable by other users"; return 1
+                fi
+            fi
+            if ! owner_ok "$uid"; then why="$ent belongs to uid $uid"; return 1; fi
+            kind=$((mode & 61440))
+            if [ "$kind" -eq 40960 ]; then
+                links=$((links + 1))
+                if [ "$links" -gt 40 ]; then why="$path: too many symbolic links"; return 1; fi
+                target=$("$readlink" -- "$ent") && [ -n "$target" ] || {
+                    why="cannot read $ent"; return 1; }
+                case $target in /*) ;; *) target=${ent%/*}/$target ;; esac
+                next=$target${top#"$ent"}$rest
+                break
+            fi
+            if [ "$ent" = "$last" ] && [ -z "$rest" ]; then
+                if [ "$kind" -ne 32768 ]; then why="$ent is not a regular file"; return 1; fi
+                if others_write "$mode" "$gid"; then
+                    why="$ent is writable by other users"; return 1
+                fi
+                return 0
+            fi
+            if [ "$kind" -ne 16384 ]; then why="$ent is not a directory"; return 1; fi
+            pmode=$mode pgid=$gid parent=$ent
+        done
+        IFS=$ws
+        if [ -z "$next" ]; then  # climb the `..`: every directory before it is real
+            [ -n "$rest" ] || { why="$path is not a file"; return 1; }
+            next=${top%/*}${rest#/..}
+        fi
+        pending=${next:-/}
+    done
+}"""
+
 RUNTIME_TEMPLATE = r"""#!/bin/sh
 # nvidia-container-runtime: launcher generated by nvdocker2.runtime.launcher.
 # Not `create` (nor direct mode's `direct-hook`, nor `--version`), and config.toml sets
 # neither runtimes nor debug: exec the low-level runtime straight away (what
-# nvdocker2.runtime would do, without starting Python). Else run nvdocker2.runtime.
+# nvdocker2.runtime would do, without starting Python) when it passes the door's rules.
+# Else run nvdocker2.runtime, with an interpreter that passes them.
+set -f
+prog=nvidia-container-runtime
 py=@PYTHON@
 code=@CODE@
+@DOOR@
 slow=
 case ${1-} in direct-hook|--version|-v) slow=1 ;; esac
 for arg do
@@ -47,9 +166,13 @@ for arg do
 done
 conf=${NVIDIA_CONTAINER_RUNTIME_CONFIG:-/etc/nvidia-container-runtime/config.toml}
 # `create` left this in the bundle (containerd's cwd for every call) when config.toml asked
-# nothing of a pass-through: no need to read it again.
-if [ -f ./.nvidia-container-runtime-plain ]; then
-    :
+# nothing of a pass-through, naming the low-level runtime it checked: no need to read
+# config.toml again, nor to check that runtime. Only this user's file, not a link, in a
+# directory of this user's counts: no other user can make one.
+mark=./.nvidia-container-runtime-plain
+runc=
+if [ -f $mark ] && ! [ -h $mark ] && [ -O $mark ] && [ -O . ]; then
+    read -r runc < $mark || :
 elif [ -z "$slow" ] && [ -e "$conf" ]; then
     if [ -f "$conf" ] && [ -r "$conf" ]; then
         # sh reads a file a byte at a time: stop where nothing later can set these keys, at
@@ -70,22 +193,28 @@ elif [ -z "$slow" ] && [ -e "$conf" ]; then
     fi
 fi
 if [ -z "$slow" ]; then
-    set -f
-    ifs=$IFS
+    case $runc in
+        /*) if [ -f "$runc" ] && [ -x "$runc" ] && ! [ "$runc" -ef "$0" ]; then
+                exec "$runc" "$@"
+            fi ;;
+    esac
+    # The first on PATH (absolute entries only) when it passes the door's rules; else Python
+    # finds the same one and says why it refuses it.
     IFS=:
-    for name in docker-runc runc crun; do
+    for want in docker-runc runc crun; do
         for dir in ${PATH-/bin:/usr/bin}; do
-            cand=${dir:-.}/$name
+            case $dir in /*) ;; *) continue ;; esac
+            cand=$dir/$want
             if [ -f "$cand" ] && [ -x "$cand" ] && ! [ "$cand" -ef "$0" ]; then
-                IFS=$ifs
-                exec "$cand" "$@"
+                IFS=$ws
+                trusted "$cand" && exec "$cand" "$@"
+                break 2
             fi
         done
     done
-    IFS=$ifs
-    set +f
+    IFS=$ws
 fi
-@FIND@exec "$py" -I -S -c "$code" "$0" "$@"
+@FIND@exec "$py" -I -S -c "$code" "$self" "$@"
 """
 
 RUNTIME_CODE = (
@@ -104,24 +233,65 @@ sys.exit(main())
 '''
 
 
-# pip's launchers: the interpreter pip wrote into the `nvdocker2` console script beside them
-# (`#!PYTHON`, or pip's `#!/bin/sh` form for a long path or one with spaces), else python3.
-FIND_PYTHON = r"""py=
-if [ -r "${0%/*}/nvdocker2" ]; then
-    { read -r first; read -r second; } < "${0%/*}/nvdocker2" || true
+# Before Python: this launcher's own file, links followed, must pass the door (Python is told
+# that path: the package beside it is imported, and direct mode's hook entry runs it), and so
+# must the interpreter.
+SELF = r"""self=
+[ -z "$readlink" ] || self=$("$readlink" -f -- "$0") || self=
+if [ -z "$self" ]; then
+    why="cannot resolve $0"
+else
+    trusted "$self" || :
+fi
+if [ -n "$why" ]; then
+    echo "$prog: error: refusing to run from $0: $why" >&2
+    echo "$prog: hint: install nvdocker2 where only root can write (links followed)" >&2
+    exit 1
+fi
+"""
+CHECK_PYTHON = r"""if ! trusted "$py"; then
+    echo "$prog: error: refusing to run $py: $why" >&2
+    echo "$prog: hint: the interpreter must belong to root, in directories only root can write" >&2
+    exit 1
+fi
+"""
+
+# pip's launchers: the interpreter pip wrote into the `nvdocker2` console script beside this
+# launcher's own file (pipx links both from ~/.local/bin; `#!PYTHON`, or pip's `#!/bin/sh`
+# form for a long path or one with spaces), else python3 on PATH (absolute entries only).
+FIND_PYTHON = SELF + r"""py=
+if [ -r "${self%/*}/nvdocker2" ]; then
+    { read -r first; read -r second; } < "${self%/*}/nvdocker2" || :
     case $first in
         '#!/bin/sh') py=${second#*exec\' \"}; py=${py%%\"*} ;;
         '#!'*) py=${first#??}; py=${py%% *} ;;
     esac
 fi
-[ -x "$py" ] || py=python3
-"""
+if [ -z "$py" ]; then
+    IFS=:
+    for dir in ${PATH-/bin:/usr/bin}; do
+        IFS=$ws
+        case $dir in /*) ;; *) continue ;; esac
+        if [ -f "$dir/python3" ] && [ -x "$dir/python3" ]; then py=$dir/python3; break; fi
+    done
+    IFS=$ws
+    if [ -z "$py" ]; then
+        echo "$prog: error: no python3 on PATH (absolute entries only), nor beside $self" >&2
+        echo "$prog: hint: put python3 in /usr/bin, or reinstall nvdocker2 with pip" >&2
+        exit 1
+    fi
+fi
+""" + CHECK_PYTHON
 
 PIP_HOOK_TEMPLATE = r"""#!/bin/sh
 # nvidia-container-runtime-hook: launcher generated by nvdocker2.runtime.launcher (pip).
-# Runs nvdocker2.hook with python3 -I -S: no site set-up, no PYTHON* variables.
+# Runs nvdocker2.hook with python3 -I -S (no site set-up, no PYTHON* variables), with an
+# interpreter that passes the door's rules.
+set -f
+prog=nvidia-container-runtime-hook
 code=@CODE@
-@FIND@exec "$py" -I -S -c "$code" "$0" "$@"
+@DOOR@
+@FIND@exec "$py" -I -S -c "$code" "$self" "$@"
 """
 
 # Under -S, the package directory of a pip install: PREFIX/lib/pythonX.Y/site-packages (venv,
@@ -149,10 +319,10 @@ PIP_HOOK_CODE = PIP_PATHS + "from nvdocker2.hook import main\nsys.exit(main(sys.
 
 def render_pip() -> dict[str, str]:
     """{executable name: file text} of the launchers a pip install puts on PATH."""
-    runtime = (RUNTIME_TEMPLATE.replace("@PYTHON@", "")
+    runtime = (RUNTIME_TEMPLATE.replace("@PYTHON@", "").replace("@DOOR@", DOOR)
                .replace("@CODE@", shlex.quote(PIP_RUNTIME_CODE)).replace("@FIND@", FIND_PYTHON))
     hook = (PIP_HOOK_TEMPLATE.replace("@CODE@", shlex.quote(PIP_HOOK_CODE))
-            .replace("@FIND@", FIND_PYTHON))
+            .replace("@DOOR@", DOOR).replace("@FIND@", FIND_PYTHON))
     return {"nvidia-container-runtime": runtime, "nvidia-container-runtime-hook": hook}
 
 
@@ -179,8 +349,9 @@ def render(python: str, paths: list[str]) -> dict[str, str]:
 
     listed = json.dumps(list(paths))
     code = RUNTIME_CODE.format(paths=listed)
-    runtime = RUNTIME_TEMPLATE.replace("@PYTHON@", shlex.quote(python)).replace(
-        "@CODE@", shlex.quote(code)).replace("@FIND@", "")
+    runtime = (RUNTIME_TEMPLATE.replace("@PYTHON@", shlex.quote(python))
+               .replace("@DOOR@", DOOR).replace("@CODE@", shlex.quote(code))
+               .replace("@FIND@", SELF + CHECK_PYTHON))
     return {
         "nvidia-container-runtime": runtime,
         "nvidia-container-runtime-hook": HOOK_TEMPLATE.format(python=python, paths=listed),

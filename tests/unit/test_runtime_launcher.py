@@ -20,7 +20,7 @@ def test_both_launchers_name_the_interpreter_and_the_package_directory():
     runtime, hook = texts["nvidia-container-runtime"], texts["nvidia-container-runtime-hook"]
     assert runtime.startswith("#!/bin/sh\n")
     assert "\npy=/usr/bin/python3\n" in runtime
-    assert runtime.endswith('\nexec "$py" -I -S -c "$code" "$0" "$@"\n')
+    assert runtime.endswith('\nexec "$py" -I -S -c "$code" "$self" "$@"\n')
     assert hook.startswith("#!/usr/bin/python3 -IS\n")
     for text in (runtime, hook):
         found = SYS_PATH_LINE.search(text)
