@@ -46,28 +46,65 @@ ws=$IFS
 euid=
 for stat in /usr/bin/stat /bin/stat ''; do [ -x "$stat" ] && break; done
 for readlink in /usr/bin/readlink /bin/readlink ''; do [ -x "$readlink" ] && break; done
-ids() {  # this user, and a user namespace's overflow ids where it does not map root
+for dd in /usr/bin/dd /bin/dd ''; do [ -x "$dd" ] && break; done
+for cat in /usr/bin/cat /bin/cat ''; do [ -x "$cat" ] && break; done
+maps() {  # maps FILE OUTSIDE INSIDE: $hit=1 where a range of FILE covers host id OUTSIDE, or
+    # (INSIDE >= 0) this namespace's id INSIDE; a map that cannot be read covers everything
+    hit=
+    [ -r "$1" ] || { hit=1; return 0; }
+    while read -r a b c; do
+        if [ "$b" -le "$2" ] && [ "$2" -lt $((b + c)) ]; then hit=1; fi
+        if [ "$3" -ge 0 ] && [ "$a" -le "$3" ] && [ "$3" -lt $((a + c)) ]; then hit=1; fi
+    done < "$1"
+}
+ids() {  # this user, and a user namespace's overflow ids where it maps neither root nor them
+    # (host/run.py's trusted_ids; where a file shows an overflow id that is mapped, the Python
+    # door decides)
     [ -n "$euid" ] && return 0
-    euid=-1 ouid=-1 ogid=-1 mapped=
+    euid=-1 ouid=-1 ogid=-1 shared=-1 fowner=0
     if [ -r /proc/self/status ]; then
-        while read -r key x e x; do
-            if [ "$key" = Uid: ]; then euid=$e; break; fi
+        while read -r key a b x; do
+            case $key in
+                Uid:) euid=$b ;;
+                CapEff:) case $a in *[!0-9a-fA-F]*|'') ;; *) fowner=$((0x$a >> 3 & 1)) ;; esac ;;
+            esac
         done < /proc/self/status
     fi
-    if [ -r /proc/self/uid_map ]; then
-        while read -r a b x; do [ "$a.$b" != 0.0 ] || mapped=1; done < /proc/self/uid_map
-    else
-        mapped=1
+    maps /proc/self/uid_map 0 -1
+    [ -n "$hit" ] && return 0
+    # sysctl files answer a read at an offset with nothing, and sh's read takes a byte at a time
+    u=$("$cat" /proc/sys/kernel/overflowuid 2>/dev/null) \
+        && g=$("$cat" /proc/sys/kernel/overflowgid 2>/dev/null) || return 0
+    case $u$g in *[!0-9]*|'') return 0 ;; esac
+    maps /proc/self/uid_map 0 "$u"
+    if [ -z "$hit" ]; then
+        ouid=$u
+    elif [ "$fowner" -eq 1 ] && [ "$u" -ne "$euid" ]; then
+        shared=$u
     fi
-    if [ -z "$mapped" ]; then
-        [ -r /proc/sys/kernel/overflowuid ] && read -r ouid < /proc/sys/kernel/overflowuid
-        [ -r /proc/sys/kernel/overflowgid ] && read -r ogid < /proc/sys/kernel/overflowgid
-    fi
+    maps /proc/self/gid_map 0 "$g"
+    [ -n "$hit" ] || ogid=$g
 }
-owner_ok() {
+unmapped() {  # uid entry mode pmode pgid: whether `entry`, showing the overflow uid that this
+    # namespace maps to one of its users, belongs to an unmapped owner (the host's root) after
+    # all. A holder of CAP_FOWNER is refused an O_NOATIME open (EPERM) exactly then; a link
+    # counts in a directory no one else can write.
+    [ "$1" -eq "$shared" ] || return 1
+    case $(($3 & 61440)) in
+        40960) [ -n "$4" ] && ! others_write "$4" "$5" ;;
+        32768|16384)
+            [ -n "$dd" ] || return 1
+            err=$(LC_ALL=C "$dd" if="$2" iflag=noatime,nofollow,nonblock count=0 status=none 2>&1) \
+                && return 1
+            case $err in *"Operation not permitted"*) return 0 ;; esac
+            return 1 ;;
+        *) return 1 ;;
+    esac
+}
+owner_ok() {  # uid [entry mode pmode pgid]
     [ "$1" -eq 0 ] && return 0
     ids
-    [ "$1" -eq "$euid" ] || [ "$1" -eq "$ouid" ]
+    [ "$1" -eq "$euid" ] || [ "$1" -eq "$ouid" ] || { [ -n "${2-}" ] && unmapped "$@"; }
 }
 others_write() {  # mode gid: writable by everyone, or by a group other than root's
     [ $(($1 & 2)) -eq 0 ] || return 0
@@ -109,16 +146,17 @@ trusted() {
             case $3 in *[!0-9a-f]*|'') why="cannot read $ent"; return 1 ;; esac
             uid=$1 gid=$2 mode=$((0x$3))
             shift 3
+            if owner_ok "$uid" "$ent" "$mode" "$pmode" "$pgid"; then ours=1; else ours=; fi
             if [ -z "$pmode" ]; then
-                if ! owner_ok "$uid" || others_write "$mode" "$gid"; then
+                if [ -z "$ours" ] || others_write "$mode" "$gid"; then
                     why="/ is writable by other users"; return 1
                 fi
             elif others_write "$pmode" "$pgid"; then
-                if [ $((pmode & 512)) -eq 0 ] || ! owner_ok "$uid"; then
+                if [ $((pmode & 512)) -eq 0 ] || [ -z "$ours" ]; then
                     why="$parent is writable by other users"; return 1
                 fi
             fi
-            if ! owner_ok "$uid"; then why="$ent belongs to uid $uid"; return 1; fi
+            if [ -z "$ours" ]; then why="$ent belongs to uid $uid"; return 1; fi
             kind=$((mode & 61440))
             if [ "$kind" -eq 40960 ]; then
                 links=$((links + 1))

@@ -331,3 +331,46 @@ def test_doctor_does_not_trust_a_dockerd_of_the_namespaces_nobody(ns, planted):
     assert f"belongs to uid {OVERFLOW}, not root" in trusted["detail"]
     assert str(nobody) not in checks["runtime.low-level"]["detail"]
     assert proc.returncode == 1, proc.stderr
+
+
+def _sh_door(ns: UserNamespace, *paths: Path, caps: tuple[str, ...] = ()) -> list[str]:
+    """The sh launchers' door (`trusted`), run inside the namespace as its root."""
+    from nvdocker2.runtime.launcher import DOOR
+
+    script = "set -f\n" + DOOR + '\nfor p do if trusted "$p"; then echo ok; else echo "$why"; fi; done\n'
+    proc = ns.run(*caps, "/bin/sh", "-c", script, "sh", *map(str, paths), env={})
+    assert proc.stderr == ""
+    return proc.stdout.splitlines()
+
+
+def test_the_sh_launchers_door_does_not_trust_the_namespaces_nobody_either(ns, planted):
+    """The launchers' own check (issue 39, holes 1 and 2 together): inside the namespace, the
+    mapped nobody's runc is refused by the sh door as by the Python one, the host root's runc
+    and interpreter pass where the kernel says their owner is unmapped, and nothing that
+    shows as 65534 passes without CAP_FOWNER."""
+    theirs = _runc(planted, "nobody", MAPPED_NOBODY)
+    ours = _runc(planted, "root", 0)
+    python = Path(os.path.realpath(sys.executable))
+    assert _sh_door(ns, theirs, ours, python) == [
+        f"{theirs.parent} belongs to uid {OVERFLOW}", "ok", "ok"]
+    assert _sh_door(ns, ours, caps=("setpriv", "--bounding-set=-fowner")) == [
+        "/ is writable by other users"]
+    assert not (planted / "marks" / "runc-ran").exists()
+
+
+def test_the_packages_launcher_in_the_namespace_never_runs_nobodys_runc(ns, planted):
+    from nvdocker2.runtime.launcher import write_launchers
+
+    theirs = _runc(planted, "nobody", MAPPED_NOBODY)
+    bin_dir = planted / "root"
+    write_launchers(str(bin_dir), python=os.path.realpath(sys.executable), paths=[str(REPO)])
+    env = {"PATH": f"{theirs.parent}:/usr/bin:/bin",
+           "NVIDIA_CONTAINER_RUNTIME_CONFIG": str(planted / "none.toml")}
+    proc = ns.run(str(bin_dir / "nvidia-container-runtime"), "state", "ctr", env=env)
+    assert (proc.returncode, proc.stderr) == _refused(
+        theirs, f"{theirs.parent} belongs to uid {OVERFLOW}")
+    assert not (planted / "marks" / "runc-ran").exists()
+    ours = _runc(planted, "root", 0)
+    env["PATH"] = f"{ours.parent}:/usr/bin:/bin"
+    proc = ns.run(str(bin_dir / "nvidia-container-runtime"), "state", "ctr", env=env)
+    assert (proc.returncode, proc.stdout, proc.stderr) == (0, "runc ran\n", "")
