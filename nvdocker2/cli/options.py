@@ -68,6 +68,9 @@ COMMON = [
     CliOption("runtime_path", ("--runtime-path",), ("install",),
               "Absolute path of nvidia-container-runtime [default: the one installed beside "
               "this nvdocker2].", rank=30, metavar="PATH"),
+    _flag("allow_missing_runtime", ("--allow-missing-runtime",), ("install",),
+          "Accept a --runtime-path that is not an executable file yet (a package will put "
+          "it there); without it install refuses one, as every GPU container would fail.", 35),
     _flag("set_default", ("--set-default",), ("install",),
           "Also make it dockerd's default-runtime.", 50),
     _flag("dry_run", ("--dry-run",), CHANGING,

@@ -71,7 +71,8 @@ def test_install_mode_direct_sets_the_mode_and_keeps_config_toml(tmp_path):
     daemon = tmp_path / "daemon.json"
     env = {"NVIDIA_CONTAINER_RUNTIME_CONFIG": str(toml)}
     r = nvdocker2("install", "--config", str(daemon), "--reload", "none", "--no-verify",
-                  "--runtime-path", "/usr/bin/nvidia-container-runtime", "--mode", "direct",
+                  "--runtime-path", "/usr/bin/nvidia-container-runtime", "--allow-missing-runtime",
+                  "--mode", "direct",
                   env=env)
     assert r.returncode == 0, r.stderr
     assert toml.read_text() == original.replace(
@@ -81,7 +82,8 @@ def test_install_mode_direct_sets_the_mode_and_keeps_config_toml(tmp_path):
         "path": "/usr/bin/nvidia-container-runtime"}
 
     r = nvdocker2("install", "--config", str(daemon), "--reload", "none", "--no-verify",
-                  "--runtime-path", "/usr/bin/nvidia-container-runtime", "--mode", "legacy",
+                  "--runtime-path", "/usr/bin/nvidia-container-runtime", "--allow-missing-runtime",
+                  "--mode", "legacy",
                   "--dry-run", env=env)
     assert r.returncode == 0, r.stderr
     assert "would set [nvidia-container-runtime] mode = \"legacy\"" in r.stdout
