@@ -297,6 +297,18 @@ def test_version_and_help():
     assert "says what it picked and why" in " ".join(w for w in out.split() if w != "│")
 
 
+def test_install_completion_names_the_shell(tmp_path):
+    env = dict(os.environ, HOME=str(tmp_path), SHELL="/bin/bash")
+    r = subprocess.run([str(NVDOCKER2), "--install-completion", "bash"], capture_output=True,
+                       text=True, env=env, timeout=60, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    first, second = r.stdout.splitlines()
+    assert first.startswith("bash completion installed in "), first
+    script = Path(first[len("bash completion installed in "):])
+    assert script.is_relative_to(tmp_path) and "_nvdocker2_completion" in script.read_text()
+    assert second == "Completion will take effect once you restart the terminal"
+
+
 def test_default_runtime_path_is_the_one_beside_nvdocker2(cfg):
     r = subprocess.run(
         [str(NVDOCKER2), "install", "--config", str(cfg), *NONE, "--json"],
