@@ -56,9 +56,12 @@ def _backup_id() -> Any:
 
 def add(app: Any) -> None:
     """install, uninstall and rollback, in this order in `--help`."""
-    register(app, "install", _changing("install"), """Add the nvidia runtime to daemon.json (merge,
-        back up, write atomically, reload, verify); for rootless Docker also no-cgroups = true
-        in the user's own nvidia-container-runtime/config.toml.""")
+    register(app, "install", _changing("install"), """Add the nvidia runtime to the engine's
+        config: Docker's daemon.json, containerd's config.toml, CRI-O's drop-in
+        (/etc/crio/crio.conf.d/99-nvidia.conf). Merge, back up, write atomically, reload,
+        verify; for rootless Docker also no-cgroups = true in the user's own
+        nvidia-container-runtime/config.toml. An option marked (docker) or (containerd, crio)
+        serves those engines only.""")
     register(app, "uninstall", _changing("uninstall"), """Undo install: put back what it replaced
         (from the journal), never leave a dangling default.""")
     register(app, "rollback", _changing("rollback"), """Undo the newest change (or BACKUP_ID's):
