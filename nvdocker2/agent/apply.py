@@ -126,6 +126,8 @@ def argv(action: str, t: Target) -> list[str]:
             cmd.append("--set-default")
         if t.runtime_path:
             cmd += ["--runtime-path", t.runtime_path]
+            if t.host_root != "/":  # a node path: install, in the agent's image, cannot see it
+                cmd.append("--allow-missing-runtime")
     if t.host_root == "/" or not t.config:
         return cmd
     d = node_dir(t.config)

@@ -60,14 +60,32 @@ class _Command(typer.core.TyperCommand):
 
 
 class _Group(typer.core.TyperGroup):
-    __doc__ = _Command.__doc__
+    __doc__ = _Command.__doc__ + """ `--install-completion` says the shell by its name
+    (`_install_completion`)."""
 
     def parse_args(self, ctx: Any, args: Any) -> Any:
-        values.quicken(self.get_params(ctx))
+        params = self.get_params(ctx)
+        values.quicken(params)
+        for p in params:
+            if p.name == "install_completion":
+                p.callback = _install_completion
         return super().parse_args(ctx, args)
 
-    def format_help(self, ctx: Any, formatter: Any) -> None:
-        super(typer.core.TyperGroup, self).format_help(ctx, formatter)
+
+def _install_completion(ctx: Any, param: Any, value: Any) -> Any:
+    """typer's --install-completion, saying "bash completion installed in PATH": typer's own
+    prints its Shells Enum where it has one ("Shells.bash ...", typer 0.7 on Python 3.11)."""
+    if not value or ctx.resilient_parsing:
+        return value
+    from typer import completion
+
+    if isinstance(value, str):  # a shell named (a Shells Enum is a str too)
+        shell, path = completion.install(shell=getattr(value, "value", value))
+    else:  # the flag alone: typer detects the shell
+        shell, path = completion.install()
+    typer.secho(f"{getattr(shell, 'value', shell)} completion installed in {path}", fg="green")
+    typer.echo("Completion will take effect once you restart the terminal")
+    raise typer.Exit(0)
 
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}

@@ -7,6 +7,7 @@ A flag that the chosen engine does not declare is a usage error naming the engin
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 from enum import Enum
@@ -41,9 +42,10 @@ RELOAD_HELP = (
 def config_option(command: str, what: str) -> CliOption:
     return CliOption(
         "config", ("--config",), (command,),
-        f"daemon.json {what} [default: chosen for this host's Docker: rootful "
-        "/etc/docker/daemon.json, rootless ~/.config/docker/daemon.json, snap "
-        "/var/snap/docker/current/config/daemon.json; printed with why].",
+        f"The engine's file {what} [default: docker: daemon.json chosen for this host's "
+        "Docker (rootful /etc/docker/daemon.json, rootless ~/.config/docker/daemon.json, snap "
+        "/var/snap/docker/current/config/daemon.json; printed with why); containerd: "
+        "/etc/containerd/config.toml; crio: /etc/crio/crio.conf.d/99-nvidia.conf].",
         rank=10, kind=Path, metavar="PATH")
 
 
@@ -60,7 +62,8 @@ COMMON = [
     config_option("backups", "whose backups to list"),
     config_option("status", "to report on"),
     CliOption("config", ("--config",), ("doctor",),
-              "daemon.json to check [default: the one install would change, printed with why].",
+              "The engine's file to check [default: the one install would change, printed "
+              "with why].",
               rank=10, kind=Path, metavar="PATH"),
     CliOption("runtime_name", ("--runtime-name",), ("install", "uninstall"),
               "Name of the runtime entry.", rank=20, default="nvidia", metavar="NAME",
@@ -68,6 +71,9 @@ COMMON = [
     CliOption("runtime_path", ("--runtime-path",), ("install",),
               "Absolute path of nvidia-container-runtime [default: the one installed beside "
               "this nvdocker2].", rank=30, metavar="PATH"),
+    _flag("allow_missing_runtime", ("--allow-missing-runtime",), ("install",),
+          "Accept a --runtime-path that is not an executable file yet (a package will put "
+          "it there); without it install refuses one, as every GPU container would fail.", 35),
     _flag("set_default", ("--set-default",), ("install",),
           "Also make it dockerd's default-runtime.", 50),
     _flag("dry_run", ("--dry-run",), CHANGING,
@@ -172,7 +178,10 @@ class EngineCommand:
             if self.name in opt.commands:
                 params.append((opt.rank, inspect.Parameter(
                     opt.param, kind, default=to_typer(opt), annotation=_annotation(opt))))
+        engines = registry.names()
         for opt, owners in registry.options(self.name):
+            if len(owners) < len(engines):  # say which engines it serves
+                opt = dataclasses.replace(opt, help=f"{opt.help} ({', '.join(owners)})")
             params.append((opt.rank, inspect.Parameter(
                 opt.param, kind, default=to_typer(opt, f"{', '.join(owners)} options"),
                 annotation=_annotation(opt))))

@@ -87,13 +87,9 @@ def main(args: list[str] | None = None, self_path: str | None = None) -> int:
         is_create, bundle = parse_args([PROG, *args])
         if not is_create:
             runtimes, log_path, log_level = _passthrough_settings()
-            runtime = find_low_level_runtime(runtimes, self_path)
             if args[:1] in (["--version"], ["-v"]):
-                # Our own name and version first, then the low-level runtime's own lines.
-                from nvdocker2 import __version__
-
-                sys.stdout.write(f"{PROG} version {__version__} (nvdocker2)\n\n")
-                sys.stdout.flush()
+                return _version(runtimes, self_path, args)
+            runtime = find_low_level_runtime(runtimes, self_path)
             if log_level == "debug":
                 _log(log_path, f"exec {runtime} {' '.join(args)}")
             return _exec(runtime, args)
@@ -243,6 +239,22 @@ def _legacy_mode(spec: dict, spec_path: str, bundle: str, config) -> bool:
         return False
     append_prestart(spec, entry)
     return True
+
+
+def _version(runtimes: tuple[str, ...], self_path: str | None, args: list[str]) -> int:
+    """Our own name and version first, then the low-level runtime's own lines; without a
+    low-level runtime, a second line saying so, and exit 0: the version is still ours."""
+    from nvdocker2 import __version__
+
+    sys.stdout.write(f"{PROG} version {__version__} (nvdocker2)\n")
+    try:
+        runtime = find_low_level_runtime(runtimes, self_path)
+    except RuntimeFailure as e:
+        sys.stdout.write(f"{e}\n")
+        return 0
+    sys.stdout.write("\n")
+    sys.stdout.flush()
+    return _exec(runtime, args)
 
 
 def find_low_level_runtime(names, self_path: str | None = None, path: str | None = None) -> str:

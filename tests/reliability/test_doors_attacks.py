@@ -109,6 +109,7 @@ def planted_host(top: Path, nobody: pwd.struct_passwd) -> tuple[Path, Path, dict
 def test_install_dry_run_runs_no_program_planted_on_path(top, nobody):
     marker, cfg, env = planted_host(top, nobody)
     r = run_cli("install", "--dry-run", "--config", str(cfg), "--runtime-path", RT,
+                "--allow-missing-runtime",
                 "--docker-host", f"unix://{top}/no.sock", "--no-verify", env=env)
     assert ran(marker) == "", "root ran nobody's programs: " + ran(marker)
     assert r.returncode == 0, r.stderr
@@ -118,7 +119,8 @@ def test_install_dry_run_runs_no_program_planted_on_path(top, nobody):
 def test_install_cdi_dry_run_runs_no_dockerd_planted_on_path(top, nobody):
     marker, cfg, env = planted_host(top, nobody)
     r = run_cli("install", "--mode", "cdi", "--cdi-spec-dir", "/etc/cdi", "--dry-run",
-                "--config", str(cfg), "--runtime-path", RT, "--json", "--reload", "none",
+                "--config", str(cfg), "--runtime-path", RT, "--allow-missing-runtime", "--json",
+                "--reload", "none",
                 "--docker-host", f"unix://{top}/no.sock",
                 env=dict(env, NVIDIA_CONTAINER_RUNTIME_CONFIG=str(fake_toolkit(top))))
     assert ran(marker) == "", "root ran nobody's programs: " + ran(marker)
@@ -206,7 +208,8 @@ def test_cdi_generate_under_umask_000_makes_no_world_writable_directory(top):
 def test_install_mode_direct_under_umask_000_makes_no_world_writable_directory(top):
     toml = top / "etc" / "nvidia-container-runtime" / "config.toml"
     r = _under_umask_000("install", "--mode", "direct", "--config", str(top / "daemon.json"),
-                         "--runtime-path", RT, "--reload", "none", "--no-verify",
+                         "--runtime-path", RT, "--allow-missing-runtime", "--reload", "none",
+                         "--no-verify",
                          env={"NVIDIA_CONTAINER_RUNTIME_CONFIG": str(toml),
                               "NVDOCKER2_STATE_DIR": str(top / "state")})
     assert r.returncode == 0, r.stderr
@@ -249,7 +252,8 @@ def test_cdi_mode_does_not_believe_an_engine_api_another_user_serves(top, nobody
         cfg = top / "daemon.json"
         cfg.write_bytes(ORIGINAL)
         r = run_cli("install", "--mode", "cdi", "--cdi-spec-dir", "/etc/cdi", "--dry-run",
-                    "--config", str(cfg), "--runtime-path", RT, "--reload", "none",
+                    "--config", str(cfg), "--runtime-path", RT, "--allow-missing-runtime",
+                    "--reload", "none",
                     "--docker-host", f"unix://{sock}",
                     env={"NVDOCKER2_STATE_DIR": str(top / "state"),
                          "NVIDIA_CONTAINER_RUNTIME_CONFIG": str(fake_toolkit(top))})
@@ -282,6 +286,7 @@ def test_without_the_test_switch_no_test_variable_runs_anything(top):
     main = f"import sys; sys.path.insert(0, {str(repo)!r}); from nvdocker2.cli import main; main()"
     r = subprocess.run(
         ["/usr/bin/python3", "-c", main, "install", "--config", str(cfg), "--runtime-path", RT,
+         "--allow-missing-runtime",
          "--reload", "none", "--no-verify"],
         capture_output=True, text=True, timeout=60, cwd="/",
         env=dict(os.environ, NVDOCKER2_STATE_DIR=str(top / "state"),

@@ -36,7 +36,7 @@ def _cli(engine: str, config: Path, action: str, name: str = "nvidia") -> list[s
     argv = [sys.executable, "-m", "nvdocker2", action, "--engine", engine, "--config",
             str(config), "--reload", "none", "--timeout", "120", "--runtime-name", name]
     if action == "install":
-        argv += ["--runtime-path", RT, "--set-default"]
+        argv += ["--runtime-path", RT, "--allow-missing-runtime", "--set-default"]
     return argv
 
 
@@ -135,7 +135,8 @@ def test_parallel_installs_all_land(tmp_path, monkeypatch):
     procs = [subprocess.Popen(
         [sys.executable, "-m", "nvdocker2", "install", "--engine", "containerd", "--config",
          str(cfg), "--reload", "none", "--timeout", "180", "--runtime-name", f"rt{i}",
-         "--runtime-path", f"/opt/rt{i}/runtime"], stdout=subprocess.DEVNULL,
+         "--runtime-path", f"/opt/rt{i}/runtime",
+         "--allow-missing-runtime"], stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE, text=True) for i in range(8)]
     for p in procs:
         assert p.wait(timeout=240) == 0, p.stderr.read()

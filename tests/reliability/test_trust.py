@@ -26,7 +26,7 @@ from nvdocker2.store.journal import Journal
 from .conftest import NVDOCKER2, _need, run_cli
 
 RT = "/usr/bin/nvidia-container-runtime"
-NONE = ["--reload", "none", "--no-verify", "--runtime-path", RT]
+NONE = ["--reload", "none", "--no-verify", "--runtime-path", RT, "--allow-missing-runtime"]
 ORIGINAL = b'{\n    "debug": false\n}\n'
 INSTALLED = (
     b'{\n    "debug": false,\n    "runtimes": {\n        "nvidia": {\n'
@@ -306,7 +306,7 @@ def test_programs_another_user_planted_on_path_are_never_run(host, nobody):
     cfg.write_bytes(CONTAINERD_CFG)
     env = {"PATH": f"{planted}:/usr/sbin:/usr/bin:/sbin:/bin"}
     r = cli(state, "install", "--engine", "containerd", "--config", str(cfg), "--reload",
-            "none", "--runtime-path", RT, "--json", env=env)
+            "none", "--runtime-path", RT, "--allow-missing-runtime", "--json", env=env)
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
     # the candidate was checked by the real containerd, not taken as TOML only

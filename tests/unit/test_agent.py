@@ -82,6 +82,15 @@ def test_ready_after_install_and_exact_bytes_back_on_stop(host, tmp_path, sig):
     assert len(a.events(f"stopping on {signal.Signals(sig).name}: uninstall:")) == 1
 
 
+def test_a_node_runtime_path_the_agent_cannot_see_is_installed(host, tmp_path):
+    node_only = "/opt/node-only/nvidia-container-runtime"  # on the node, not in the agent's image
+    assert not os.path.exists(node_only)
+    a = _start(host, tmp_path, "--runtime-path", node_only, "--keep-on-exit")
+    a.wait_for("ready:")
+    assert json.loads(_cfg(host).read_bytes())["runtimes"]["nvidia"] == {"path": node_only}
+    assert a.stop() == 0
+
+
 def test_keep_on_exit_leaves_the_runtime_installed(host, tmp_path):
     a = _start(host, tmp_path, "--keep-on-exit")
     a.wait_for("ready:")

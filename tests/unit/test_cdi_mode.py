@@ -65,7 +65,7 @@ class Host:
         return subprocess.run(argv, capture_output=True, text=True, env=env, timeout=60)
 
     def install(self, *extra: str):
-        return self.run("install", "--runtime-path", RUNTIME, *extra)
+        return self.run("install", "--runtime-path", RUNTIME, "--allow-missing-runtime", *extra)
 
     def uninstall(self, *extra: str):
         return self.run("uninstall", *extra)
@@ -107,7 +107,8 @@ def test_docker_26_gets_cdi_true_beside_buildkit_and_is_told_to_restart(host):
         "SPECDIR", str(host.spec_dir)) + "}")
     host.spec.unlink()
     (host.state / "journal").exists() and [p.unlink() for p in (host.state / "journal").iterdir()]
-    r = host.run("install", "--runtime-path", RUNTIME, "--mode", "cdi", "--cdi-spec-dir",
+    r = host.run("install", "--runtime-path", RUNTIME, "--allow-missing-runtime", "--mode", "cdi",
+                 "--cdi-spec-dir",
                  str(host.spec_dir), "--reload", "none", "--docker-host",
                  f"unix://{host.engine.socket_path}", mode=False)
     assert r.returncode == 0, r.stderr
@@ -216,7 +217,8 @@ def test_features_of_the_wrong_type_is_exit_2_and_nothing_written(host):
 def test_dry_run_shows_both_files_and_writes_nothing(host):
     host.docker("26.1.5", cdi_on=False)
     before = host.write_config('{"features": {"buildkit": true}, ' + DIRS + "}")
-    r = host.run("install", "--runtime-path", RUNTIME, "--mode", "cdi", "--cdi-spec-dir",
+    r = host.run("install", "--runtime-path", RUNTIME, "--allow-missing-runtime", "--mode", "cdi",
+                 "--cdi-spec-dir",
                  str(host.spec_dir), "--reload", "none", "--dry-run", "--docker-host",
                  f"unix://{host.engine.socket_path}", mode=False)
     assert r.returncode == 0, r.stderr
@@ -464,7 +466,8 @@ def test_runtime_flags_with_mode_cdi_are_bad_input(host, flags, named):
 
 def test_cdi_spec_dir_without_mode_cdi_is_bad_input(host):
     before = host.write_config("{}")
-    r = host.run("install", "--runtime-path", RUNTIME, "--cdi-spec-dir", str(host.spec_dir),
+    r = host.run("install", "--runtime-path", RUNTIME, "--allow-missing-runtime", "--cdi-spec-dir",
+                 str(host.spec_dir),
                  "--reload", "none", mode=False)
     assert r.returncode == 2
     assert r.stderr.splitlines() == ["error: --cdi-spec-dir needs --mode cdi",
@@ -511,7 +514,8 @@ def test_rollback_of_a_spec_only_cdi_install_removes_the_spec_and_leaves_daemon_
     rollback undoes that instead of restoring an older daemon.json backup."""
     host.docker("28.5.2", cdi_on=True)
     before = host.write_config('{"debug": true, ' + DIRS + "}")
-    r = host.run("install", "--runtime-path", RUNTIME, "--reload", "none", "--json", mode=False)
+    r = host.run("install", "--runtime-path", RUNTIME, "--allow-missing-runtime", "--reload",
+                 "none", "--json", mode=False)
     assert r.returncode == 0, r.stderr  # an older daemon.json backup exists
     assert host.install().returncode == 0 and host.spec.exists()
     out = _rollback(host)
@@ -538,7 +542,8 @@ def test_uninstall_removes_the_spec_of_every_spec_dir_install_wrote_to(host):
     host.docker("28.5.2", cdi_on=True)
     before = host.write_config('{"cdi-spec-dirs": ["/etc/cdi", "SPECDIR", "%s"]}\n' % other)
     assert host.install().returncode == 0
-    r = host.run("install", "--runtime-path", RUNTIME, "--mode", "cdi", "--cdi-spec-dir",
+    r = host.run("install", "--runtime-path", RUNTIME, "--allow-missing-runtime", "--mode", "cdi",
+                 "--cdi-spec-dir",
                  str(other), "--reload", "none", "--docker-host",
                  f"unix://{host.engine.socket_path}", "--json", mode=False)
     assert r.returncode == 0, r.stderr

@@ -41,7 +41,8 @@ TWO_SPACE_INSTALLED = (
 
 def test_install_and_uninstall_byte_exact_two_space_file(cfg):
     cfg.write_bytes(TWO_SPACE)
-    code, out, err = cli("install", "--config", str(cfg), "--runtime-path", RT, *NONE)
+    code, out, err = cli("install", "--config", str(cfg), "--runtime-path", RT,
+                         "--allow-missing-runtime", *NONE)
     assert code == 0, err
     assert cfg.read_bytes() == TWO_SPACE_INSTALLED
     assert f"config: {cfg} (given with --config)" in out
@@ -50,6 +51,32 @@ def test_install_and_uninstall_byte_exact_two_space_file(cfg):
     assert code == 0, err
     assert cfg.read_bytes() == TWO_SPACE
     assert "removed runtimes.nvidia" in out
+
+
+@pytest.mark.parametrize("engine,name", [("docker", "daemon.json"), ("crio", "99-nvidia.conf")])
+@pytest.mark.parametrize("kind,says", [("missing", "does not exist"), ("dir", "is a directory"),
+                                       ("plain", "is not executable")])
+def test_a_runtime_path_no_container_could_start_is_refused(tmp_path, engine, name, kind, says):
+    cfg = tmp_path / "etc" / name
+    cfg.parent.mkdir()
+    path = tmp_path / "rt"
+    if kind == "dir":
+        path.mkdir()
+    elif kind == "plain":
+        path.write_text("#!/bin/sh\n")
+        path.chmod(0o644)
+    args = ("install", "--engine", engine, "--config", str(cfg), "--runtime-path", str(path),
+            "--reload", "none", "--no-verify")
+    code, out, err = cli(*args)
+    assert (code, out) == (2, "")
+    assert err.splitlines() == [
+        f"error: --runtime-path {path} {says}: every GPU container would fail to start",
+        "hint: pass the path of an installed nvidia-container-runtime, or add "
+        "--allow-missing-runtime when a package will put it there"]
+    assert not cfg.exists() and not (tmp_path / "state").exists()
+    code, out, err = cli(*args, "--allow-missing-runtime")
+    assert code == 0, err
+    assert str(path) in cfg.read_text() and "not an executable file (yet)" in err
 
 
 def test_tab_crlf_no_final_newline_with_args_and_default(cfg):
@@ -63,7 +90,7 @@ def test_tab_crlf_no_final_newline_with_args_and_default(cfg):
         "--config",
         str(cfg),
         "--runtime-path",
-        RT,
+        RT, "--allow-missing-runtime",
         "--runtime-arg",
         "--debug",
         "--runtime-arg",
@@ -86,9 +113,11 @@ def test_tab_crlf_no_final_newline_with_args_and_default(cfg):
 
 def test_second_install_says_unchanged_and_writes_nothing(cfg, tmp_path):
     cfg.write_bytes(b"{}\n")
-    assert cli("install", "--config", str(cfg), "--runtime-path", RT, *NONE)[0] == 0
+    assert cli("install", "--config", str(cfg), "--runtime-path", RT, "--allow-missing-runtime",
+               *NONE)[0] == 0
     stat1 = cfg.stat()
-    code, out, _ = cli("install", "--config", str(cfg), "--runtime-path", RT, *NONE)
+    code, out, _ = cli("install", "--config", str(cfg), "--runtime-path", RT,
+                       "--allow-missing-runtime", *NONE)
     assert code == 0 and "unchanged:" in out
     assert cfg.stat().st_mtime_ns == stat1.st_mtime_ns and cfg.stat().st_ino == stat1.st_ino
     code, out, _ = cli("backups", "--config", str(cfg), "--json")
@@ -97,20 +126,23 @@ def test_second_install_says_unchanged_and_writes_nothing(cfg, tmp_path):
 
 def test_dry_run_prints_a_diff_and_touches_nothing(cfg, tmp_path):
     cfg.write_bytes(b'{\n    "debug": true\n}\n')
-    code, out, _ = cli("install", "--config", str(cfg), "--runtime-path", RT, "--dry-run", *NONE)
+    code, out, _ = cli("install", "--config", str(cfg), "--runtime-path", RT,
+                       "--allow-missing-runtime", "--dry-run", *NONE)
     assert code == 0
     assert f"--- a{cfg}\n+++ b{cfg}\n" in out
     assert '-    "debug": true\n+    "debug": true,\n+    "runtimes": {\n' in out
     assert "dry run:" in out
     assert cfg.read_bytes() == b'{\n    "debug": true\n}\n'
     assert not (tmp_path / "state").exists()
-    code, out, _ = cli("install", "--config", str(cfg), "--runtime-path", RT, "--dry-run", "--json",
+    code, out, _ = cli("install", "--config", str(cfg), "--runtime-path", RT,
+                       "--allow-missing-runtime", "--dry-run", "--json",
                        *NONE)
     obj = json.loads(out)
     assert obj["dry_run"] is True and obj["changed"] is True and '+    "runtimes"' in obj["diff"]
     assert obj["before"] == '{\n    "debug": true\n}\n'
     # `after` is exactly what the apply then writes.
-    assert cli("install", "--config", str(cfg), "--runtime-path", RT, *NONE)[0] == 0
+    assert cli("install", "--config", str(cfg), "--runtime-path", RT, "--allow-missing-runtime",
+               *NONE)[0] == 0
     assert obj["after"] == cfg.read_text()
 
 
@@ -118,7 +150,8 @@ def test_dry_run_without_dockerd_shows_the_diff_and_what_it_could_not_check(cfg,
     """No dockerd: the apply exits 3 and writes nothing; its dry run shows the diff, lists the
     flag check as unchecked and exits 0; --require-daemon makes the dry run fail as the apply."""
     cfg.write_bytes(b"{}\n")
-    args = ("install", "--config", str(cfg), "--runtime-path", RT, "--pidfile",
+    args = ("install", "--config", str(cfg), "--runtime-path", RT, "--allow-missing-runtime",
+            "--pidfile",
             str(tmp_path / "none.pid"), "--docker-host", f"unix://{tmp_path}/none.sock")
     dry_code, dry_out, dry_err = cli(*args, "--dry-run")
     assert dry_code == 0 and "error" not in dry_err, dry_err
@@ -140,7 +173,8 @@ def test_dry_run_without_dockerd_shows_the_diff_and_what_it_could_not_check(cfg,
 def test_dry_run_without_dockerd_still_runs_the_file_checks(cfg, tmp_path):
     """What needs no dockerd is still checked: a default runtime the file does not define."""
     cfg.write_bytes(b'{"default-runtime": "ghost"}\n')
-    code, out, err = cli("install", "--config", str(cfg), "--runtime-path", RT, "--dry-run",
+    code, out, err = cli("install", "--config", str(cfg), "--runtime-path", RT,
+                         "--allow-missing-runtime", "--dry-run",
                          "--pidfile", str(tmp_path / "none.pid"))
     assert code == 2 and '"default-runtime" is "ghost"' in err and out == ""
 
@@ -148,9 +182,11 @@ def test_dry_run_without_dockerd_still_runs_the_file_checks(cfg, tmp_path):
 def test_diff_and_json_text_mask_credentials_in_urls(cfg):
     proxy = '{\n    "proxies": {"http-proxy": "http://alice:s3cret@proxy:3128"}\n}\n'
     cfg.write_text(proxy)
-    code, out, _ = cli("install", "--config", str(cfg), "--runtime-path", RT, "--dry-run", *NONE)
+    code, out, _ = cli("install", "--config", str(cfg), "--runtime-path", RT,
+                       "--allow-missing-runtime", "--dry-run", *NONE)
     assert code == 0 and "s3cret" not in out and "alice" not in out
-    code, out, _ = cli("install", "--config", str(cfg), "--runtime-path", RT, "--json", *NONE)
+    code, out, _ = cli("install", "--config", str(cfg), "--runtime-path", RT,
+                       "--allow-missing-runtime", "--json", *NONE)
     obj = json.loads(out)
     assert "s3cret" not in out and "http://xxxxx:xxxxx@proxy:3128" in obj["before"]
     assert "http://xxxxx:xxxxx@proxy:3128" in obj["after"]
@@ -158,14 +194,16 @@ def test_diff_and_json_text_mask_credentials_in_urls(cfg):
 
 
 def test_json_result_has_the_fields_scripts_rely_on(cfg):
-    code, out, _ = cli("install", "--config", str(cfg), "--runtime-path", RT, "--json", *NONE)
+    code, out, _ = cli("install", "--config", str(cfg), "--runtime-path", RT,
+                       "--allow-missing-runtime", "--json", *NONE)
     assert code == 0
     obj = json.loads(out)
     assert obj["changed"] is True and obj["config"] == str(cfg) and obj["reload"] == "none"
     assert obj["verified"] is False and isinstance(obj["warnings"], list)
     assert obj["backup"] and obj["backup_file"] is None  # the file did not exist before
     assert obj["changes"] == [{"key": "runtimes.nvidia", "action": "added", "after": {"path": RT}}]
-    code, out, _ = cli("install", "--config", str(cfg), "--runtime-path", RT, "--json", *NONE)
+    code, out, _ = cli("install", "--config", str(cfg), "--runtime-path", RT,
+                       "--allow-missing-runtime", "--json", *NONE)
     obj = json.loads(out)
     assert obj["changed"] is False and obj["backup"] is None
 
@@ -173,10 +211,12 @@ def test_json_result_has_the_fields_scripts_rely_on(cfg):
 def test_reload_auto_without_dockerd_needs_no_verify_and_says_what_to_run(cfg, tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))  # no systemctl: never the host's dockerd
     where = ["--pidfile", str(tmp_path / "none.pid"), "--docker-host", f"unix://{tmp_path}/none.sock"]
-    code, _, err = cli("install", "--config", str(cfg), "--runtime-path", RT, *where)
+    code, _, err = cli("install", "--config", str(cfg), "--runtime-path", RT,
+                       "--allow-missing-runtime", *where)
     assert code == 3 and "error: no running dockerd found" in err
     assert not cfg.exists()
-    code, out, _ = cli("install", "--config", str(cfg), "--runtime-path", RT, "--no-verify", *where)
+    code, out, _ = cli("install", "--config", str(cfg), "--runtime-path", RT,
+                       "--allow-missing-runtime", "--no-verify", *where)
     assert code == 0
     assert "note: reload mode none: no running dockerd found" in out
     assert "note: dockerd was not reloaded; to apply the change run:" in out
@@ -185,8 +225,9 @@ def test_reload_auto_without_dockerd_needs_no_verify_and_says_what_to_run(cfg, t
 
 def test_backups_rollback_cycle(cfg):
     cfg.write_bytes(b'{"debug": true}')
-    cli("install", "--config", str(cfg), "--runtime-path", RT, *NONE)
-    cli("install", "--config", str(cfg), "--runtime-path", RT, "--set-default", *NONE)
+    cli("install", "--config", str(cfg), "--runtime-path", RT, "--allow-missing-runtime", *NONE)
+    cli("install", "--config", str(cfg), "--runtime-path", RT, "--allow-missing-runtime",
+        "--set-default", *NONE)
     with_default = cfg.read_bytes()
     code, out, _ = cli("backups", "--config", str(cfg), "--json")
     listed = json.loads(out)["backups"]
@@ -219,7 +260,8 @@ def test_rollback_with_nothing_to_restore(cfg):
 
 def test_status_text_and_json(cfg):
     cfg.write_bytes(b'{"runtimes": {"crun": {"path": "/usr/bin/crun"}}}')
-    cli("install", "--config", str(cfg), "--runtime-path", RT, "--set-default", *NONE)
+    cli("install", "--config", str(cfg), "--runtime-path", RT, "--allow-missing-runtime",
+        "--set-default", *NONE)
     code, out, _ = cli("status", "--config", str(cfg))
     assert code == 0
     assert 'runtime: nvidia -> {"path": "/usr/bin/nvidia-container-runtime"}' in out
@@ -239,6 +281,7 @@ def test_version_and_help():
         "--runtime-name",
         "--runtime-path",
         "--runtime-arg",
+        "--allow-missing-runtime",
         "--set-default",
         "--dry-run",
         "--reload",
@@ -252,6 +295,18 @@ def test_version_and_help():
     ):
         assert flag in out
     assert "says what it picked and why" in " ".join(w for w in out.split() if w != "│")
+
+
+def test_install_completion_names_the_shell(tmp_path):
+    env = dict(os.environ, HOME=str(tmp_path), SHELL="/bin/bash")
+    r = subprocess.run([str(NVDOCKER2), "--install-completion", "bash"], capture_output=True,
+                       text=True, env=env, timeout=60, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    first, second = r.stdout.splitlines()
+    assert first.startswith("bash completion installed in "), first
+    script = Path(first[len("bash completion installed in "):])
+    assert script.is_relative_to(tmp_path) and "_nvdocker2_completion" in script.read_text()
+    assert second == "Completion will take effect once you restart the terminal"
 
 
 def test_default_runtime_path_is_the_one_beside_nvdocker2(cfg):
@@ -304,7 +359,8 @@ def test_status_says_when_dockerd_is_not_reachable(cfg, tmp_path):
 
 def test_status_follows_the_file_after_rollback_and_hand_edits(cfg):
     cfg.write_bytes(b'{"debug": true}\n')
-    assert cli("install", "--config", str(cfg), "--runtime-path", RT, *NONE)[0] == 0
+    assert cli("install", "--config", str(cfg), "--runtime-path", RT, "--allow-missing-runtime",
+               *NONE)[0] == 0
     assert json.loads(cli("status", "--config", str(cfg), "--json")[1])["installed"] is True
     assert cli("rollback", "--config", str(cfg), *NONE)[0] == 0
     assert cfg.read_bytes() == b'{"debug": true}\n'
@@ -315,7 +371,8 @@ def test_status_follows_the_file_after_rollback_and_hand_edits(cfg):
     out = cli("status", "--config", str(cfg))[1]
     assert "installed by nvdocker2: nothing in the file (the journal records nvidia" in out
     # Back again by install, then changed by hand: the entry is no longer what install wrote.
-    assert cli("install", "--config", str(cfg), "--runtime-path", RT, *NONE)[0] == 0
+    assert cli("install", "--config", str(cfg), "--runtime-path", RT, "--allow-missing-runtime",
+               *NONE)[0] == 0
     assert "installed by nvdocker2: nvidia (journal" in cli("status", "--config", str(cfg))[1]
     cfg.write_bytes(b'{"debug": true, "runtimes": {"nvidia": {"path": "/opt/other"}}}\n')
     assert json.loads(cli("status", "--config", str(cfg), "--json")[1])["installed"] is False
@@ -327,7 +384,8 @@ def test_status_follows_the_file_after_rollback_and_hand_edits(cfg):
 ])
 def test_uninstall_gives_back_the_byte_order_mark_install_dropped(cfg, original):
     cfg.write_bytes(original)
-    code, out, err = cli("install", "--config", str(cfg), "--runtime-path", RT, "--set-default",
+    code, out, err = cli("install", "--config", str(cfg), "--runtime-path", RT,
+                         "--allow-missing-runtime", "--set-default",
                          *NONE)
     assert code == 0, err
     assert "UTF-8 byte order mark dropped" in err

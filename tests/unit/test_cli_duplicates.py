@@ -32,7 +32,8 @@ def test_install_keeps_the_earlier_duplicate_and_uninstall_gives_the_bytes_back(
     cfg.write_bytes(DUPLICATED)
     flags = ["--config", str(cfg), "--reload", "none"]
 
-    dry = nvdocker2(tmp_path, "install", *flags, "--runtime-path", RT, "--set-default",
+    dry = nvdocker2(tmp_path, "install", *flags, "--runtime-path", RT, "--allow-missing-runtime",
+                    "--set-default",
                     "--dry-run")
     assert dry.returncode == 0, dry.stderr
     assert '-    "log-level": "info"\n+    "log-level": "info",\n' in dry.stdout
@@ -41,7 +42,8 @@ def test_install_keeps_the_earlier_duplicate_and_uninstall_gives_the_bytes_back(
     )
     assert cfg.read_bytes() == DUPLICATED
 
-    done = nvdocker2(tmp_path, "install", *flags, "--runtime-path", RT, "--set-default")
+    done = nvdocker2(tmp_path, "install", *flags, "--runtime-path", RT, "--allow-missing-runtime",
+                     "--set-default")
     assert done.returncode == 0, done.stderr
     assert cfg.read_bytes() == INSTALLED
     assert ('duplicate key(s) "log-level": dockerd reads the last one, nvdocker2 edits the '
@@ -57,7 +59,7 @@ def test_a_duplicated_runtime_entry_is_replaced_in_its_last_occurrence(tmp_path)
     before = b'{"runtimes": {"nvidia": {"path": "/opt/old"}, "nvidia": {"path": "/opt/newer"}}}\n'
     cfg.write_bytes(before)
     r = nvdocker2(tmp_path, "install", "--config", str(cfg), "--reload", "none",
-                  "--runtime-path", RT)
+                  "--runtime-path", RT, "--allow-missing-runtime")
     assert r.returncode == 0, r.stderr
     assert cfg.read_bytes() == (
         b'{"runtimes": {"nvidia": {"path": "/opt/old"}, "nvidia": {"path": "' + RT.encode()

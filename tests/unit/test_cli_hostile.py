@@ -118,7 +118,8 @@ def test_hostile_file_is_refused_and_left_byte_identical(tmp_path, raw, fragment
     cfg = etc(tmp_path) / "daemon.json"
     cfg.write_bytes(raw)
     code, out, err = cli(
-        "install", "--config", str(cfg), "--runtime-path", RT, "--reload", "none", "--no-verify"
+        "install", "--config", str(cfg), "--runtime-path", RT, "--allow-missing-runtime",
+        "--reload", "none", "--no-verify"
     )
     assert code == 2, err
     assert cfg.read_bytes() == raw
@@ -144,7 +145,8 @@ def test_17_mib_file_is_refused(tmp_path):
     cfg = etc(tmp_path) / "daemon.json"
     raw = b'{"labels": ["' + b"x" * (17 * 1024 * 1024) + b'"]}'
     cfg.write_bytes(raw)
-    code, _, err = cli("install", "--config", str(cfg), "--runtime-path", RT, "--reload", "none")
+    code, _, err = cli("install", "--config", str(cfg), "--runtime-path", RT,
+                       "--allow-missing-runtime", "--reload", "none")
     assert code == 2 and "over the 16 MiB limit" in err
     assert cfg.read_bytes() == raw
 
@@ -152,7 +154,8 @@ def test_17_mib_file_is_refused(tmp_path):
 def test_directory_in_place_of_the_file(tmp_path):
     cfg = etc(tmp_path) / "daemon.json"
     cfg.mkdir()
-    code, _, err = cli("install", "--config", str(cfg), "--runtime-path", RT, "--reload", "none")
+    code, _, err = cli("install", "--config", str(cfg), "--runtime-path", RT,
+                       "--allow-missing-runtime", "--reload", "none")
     assert code == 2 and "is a directory" in err and cfg.is_dir()
     assert_two_lines(err)
 
@@ -160,7 +163,8 @@ def test_directory_in_place_of_the_file(tmp_path):
 def test_dangling_symlink(tmp_path):
     cfg = etc(tmp_path) / "daemon.json"
     cfg.symlink_to(cfg.parent / "gone.json")
-    code, _, err = cli("install", "--config", str(cfg), "--runtime-path", RT, "--reload", "none")
+    code, _, err = cli("install", "--config", str(cfg), "--runtime-path", RT,
+                       "--allow-missing-runtime", "--reload", "none")
     assert code == 2 and "which does not exist" in err
     assert cfg.is_symlink() and not (cfg.parent / "gone.json").exists()
 
@@ -169,14 +173,16 @@ def test_symlink_loop(tmp_path):
     cfg = etc(tmp_path) / "daemon.json"
     cfg.symlink_to(cfg.parent / "b.json")
     (cfg.parent / "b.json").symlink_to(cfg)
-    code, _, err = cli("install", "--config", str(cfg), "--runtime-path", RT, "--reload", "none")
+    code, _, err = cli("install", "--config", str(cfg), "--runtime-path", RT,
+                       "--allow-missing-runtime", "--reload", "none")
     assert code == 2 and "symlink loop" in err
 
 
 def test_fifo_in_place_of_the_file(tmp_path):
     cfg = etc(tmp_path) / "daemon.json"
     os.mkfifo(cfg)
-    code, _, err = cli("install", "--config", str(cfg), "--runtime-path", RT, "--reload", "none")
+    code, _, err = cli("install", "--config", str(cfg), "--runtime-path", RT,
+                       "--allow-missing-runtime", "--reload", "none")
     assert code == 2 and "not a regular file" in err
 
 
@@ -187,7 +193,7 @@ def test_parent_is_a_file(tmp_path):
         "--config",
         str(tmp_path / "docker" / "daemon.json"),
         "--runtime-path",
-        RT,
+        RT, "--allow-missing-runtime",
         "--reload",
         "none",
     )
@@ -214,7 +220,8 @@ def test_bad_flags_exit_2_and_touch_nothing(tmp_path, args, fragment):
         "install",
         "--config",
         str(cfg),
-        *(["--runtime-path", RT] if "--runtime-path" not in args else []),
+        *(["--runtime-path", RT, "--allow-missing-runtime"]
+          if "--runtime-path" not in args else []),
         *args,
     )
     assert code == 2, err
@@ -233,7 +240,8 @@ def test_bad_flags_exit_2_and_touch_nothing(tmp_path, args, fragment):
 def test_real_console_script_reports_without_traceback(tmp_path, raw, fragment):
     cfg = etc(tmp_path) / "daemon.json"
     cfg.write_bytes(raw)
-    for cmd in (["install", "--runtime-path", RT], ["uninstall"], ["status"]):
+    for cmd in (["install", "--runtime-path", RT, "--allow-missing-runtime"], ["uninstall"],
+                ["status"]):
         r = subprocess.run(
             [str(NVDOCKER2), cmd[0], "--config", str(cfg), *cmd[1:]],
             capture_output=True,
@@ -251,7 +259,8 @@ def test_json_mode_error_is_one_object_on_stdout(tmp_path):
 
     cfg = etc(tmp_path) / "daemon.json"
     cfg.write_bytes(b'{"debug": true,}')
-    code, out, err = cli("install", "--config", str(cfg), "--runtime-path", RT, "--json")
+    code, out, err = cli("install", "--config", str(cfg), "--runtime-path", RT,
+                         "--allow-missing-runtime", "--json")
     assert code == 2
     obj = json.loads(out)
     assert obj["changed"] is False and obj["exit_code"] == 2 and "trailing comma" in obj["error"]

@@ -72,12 +72,12 @@ def test_help_never_cuts_text_and_shows_one_default_per_option(command):
 @pytest.mark.parametrize(
     "command, says",
     [
-        ("install", "daemon.json to add the runtime to"),
-        ("uninstall", "daemon.json to remove the runtime from"),
-        ("rollback", "daemon.json to restore from its backups"),
-        ("backups", "daemon.json whose backups to list"),
-        ("status", "daemon.json to report on"),
-        ("doctor", "daemon.json to check"),
+        ("install", "The engine's file to add the runtime to"),
+        ("uninstall", "The engine's file to remove the runtime from"),
+        ("rollback", "The engine's file to restore from its backups"),
+        ("backups", "The engine's file whose backups to list"),
+        ("status", "The engine's file to report on"),
+        ("doctor", "The engine's file to check"),
     ],
 )
 def test_config_help_says_what_the_command_does_with_it(command, says):
@@ -86,6 +86,29 @@ def test_config_help_says_what_the_command_does_with_it(command, says):
     assert "/var/snap/docker/current/config/daemon.json" in out or command == "doctor"
     if command in ("backups", "status", "doctor"):
         assert "to change" not in out
+
+
+@pytest.mark.parametrize("command", ["install", "uninstall", "rollback", "status", "doctor"])
+def test_help_says_which_engines_each_option_serves(command):
+    from nvdocker2.engines import registry
+
+    out = cli(command, "--help")[1]
+    # Each option's block of the help, by its flag ("--pidfile PATH dockerd's pid file ...").
+    blocks = {b.split()[0]: " ".join(b.split()) for b in ("\n" + out).split("\n  -")[1:]}
+    some = [(opt, owners) for opt, owners in registry.options(command)
+            if len(owners) < len(registry.names())]
+    for opt, owners in some:
+        text = blocks["-" + opt.flag.lstrip("-")]
+        assert text.endswith(f"({', '.join(owners)})"), text
+    assert some or command in ("status", "doctor")
+
+
+def test_install_help_names_each_engines_file():
+    out = " ".join(cli("install", "--help")[1].split())
+    assert "Add the nvidia runtime to the engine's config: Docker's daemon.json, containerd's " \
+           "config.toml, CRI-O's drop-in (/etc/crio/crio.conf.d/99-nvidia.conf)." in out
+    for flag in ("--docker-host URL", "--pidfile PATH", "--dockerd-log PATH"):
+        assert flag in out and out.split(flag, 1)[1].split(" --", 1)[0].endswith("(docker)")
 
 
 def test_no_command_prints_the_help_and_exits_0():
@@ -144,7 +167,8 @@ def test_install_reload_none_imports_no_schema_library_pydantic_rich_or_http(tmp
         "sys.stderr.write(f'exit {rc}, loaded: {heavy}\\n')\n"
     )
     r = subprocess.run([sys.executable, "-I", "-c", code, "install", "--config", str(cfg),
-                        "--runtime-path", "/usr/bin/nvidia-container-runtime", "--reload", "none"],
+                        "--runtime-path", "/usr/bin/nvidia-container-runtime",
+                        "--allow-missing-runtime", "--reload", "none"],
                        capture_output=True, text=True, timeout=60)
     assert r.stderr.splitlines()[-1] == "exit 0, loaded: []", r.stderr
     assert "added runtimes.nvidia" in r.stdout

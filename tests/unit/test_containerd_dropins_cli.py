@@ -48,7 +48,7 @@ def test_containerd_1_with_an_imported_directory_copies_no_password_out_of_confi
         secret_cfg, tmp_path):
     before = secret_cfg.read_bytes()
     code, _, err = cli("install", "--engine", "containerd", "--config", str(secret_cfg),
-                         "--runtime-path", RT, "--reload", "none")
+                         "--runtime-path", RT, "--allow-missing-runtime", "--reload", "none")
     assert code == 0, err
     # The attack: read the password from a file another user can read. Only config.toml (0600)
     # holds it; the imported directory got nothing.
@@ -70,7 +70,7 @@ def test_a_new_dropin_gets_the_mode_of_the_config_it_is_part_of(tmp_path, monkey
                     b'  snapshotter = "overlayfs"\n')
     cfg.chmod(0o600)
     code, _, err = cli("install", "--engine", "containerd", "--config", str(cfg),
-                         "--runtime-path", RT, "--reload", "none")
+                         "--runtime-path", RT, "--allow-missing-runtime", "--reload", "none")
     assert code == 0, err
     drop = tmp_path / "conf.d" / "99-nvidia.toml"
     assert drop.read_bytes().startswith(edit.MARK.encode())
@@ -113,7 +113,7 @@ def test_doctor_reports_the_shadowing_dropin_and_install_moves_the_runtime_home(
     assert code == 1
 
     code, out, err = cli("install", "--engine", "containerd", "--config", str(secret_cfg),
-                         "--runtime-path", RT, "--reload", "none")
+                         "--runtime-path", RT, "--allow-missing-runtime", "--reload", "none")
     assert code == 0, err
     assert f"removed {drop}" in out.splitlines()
     assert not drop.exists() and secret_cfg.read_bytes().startswith(before)
@@ -142,7 +142,7 @@ def test_uninstall_lists_the_builtin_runc_it_takes_off_with_the_runtime(tmp_path
                      b'.containerd]\n  snapshotter = "overlayfs"\n')
     before = cfg.read_bytes()
     code, out, err = cli("install", "--engine", "containerd", "--config", str(cfg),
-                         "--runtime-path", RT, "--reload", "none")
+                         "--runtime-path", RT, "--allow-missing-runtime", "--reload", "none")
     assert code == 0, err
     listed = [ln for ln in out.splitlines() if ln.startswith(("added ", "removed "))]
     assert [ln.split(":")[0] for ln in listed] == [

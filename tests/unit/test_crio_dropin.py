@@ -165,7 +165,8 @@ def test_status_reports_every_runtime_of_the_dropin_and_a_broken_one(tmp_path, m
     d = tmp_path / "99-nvidia.conf"
     for name, path, extra in (("nvidia", A, []), ("nvidia-cdi", B, ["--set-default"])):
         assert cli("install", "--engine", "crio", "--config", str(d), "--runtime-name", name,
-                   "--runtime-path", path, "--reload", "none", *extra)[0] == 0
+                   "--runtime-path", path, "--allow-missing-runtime", "--reload", "none",
+                   *extra)[0] == 0
     code, out, _ = cli("status", "--engine", "crio", "--config", str(d), "--json")
     st = json.loads(out)
     assert code == 0 and st["runtimes"] == {"nvidia": A, "nvidia-cdi": B}

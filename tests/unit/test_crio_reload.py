@@ -242,7 +242,7 @@ def test_cli_reload_signal_without_crio_is_exit_3_and_writes_nothing(tmp_path, m
     engine_env(tmp_path, monkeypatch)
     drop = tmp_path / "crio.conf.d" / "99-nvidia.conf"
     code, out, err = cli("install", "--engine", "crio", "--config", str(drop), "--runtime-path",
-                         RT, "--reload", "signal")
+                         RT, "--allow-missing-runtime", "--reload", "signal")
     assert code == 3 and not drop.exists() and not (tmp_path / "state" / "backups").exists()
     lines = err.strip().splitlines()
     assert len(lines) == 2 and lines[0].startswith("error: ") and lines[1].startswith("hint: ")

@@ -26,6 +26,30 @@ def driver(tmp_path):
     return build_fake_driver(tmp_path / "driver")
 
 
+REPO = Path(__file__).parent.parent.parent
+
+
+def test_the_fake_driver_fixture_builds_a_tree_from_its_command_line(tmp_path):
+    root = tmp_path / "gpus"
+    argv = [sys.executable, "-m", "tests.fixtures.fake_driver", str(root), "--gpus", "3"]
+    r = subprocess.run(argv, capture_output=True, text=True, cwd=REPO, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines()[0] == f"fake driver 535.104.05 (test fixture) at {root}"
+    out = tmp_path / "nvidia.json"
+    g = nvdocker2("cdi", "generate", "--driver-root", str(root), "--output", str(out),
+                  "--runtime-path", "/usr/bin/nvidia-container-runtime")
+    assert g.returncode == 0, g.stderr
+    names = [d["name"] for d in json.loads(out.read_text())["devices"]]
+    assert names[::2] == ["0", "1", "2", "all"]
+    again = subprocess.run(argv, capture_output=True, text=True, cwd=REPO, timeout=60)
+    assert again.returncode == 2 and again.stderr.splitlines() == [
+        f"error: {root} exists and is not an empty directory",
+        "hint: name a new directory; the tree is built only where nothing is"]
+    helped = subprocess.run([*argv[:3], "--help"], capture_output=True, text=True, cwd=REPO,
+                            timeout=60)
+    assert helped.returncode == 0 and "TEST FIXTURE, never shipped" in helped.stdout
+
+
 def test_cdi_generate_writes_a_valid_spec(driver, tmp_path):
     out = tmp_path / "cdi" / "nvidia.json"
     r = nvdocker2("cdi", "generate", "--driver-root", str(driver.root), "--output", str(out),
@@ -71,7 +95,8 @@ def test_install_mode_direct_sets_the_mode_and_keeps_config_toml(tmp_path):
     daemon = tmp_path / "daemon.json"
     env = {"NVIDIA_CONTAINER_RUNTIME_CONFIG": str(toml)}
     r = nvdocker2("install", "--config", str(daemon), "--reload", "none", "--no-verify",
-                  "--runtime-path", "/usr/bin/nvidia-container-runtime", "--mode", "direct",
+                  "--runtime-path", "/usr/bin/nvidia-container-runtime", "--allow-missing-runtime",
+                  "--mode", "direct",
                   env=env)
     assert r.returncode == 0, r.stderr
     assert toml.read_text() == original.replace(
@@ -81,7 +106,8 @@ def test_install_mode_direct_sets_the_mode_and_keeps_config_toml(tmp_path):
         "path": "/usr/bin/nvidia-container-runtime"}
 
     r = nvdocker2("install", "--config", str(daemon), "--reload", "none", "--no-verify",
-                  "--runtime-path", "/usr/bin/nvidia-container-runtime", "--mode", "legacy",
+                  "--runtime-path", "/usr/bin/nvidia-container-runtime", "--allow-missing-runtime",
+                  "--mode", "legacy",
                   "--dry-run", env=env)
     assert r.returncode == 0, r.stderr
     assert "would set [nvidia-container-runtime] mode = \"legacy\"" in r.stdout

@@ -31,10 +31,11 @@ def _listed(cfg, engine="containerd"):
 
 def test_containerd_lists_root_and_dropin_backups_by_transaction(env):
     dropin = env.parent / "conf.d" / "99-nvidia.toml"
-    _ok("install", "--engine", "containerd", "--no-verify", "--config", str(env), "--runtime-path", RT)
+    _ok("install", "--engine", "containerd", "--no-verify", "--config", str(env), "--runtime-path",
+        RT, "--allow-missing-runtime")
     assert dropin.exists() and b"conf.d" in env.read_bytes()  # both files written
     _ok("install", "--engine", "containerd", "--no-verify", "--config", str(env), "--runtime-path",
-        "/opt/bin/nvidia-container-runtime")  # the drop-in alone changes
+        "/opt/bin/nvidia-container-runtime", "--allow-missing-runtime")  # the drop-in alone changes
     out = _listed(env)
     assert out["engine"] == "containerd" and out["config"] == str(env)
     assert out["files"] == [str(env), str(dropin)]
@@ -67,7 +68,8 @@ def test_containerd_lists_root_and_dropin_backups_by_transaction(env):
 
 
 def test_listing_survives_a_root_config_that_no_longer_parses(env):
-    _ok("install", "--engine", "containerd", "--no-verify", "--config", str(env), "--runtime-path", RT)
+    _ok("install", "--engine", "containerd", "--no-verify", "--config", str(env), "--runtime-path",
+        RT, "--allow-missing-runtime")
     env.write_bytes(b"version = 3\n[plugins\n")
     out = _listed(env)
     assert {b["config"] for b in out["backups"]} == {str(env), str(env.parent / "conf.d" /
@@ -80,8 +82,10 @@ def test_other_files_backups_are_not_listed(env, tmp_path):
     other.write_bytes(V3)
     daemon = tmp_path / "daemon.json"
     daemon.write_text("{}\n")
-    _ok("install", "--config", str(daemon), "--reload", "none", "--runtime-path", RT)
-    _ok("install", "--engine", "containerd", "--no-verify", "--config", str(other), "--runtime-path", RT)
+    _ok("install", "--config", str(daemon), "--reload", "none", "--runtime-path", RT,
+        "--allow-missing-runtime")
+    _ok("install", "--engine", "containerd", "--no-verify", "--config", str(other),
+        "--runtime-path", RT, "--allow-missing-runtime")
     out = _listed(env)
     assert out["backups"] == []
     text = _ok("backups", "--engine", "containerd", "--config", str(env))
@@ -95,7 +99,7 @@ def test_crio_lists_the_dropin_backups_and_names_crio_in_the_hint(tmp_path, monk
     drop.parent.mkdir()
     for name in ("nvidia", "nvidia-cdi"):
         _ok("install", "--engine", "crio", "--config", str(drop), "--runtime-name", name,
-            "--runtime-path", RT, "--reload", "none")
+            "--runtime-path", RT, "--allow-missing-runtime", "--reload", "none")
     out = _listed(drop, "crio")
     assert out["engine"] == "crio" and out["files"] == [str(drop)]
     assert [(b["config"], b["existed"]) for b in out["backups"]] == [(str(drop), True),
@@ -116,10 +120,13 @@ def test_a_backup_keeps_its_files_extension(env, tmp_path):
     drop = tmp_path / "crio.conf.d" / "99-nvidia.conf"
     drop.parent.mkdir()
     _ok("install", "--engine", "containerd", "--config", str(env), "--runtime-path", RT,
+        "--allow-missing-runtime",
         "--reload", "none")
-    _ok("install", "--config", str(daemon), "--reload", "none", "--runtime-path", RT)
+    _ok("install", "--config", str(daemon), "--reload", "none", "--runtime-path", RT,
+        "--allow-missing-runtime")
     for name in ("nvidia", "nvidia-cdi"):
         _ok("install", "--engine", "crio", "--config", str(drop), "--runtime-path", RT,
+            "--allow-missing-runtime",
             "--runtime-name", name, "--reload", "none")
         if name == "nvidia":
             first = drop.read_bytes()

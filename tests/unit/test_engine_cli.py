@@ -25,14 +25,15 @@ def _invoke(*args):
 
 def test_install_json_then_unchanged_then_uninstall(env):
     r = _invoke("install", "--engine", "containerd", "--no-verify", "--config", str(env), "--runtime-path",
-                RT, "--json")
+                RT, "--allow-missing-runtime", "--json")
     assert r.exit_code == 0, r.stderr
     out = json.loads(r.stdout)
     assert out["changed"] and out["reload"] == "none" and out["backup"]
     assert any("not restarted" in n for n in out["notes"])
     assert any("checked as TOML only" in w for w in out["warnings"])
     assert env.read_bytes().startswith(CFG)
-    r = _invoke("install", "--engine", "containerd", "--no-verify", "--config", str(env), "--runtime-path", RT)
+    r = _invoke("install", "--engine", "containerd", "--no-verify", "--config", str(env),
+                "--runtime-path", RT, "--allow-missing-runtime")
     assert r.exit_code == 0 and "nothing written, containerd not restarted" in r.stdout
     r = _invoke("status", "--engine", "containerd", "--config", str(env), "--json")
     st = json.loads(r.stdout)
@@ -60,7 +61,8 @@ def test_docker_only_flags_are_refused_for_containerd(env, flag):
 
 
 def test_rollback_restores_the_previous_bytes(env):
-    _invoke("install", "--engine", "containerd", "--no-verify", "--config", str(env), "--runtime-path", RT)
+    _invoke("install", "--engine", "containerd", "--no-verify", "--config", str(env),
+            "--runtime-path", RT, "--allow-missing-runtime")
     r = _invoke("rollback", "--engine", "containerd", "--no-verify", "--config", str(env))
     assert r.exit_code == 0, r.stderr
     assert env.read_bytes() == CFG
@@ -76,6 +78,7 @@ def test_crio_install_and_doctor(tmp_path, monkeypatch):
     drop = tmp_path / "crio.conf.d" / "99-nvidia.conf"
     drop.parent.mkdir()
     r = _invoke("install", "--engine", "crio", "--config", str(drop), "--runtime-path", RT,
+                "--allow-missing-runtime",
                 "--reload", "none")
     assert r.exit_code == 0, r.stderr
     assert 'runtime_path = "/usr/bin/nvidia-container-runtime"' in drop.read_text()

@@ -135,7 +135,8 @@ def test_a_registered_engine_runs_every_command_through_the_cli(lines_engine):
     cfg.write_bytes(b"runc=/usr/bin/runc\n")
     changing = ["--engine", "lines", "--config", str(cfg), "--lines-state", str(linesd)]
 
-    code, out, err = cli("install", *changing, "--runtime-path", "/opt/rt", "--reload", "signal")
+    code, out, err = cli("install", *changing, "--runtime-path", "/opt/rt",
+                         "--allow-missing-runtime", "--reload", "signal")
     assert code == 0, err
     assert cfg.read_bytes() == linesd.read_bytes() == b"runc=/usr/bin/runc\nnvidia=/opt/rt\n"
     assert 'added lines.nvidia: "/opt/rt"' in out.splitlines()
@@ -160,7 +161,7 @@ def test_a_registered_engine_runs_every_command_through_the_cli(lines_engine):
     assert cfg.read_bytes() == linesd.read_bytes() == b"runc=/usr/bin/runc\n"
     assert f"restored {cfg} from backup {listed['backups'][0]['id']}" in out.splitlines()
 
-    assert cli("install", *changing, "--runtime-path", "/opt/rt")[0] == 0
+    assert cli("install", *changing, "--runtime-path", "/opt/rt", "--allow-missing-runtime")[0] == 0
     code, out, err = cli("uninstall", *changing)
     assert code == 0, err
     assert cfg.read_bytes() == linesd.read_bytes() == b"runc=/usr/bin/runc\n"

@@ -106,9 +106,9 @@ def _backups(config, go):
 
 def test_rollback_of_a_config_leaves_a_change_of_another_config_to_that_one(shared):
     first, second, dropin, go = shared
-    assert go(first, "install", "--runtime-path", "/rt/one")[0] == 0
+    assert go(first, "install", "--runtime-path", "/rt/one", "--allow-missing-runtime")[0] == 0
     after_first = first.read_bytes()
-    assert go(second, "install", "--runtime-path", "/rt/two")[0] == 0
+    assert go(second, "install", "--runtime-path", "/rt/two", "--allow-missing-runtime")[0] == 0
     second_now, dropin_now = second.read_bytes(), dropin.read_bytes()
     assert b"/rt/two" in dropin_now and b"conf.d" in second_now
     # A dry run tells first what the rollback would undo in the shared drop-in.
@@ -135,8 +135,8 @@ def test_rollback_of_a_config_leaves_a_change_of_another_config_to_that_one(shar
 
 def test_rollback_without_a_warning_when_the_shared_file_is_back(shared):
     first, second, dropin, go = shared
-    go(first, "install", "--runtime-path", "/rt/one")
-    go(second, "install", "--runtime-path", "/rt/two")
+    go(first, "install", "--runtime-path", "/rt/one", "--allow-missing-runtime")
+    go(second, "install", "--runtime-path", "/rt/two", "--allow-missing-runtime")
     assert go(second, "rollback")[0] == 0  # the drop-in holds the first install's bytes again
     code, out, err = go(first, "rollback", "--json")
     assert code == 0, err
@@ -147,8 +147,8 @@ def test_rollback_without_a_warning_when_the_shared_file_is_back(shared):
 
 def test_rollback_by_id_of_another_configs_change_is_refused(shared):
     first, second, dropin, go = shared
-    go(first, "install", "--runtime-path", "/rt/one")
-    go(second, "install", "--runtime-path", "/rt/two")
+    go(first, "install", "--runtime-path", "/rt/one", "--allow-missing-runtime")
+    go(second, "install", "--runtime-path", "/rt/two", "--allow-missing-runtime")
     before = (first.read_bytes(), second.read_bytes(), dropin.read_bytes())
     theirs = next(b["id"] for b in _backups(second, go) if b["config"] == str(dropin))
     code, out, err = go(first, "rollback", theirs)
@@ -197,9 +197,9 @@ def test_rollback_to_a_backup_of_another_dropin_is_refused(two):
 
 def test_rollback_warns_once_naming_the_newest_change_of_the_other_config(shared):
     first, second, dropin, go = shared
-    go(first, "install", "--runtime-path", "/rt/one")
-    go(second, "install", "--runtime-path", "/rt/two")
-    go(second, "install", "--runtime-path", "/rt/three")
+    go(first, "install", "--runtime-path", "/rt/one", "--allow-missing-runtime")
+    go(second, "install", "--runtime-path", "/rt/two", "--allow-missing-runtime")
+    go(second, "install", "--runtime-path", "/rt/three", "--allow-missing-runtime")
     newest, older, oldest = [b["id"] for b in _backups(second, go) if b["config"] == str(dropin)]
     code, out, err = go(first, "rollback", "--dry-run", "--json")
     assert code == 0, err

@@ -44,7 +44,8 @@ def test_no_running_engine_stops_the_change_before_anything_is_written(engine, t
                                                                       monkeypatch):
     cfg, original = _setup(tmp_path, monkeypatch, engine)
     _, _, who, unit = ENGINES[engine]
-    code, out, err = cli("install", "--engine", engine, "--config", str(cfg), "--runtime-path", RT)
+    code, out, err = cli("install", "--engine", engine, "--config", str(cfg), "--runtime-path", RT,
+                         "--allow-missing-runtime")
     assert code == 3 and out == ""
     assert err.splitlines() == [
         f"error: systemd does not run the {unit} unit here; the change could not be verified",
@@ -53,6 +54,7 @@ def test_no_running_engine_stops_the_change_before_anything_is_written(engine, t
 
     # the dry run shows the diff and names what it could not check
     code, out, err = cli("install", "--engine", engine, "--config", str(cfg), "--runtime-path", RT,
+                         "--allow-missing-runtime",
                          "--dry-run", "--json")
     assert code == 0, err
     obj = json.loads(out)
@@ -60,15 +62,17 @@ def test_no_running_engine_stops_the_change_before_anything_is_written(engine, t
     assert obj["unchecked"] == [f"whether {who} runs the change: systemd does not run the "
                                 f"{unit} unit here"]
     code, out, err = cli("install", "--engine", engine, "--config", str(cfg), "--runtime-path", RT,
+                         "--allow-missing-runtime",
                          "--dry-run")
     assert code == 0 and f"\nunchecked: whether {who} runs the change: " in out
     code, _, err2 = cli("install", "--engine", engine, "--config", str(cfg), "--runtime-path",
-                        RT, "--dry-run", "--require-daemon")
+                        RT, "--allow-missing-runtime", "--dry-run", "--require-daemon")
     assert code == 3 and err2.startswith(f"error: systemd does not run the {unit} unit here")
     _untouched(cfg, original, tmp_path)
 
     # --no-verify: written, exit 0, not verified
     code, out, err = cli("install", "--engine", engine, "--config", str(cfg), "--runtime-path", RT,
+                         "--allow-missing-runtime",
                          "--no-verify")
     assert code == 0, err
     assert "\nreload: none\nverified: no\n" in out
@@ -82,6 +86,7 @@ def test_reload_systemd_without_systemd_is_refused_before_writing(engine, tmp_pa
     monkeypatch.setattr(commands, "systemd_booted", lambda: False)
     _, _, who, unit = ENGINES[engine]
     code, out, err = cli("install", "--engine", engine, "--config", str(cfg), "--runtime-path", RT,
+                         "--allow-missing-runtime",
                          "--reload", "systemd")
     assert code == 3 and out == ""
     assert err.splitlines() == [
@@ -105,6 +110,7 @@ def test_systemctls_own_errors_become_one_line_of_ours(engine, tmp_path, monkeyp
     monkeypatch.setenv("PATH", str(bin_dir))
     _, _, who, unit = ENGINES[engine]
     code, out, err = cli("install", "--engine", engine, "--config", str(cfg), "--runtime-path", RT,
+                         "--allow-missing-runtime",
                          "--reload", "systemd")
     assert code in (4, 5), err
     lines = err.splitlines()
@@ -127,7 +133,8 @@ def test_docker_reload_systemd_where_systemd_is_not_running_says_so_in_our_words
     monkeypatch.setenv("NVDOCKER2_STATE_DIR", str(tmp_path / "state"))
     cfg = tmp_path / "daemon.json"
     cfg.write_bytes(b"{}\n")
-    code, out, err = cli("install", "--config", str(cfg), "--runtime-path", RT, "--reload",
+    code, out, err = cli("install", "--config", str(cfg), "--runtime-path", RT,
+                         "--allow-missing-runtime", "--reload",
                          "systemd", "--no-verify")
     assert code == 3, err
     lines = err.splitlines()

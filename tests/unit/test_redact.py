@@ -65,7 +65,8 @@ def cfg(tmp_path: Path) -> Path:
 
 
 def test_dry_run_diff_masks_the_proxy_passwords_of_neighbouring_lines(tmp_path, cfg):
-    r = nvdocker2(tmp_path, "install", "--config", str(cfg), "--runtime-path", RT, "--dry-run",
+    r = nvdocker2(tmp_path, "install", "--config", str(cfg), "--runtime-path", RT,
+                  "--allow-missing-runtime", "--dry-run",
                   "--reload", "none")
     assert r.returncode == 0, r.stderr
     assert SECRET not in r.stdout + r.stderr
@@ -73,7 +74,8 @@ def test_dry_run_diff_masks_the_proxy_passwords_of_neighbouring_lines(tmp_path, 
     assert '+    "runtimes": {\n' in r.stdout
     assert cfg.read_bytes() == PROXIED
 
-    j = nvdocker2(tmp_path, "install", "--config", str(cfg), "--runtime-path", RT, "--dry-run",
+    j = nvdocker2(tmp_path, "install", "--config", str(cfg), "--runtime-path", RT,
+                  "--allow-missing-runtime", "--dry-run",
                   "--reload", "none", "--json")
     assert j.returncode == 0, j.stderr
     assert SECRET not in j.stdout + j.stderr
@@ -82,6 +84,7 @@ def test_dry_run_diff_masks_the_proxy_passwords_of_neighbouring_lines(tmp_path, 
 
 def test_the_file_and_the_backup_keep_the_password_the_output_does_not(tmp_path, cfg):
     r = nvdocker2(tmp_path, "install", "--config", str(cfg), "--runtime-path", RT,
+                  "--allow-missing-runtime",
                   "--runtime-arg", f"--proxy=http://carol:{SECRET}@p:1", "--reload", "none")
     assert r.returncode == 0, r.stderr
     assert SECRET not in r.stdout + r.stderr
@@ -104,6 +107,7 @@ def test_the_file_and_the_backup_keep_the_password_the_output_does_not(tmp_path,
 
 def test_an_error_message_masks_the_password_too(tmp_path, cfg):
     r = nvdocker2(tmp_path, "install", "--config", str(cfg), "--runtime-path", RT,
+                  "--allow-missing-runtime",
                   "--docker-host", f"https://erin:{SECRET}@127.0.0.1:2376")
     assert r.returncode in (2, 3), r.stderr
     assert r.stderr.startswith("error: ") and "xxxxx:xxxxx@" in r.stderr

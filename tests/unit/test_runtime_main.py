@@ -251,6 +251,23 @@ def test_other_subcommands_pass_through_untouched(setup, args):
     assert setup.spec_file.read_bytes() == before
 
 
+def test_version_without_a_low_level_runtime_is_ours_and_says_so(setup, tmp_path):
+    from nvdocker2 import __version__
+
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    proc = setup.run("--version", path=str(empty))
+    assert (proc.returncode, proc.stderr) == (0, "")
+    assert proc.stdout.splitlines() == [
+        f"nvidia-container-runtime version {__version__} (nvdocker2)",
+        "no low-level runtime found: none of docker-runc, runc, crun is an executable on PATH "
+        "(or an absolute path); install runc or set [nvidia-container-runtime] runtimes"]
+    proc = setup.run("--version")  # with runc: ours, a blank line, then runc's own
+    assert proc.returncode == 0 and proc.stdout == (
+        f"nvidia-container-runtime version {__version__} (nvdocker2)\n\nfake runc ran\n")
+    assert setup.runc_argv() == [str(setup.runc), "--version"]
+
+
 def test_launcher_passes_through_without_python(tmp_path):
     setup = Setup(tmp_path, "launcher")
     setup.config.write_text("#runtimes = ['x']\n[nvidia-container-cli]\npath = '/opt/cli'\n")

@@ -82,7 +82,16 @@ options:
     description:
       - Absolute path of C(nvidia-container-runtime) on the managed host.
       - Default is the one installed beside nvdocker2.
+      - One that is not an executable file fails the task (exit 2) unless
+        O(allow_missing_runtime=true).
     type: str
+  allow_missing_runtime:
+    description:
+      - Accept a O(path) that is not an executable file yet (a package will put it there);
+        nvdocker2 then warns instead of refusing it.
+    type: bool
+    default: false
+    version_added: "0.2.0"
   runtime_args:
     description: The entry's C(runtimeArgs).
     type: list
@@ -328,6 +337,7 @@ FLAGS = (
     ("engine", "--engine", "value", BOTH),
     ("name", "--runtime-name", "value", BOTH),
     ("path", "--runtime-path", "value", ("present",)),
+    ("allow_missing_runtime", "--allow-missing-runtime", "switch", ("present",)),
     ("runtime_args", "--runtime-arg", "each", ("present",)),
     ("set_default", "--set-default", "switch", ("present",)),
     ("mode", "--mode", "value", BOTH),
@@ -457,6 +467,7 @@ def main():
             name=dict(type="str", default="nvidia"),
             path=dict(type="str"),
             runtime_args=dict(type="list", elements="str", default=[]),
+            allow_missing_runtime=dict(type="bool", default=False),
             set_default=dict(type="bool", default=False),
             mode=dict(type="str", choices=["legacy", "direct", "cdi"]),
             cdi_spec_dir=dict(type="path"),
