@@ -118,3 +118,74 @@ def test_other_errors_opening_the_parent_are_not_hidden(tmp_path, monkeypatch):
         link_in_root(str(tmp_path), "/d/x", "t")
     assert raised.value.errno == errno.EIO and not isinstance(raised.value, UnsafePath)
     assert not (tmp_path / "d/x").exists()
+
+
+@pytest.mark.parametrize("spec", [{}, {"root": None}, {"root": "rootfs"}, {"root": {}},
+                                  {"root": {"path": ""}}, {"root": {"path": 7}},
+                                  {"root": {"path": ["rootfs"]}}, {"root": {"path": None}}],
+                         ids=["no root", "root null", "root a string", "root empty",
+                              "path empty", "path a number", "path a list", "path null"])
+def test_a_config_without_a_usable_root_path_is_refused(spec):
+    with pytest.raises(rootfs.DirectError) as raised:
+        rootfs.rootfs_of(spec, "/run/b")
+    assert raised.value.message == "/run/b/config.json has no root.path"
+    assert not isinstance(raised.value, UnsafePath)
+
+
+@pytest.mark.parametrize("path,expected", [("rootfs", "/run/b/rootfs"),
+                                           ("./a/../rootfs/", "/run/b/rootfs"),
+                                           ("/var/lib/c/rootfs", "/var/lib/c/rootfs"),
+                                           ("/var/lib/c/./rootfs/", "/var/lib/c/rootfs")])
+def test_root_path_is_relative_to_the_bundle_unless_absolute(path, expected):
+    assert rootfs.rootfs_of({"root": {"path": path}}, "/run/b") == expected
+
+
+def test_a_missing_directory_is_named_and_leaks_no_descriptor(tmp_path):
+    (tmp_path / "usr").mkdir()
+    os.symlink("/usr/lib64", tmp_path / "lib")
+    before = open_fds()
+    with pytest.raises(FileNotFoundError) as raised:
+        rootfs.open_dir_checked(str(tmp_path), "/lib/x86_64")
+    assert (raised.value.errno, raised.value.strerror, raised.value.filename) == (
+        errno.ENOENT, "does not exist", "/usr/lib64/x86_64")
+    assert str(raised.value) == "[Errno 2] does not exist: '/usr/lib64/x86_64'"
+    assert open_fds() == before
+
+
+def test_a_refusing_on_mount_closes_the_descriptor_and_raises(tmp_path):
+    (tmp_path / "usr/lib").mkdir(parents=True)
+    seen = []
+
+    def refuse(path, resolved, fd):
+        seen.append((path, resolved, os.path.samefile(f"/proc/self/fd/{fd}", tmp_path / "usr/lib")))
+        raise UnsafePath(f"{resolved} is a mount point of the host")
+
+    before = open_fds()
+    with pytest.raises(UnsafePath, match=r"^/usr/lib is a mount point of the host$"):
+        rootfs.open_dir_checked(str(tmp_path), "/usr/lib", on_mount=refuse)
+    assert seen == [("/usr/lib", "/usr/lib", True)]
+    assert open_fds() == before
+
+
+def test_an_accepting_on_mount_gets_the_open_directory(tmp_path):
+    (tmp_path / "usr/lib").mkdir(parents=True)
+    os.symlink("usr/lib", tmp_path / "lib")
+    calls = []
+    resolved, fd = rootfs.open_dir_checked(str(tmp_path), "/lib",
+                                           on_mount=lambda p, r, d: calls.append((p, r)))
+    try:
+        assert resolved == "/usr/lib" and calls == [("/lib", "/usr/lib")]
+        assert os.path.samefile(f"/proc/self/fd/{fd}", tmp_path / "usr/lib")
+    finally:
+        os.close(fd)
+
+
+def test_other_errors_opening_a_checked_directory_are_not_hidden(tmp_path, monkeypatch):
+    def failing(root, resolved):
+        raise OSError(errno.EACCES, "Permission denied")
+
+    monkeypatch.setattr(rootfs, "open_dir_in_root", failing)
+    (tmp_path / "d").mkdir()
+    with pytest.raises(OSError) as raised:
+        rootfs.open_dir_checked(str(tmp_path), "/d")
+    assert raised.value.errno == errno.EACCES and not isinstance(raised.value, UnsafePath)
