@@ -122,13 +122,19 @@ def _identity(st: os.stat_result) -> tuple[int, int, int, int]:
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
 
 
+def _at(path: Path, dir_fd: int | None) -> Path | str:
+    """What names `path` for an `*at` call: itself, or with `dir_fd` its entry in that
+    directory."""
+    return path if dir_fd is None else path.name
+
+
 def _open_read(target: Path, dir_fd: int | None) -> Any:
     """`target` open for reading; with `dir_fd`, its entry in that directory, never through
     a symlink (ELOOP) and never blocking on a FIFO."""
     if dir_fd is None:
         return open(target, "rb")
     flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-    return os.fdopen(os.open(target.name, flags, dir_fd=dir_fd), "rb")
+    return os.fdopen(os.open(_at(target, dir_fd), flags, dir_fd=dir_fd), "rb")
 
 
 def check_unchanged(target: Path, as_read: AsRead, dir_fd: int | None = None) -> None:
@@ -220,11 +226,9 @@ class StagedFile:
         try:
             with _open_read(self.path, self.dir_fd) as f:
                 data = f.read()
-            if self.dir_fd is None:
-                fd = os.open(self.target, os.O_WRONLY | os.O_CLOEXEC)
-            else:
-                fd = os.open(self.target.name, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC,
-                             dir_fd=self.dir_fd)
+            no_follow = 0 if self.dir_fd is None else os.O_NOFOLLOW
+            fd = os.open(_at(self.target, self.dir_fd), os.O_WRONLY | no_follow | os.O_CLOEXEC,
+                         dir_fd=self.dir_fd)
             try:
                 view = memoryview(data)
                 while view:
@@ -242,10 +246,7 @@ class StagedFile:
     def discard(self) -> None:
         if not self.done:
             with contextlib.suppress(FileNotFoundError):
-                if self.dir_fd is None:
-                    os.unlink(self.path)
-                else:
-                    os.unlink(self.path.name, dir_fd=self.dir_fd)
+                os.unlink(_at(self.path, self.dir_fd), dir_fd=self.dir_fd)
             self.done = True
 
     def __enter__(self) -> "StagedFile":
@@ -275,9 +276,8 @@ def stage(
     real = resolve_target(Path(target)) if follow else Path(target)
     d = real.parent
     tmp = d / f".{real.name}{TMP_MARK}{os.getpid()}-{secrets.token_hex(4)}"
-    at = (lambda p: p) if dir_fd is None else (lambda p: p.name)
     try:
-        fd = files.create_exclusive(at(tmp), 0o600, dir_fd=dir_fd)
+        fd = files.create_exclusive(_at(tmp, dir_fd), 0o600, dir_fd=dir_fd)
     except OSError as e:
         raise os_error(e, str(real)) from None
     try:
@@ -287,7 +287,7 @@ def stage(
                 n = os.write(fd, view)
                 view = view[n:]
             try:
-                st = os.stat(at(real), dir_fd=dir_fd, follow_symlinks=follow)
+                st = os.stat(_at(real, dir_fd), dir_fd=dir_fd, follow_symlinks=follow)
                 if not follow and stat.S_ISLNK(st.st_mode):
                     raise FileNotFoundError(real)  # the link itself is replaced
             except FileNotFoundError:
@@ -310,7 +310,7 @@ def stage(
             os.close(fd)
     except BaseException as e:
         with contextlib.suppress(OSError):
-            os.unlink(at(tmp), dir_fd=dir_fd)
+            os.unlink(_at(tmp, dir_fd), dir_fd=dir_fd)
         if isinstance(e, OSError):
             raise os_error(e, str(real)) from None
         raise

@@ -51,6 +51,15 @@ def host(tmp_path):
         yield Host(tmp_path, engine)
 
 
+@pytest.fixture
+def secret(tmp_path) -> Path:
+    """A root-only file beside the Host of `host`."""
+    p = tmp_path / "shadow-like"
+    p.write_bytes(SECRET)
+    p.chmod(0o600)
+    return p
+
+
 def installed(host: Host) -> None:
     host.docker("28.5.2", cdi_on=True)
     host.write_config("{" + DIRS + "}")
@@ -106,11 +115,7 @@ def test_a_link_a_group_member_plants_in_a_group_writable_spec_dir_is_never_writ
 
 
 @pytest.mark.parametrize("planted", ["symlink", "fifo"])
-def test_a_symlink_or_fifo_at_the_spec_name_is_refused_in_a_trusted_dir(host, tmp_path,
-                                                                        planted):
-    secret = tmp_path / "shadow-like"
-    secret.write_bytes(SECRET)
-    secret.chmod(0o600)
+def test_a_symlink_or_fifo_at_the_spec_name_is_refused_in_a_trusted_dir(host, secret, planted):
     installed(host)
     remove_a_gpu(host)
     backups = host.backups()
@@ -177,4 +182,23 @@ def test_the_spec_install_wrote_is_rewritten_in_place_keeping_its_mode(host):
     assert out["devices"] == [f"{GPU}=0", f"{GPU}={host.driver.gpus[0].uuid}", f"{GPU}=all"]
     assert f"{GPU}={host.driver.gpus[1].uuid}" not in host.spec.read_text()
     assert stat.S_IMODE(host.spec.stat().st_mode) == 0o640
+    assert sorted(p.name for p in host.spec_dir.iterdir()) == ["nvidia.yaml"]
+
+
+def test_a_link_put_at_the_spec_name_right_before_the_rename_is_not_written_through(
+        host, secret, monkeypatch):
+    installed(host)
+    remove_a_gpu(host)
+    backups = host.backups()
+    # Test hook (read only under the test suite's switch): runs at the instant between the
+    # complete temp file and the rename.
+    monkeypatch.setenv("NVDOCKER2_TEST_RUN_BEFORE_RENAME",
+                       f"rm {host.spec} && ln -s {secret} {host.spec}")
+
+    r = host.run("cdi", "refresh", mode=False)
+    refused(r, f"error: {host.spec} was changed by another program while nvdocker2 was editing "
+               "it (it was replaced by a symlink); nothing was written")
+    assert secret.read_bytes() == SECRET and stat.S_IMODE(secret.stat().st_mode) == 0o600
+    assert os.readlink(host.spec) == str(secret)
+    assert host.backups() == backups
     assert sorted(p.name for p in host.spec_dir.iterdir()) == ["nvidia.yaml"]

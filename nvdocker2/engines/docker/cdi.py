@@ -22,6 +22,7 @@ from nvdocker2.engines.docker.daemonjson import edit, features
 from nvdocker2.store.atomic import (
     TMP_MARK,
     AsRead,
+    ChangedMeanwhile,
     Ownership,
     clean_stale_temps,
     os_error,
@@ -602,8 +603,12 @@ def _refresh_in(dir_fd: int, path: Path, state: Path, runtime_path: str) -> Refr
         return RefreshOutcome(str(path), False, True, spec.devices, None)
     backups = Backups(state)
     backup = backups.create(path, old, "cdi refresh", Ownership.of(old_stat))
-    with stage(path, spec.data, dir_fd=dir_fd) as staged:
-        staged.commit(AsRead(old, old_stat))
+    try:
+        with stage(path, spec.data, dir_fd=dir_fd) as staged:
+            staged.commit(AsRead(old, old_stat))
+    except ChangedMeanwhile:
+        backups.discard(backup)  # nothing was replaced: the file keeps what is backed up
+        raise
     backups.prune(path)
     return RefreshOutcome(str(path), True, True, spec.devices, backup.id)
 
