@@ -70,8 +70,9 @@ def cdi_refresh(
     timeout: float = install_option("timeout"),
     json_: bool = install_option("json"),
 ) -> None:
-    """Regenerate the CDI spec from the GPUs present; write it only when it changed (the
-    packages run this at boot). Does nothing where install --mode cdi wrote no spec."""
+    """Regenerate the CDI spec install --mode cdi wrote from the GPUs present; write it only
+    when it changed (the packages run this at boot). Does nothing where install --mode cdi
+    wrote no spec: a spec it did not write, or one replaced since, is left as it is."""
 
     def go() -> int:
         res = registry.frontend("docker").cdi_refresh(config, cdi_spec_dir, timeout)
@@ -80,6 +81,8 @@ def cdi_refresh(
         elif not res.present:
             sys.stdout.write(f"no CDI spec at {res.spec}: nothing to refresh "
                              "(nvdocker2 install --mode cdi writes one)\n")
+        elif res.left_alone:
+            sys.stdout.write(f"left alone: {res.spec}: {res.left_alone}; nothing written\n")
         elif res.changed:
             sys.stdout.write(f"rewrote {res.spec}: {', '.join(res.devices)} "
                              f"(backup {res.backup})\n")

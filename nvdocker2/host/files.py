@@ -71,17 +71,18 @@ def make_dirs(d: PathLike, mode: int) -> list[str]:
     return made
 
 
-def create_exclusive(path: PathLike, mode: int) -> int:
+def create_exclusive(path: PathLike, mode: int, dir_fd: int | None = None) -> int:
     """Create the new file `path` (never an existing one, never through a symlink) with
-    exactly `mode`; return its descriptor, open for writing."""
+    exactly `mode`; return its descriptor, open for writing. With `dir_fd`, `path` is an
+    entry of the directory open as that descriptor."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                 mode & 0o7777)
+                 mode & 0o7777, dir_fd=dir_fd)
     try:
         os.fchmod(fd, mode & 0o7777)
     except BaseException:
         os.close(fd)
         try:
-            os.unlink(path)
+            os.unlink(path, dir_fd=dir_fd)
         except OSError:
             pass
         raise
@@ -209,5 +210,63 @@ def read_own_file(path: str, limit: int, euid: int | None = None) -> bytes | Non
             chunks.append(chunk)
             left -= len(chunk)
         return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def open_trusted_dir(path: str) -> int:
+    """A descriptor of the directory `path`, open for the `*at` calls, when no other user
+    could have written it or swapped it: it and every directory on the way to it, symlinks
+    followed, belong to root (or this user) and are writable by no one else, as a program
+    must be to be run (nvdocker2.host.run.unsafe_to_run). Untrusted says why not. The check
+    is made after the open, on the directory the descriptor holds."""
+    from nvdocker2.host.run import unsafe_to_run
+
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        why = unsafe_to_run(path, want_dir=True)
+        if why is None:
+            here, there = os.fstat(fd), os.stat(path)
+            if (here.st_dev, here.st_ino) != (there.st_dev, there.st_ino):
+                why = f"{path} was replaced while it was checked"
+        if why is not None:
+            raise Untrusted(why)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def read_entry(dir_fd: int, name: str, what: str) -> tuple[bytes, os.stat_result] | None:
+    """The bytes and fstat of the regular file `name` in the directory open as `dir_fd`,
+    never through a symlink (None: no such entry). Untrusted, naming the file as `what`,
+    for a symlink or anything but a regular file, which is never opened (a FIFO, a device)."""
+    try:
+        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return None
+    try:
+        if stat.S_ISLNK(st.st_mode):
+            raise Untrusted(f"{what} is a symlink")
+        if not stat.S_ISREG(st.st_mode):
+            raise Untrusted(f"{what} is not a regular file")
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                     dir_fd=dir_fd)
+    except OSError as e:  # a symlink or a FIFO put there since the stat
+        import errno  # error paths only (see the module docstring)
+
+        if isinstance(e, Untrusted) or e.errno not in (errno.ELOOP, errno.ENOENT):
+            raise
+        raise Untrusted(f"{what} was replaced while it was read") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise Untrusted(f"{what} was replaced while it was read")
+        chunks = []
+        while True:
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                return b"".join(chunks), st
+            chunks.append(chunk)
     finally:
         os.close(fd)

@@ -122,11 +122,27 @@ def _identity(st: os.stat_result) -> tuple[int, int, int, int]:
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
 
 
-def check_unchanged(target: Path, as_read: AsRead) -> None:
+def _at(path: Path, dir_fd: int | None) -> Path | str:
+    """What names `path` for an `*at` call: itself, or with `dir_fd` its entry in that
+    directory."""
+    return path if dir_fd is None else path.name
+
+
+def _open_read(target: Path, dir_fd: int | None) -> Any:
+    """`target` open for reading; with `dir_fd`, its entry in that directory, never through
+    a symlink (ELOOP) and never blocking on a FIFO."""
+    if dir_fd is None:
+        return open(target, "rb")
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    return os.fdopen(os.open(_at(target, dir_fd), flags, dir_fd=dir_fd), "rb")
+
+
+def check_unchanged(target: Path, as_read: AsRead, dir_fd: int | None = None) -> None:
     """Raise ChangedMeanwhile unless `target` still has the identity and bytes it was read
-    with (docs/reference.md §8: compare before replace)."""
+    with (docs/reference.md §8: compare before replace). With `dir_fd`, `target` is its
+    name's entry in that directory, and a symlink there is a change."""
     try:
-        with open(target, "rb") as f:
+        with _open_read(target, dir_fd) as f:
             st = os.fstat(f.fileno())
             if as_read.raw is None:
                 raise ChangedMeanwhile(target, "it was created")
@@ -138,6 +154,8 @@ def check_unchanged(target: Path, as_read: AsRead) -> None:
         if as_read.raw is not None:
             raise ChangedMeanwhile(target, "it was removed") from None
     except OSError as e:
+        if e.errno == errno.ELOOP and dir_fd is not None:
+            raise ChangedMeanwhile(target, "it was replaced by a symlink") from None
         raise os_error(e, str(target)) from None
 
 
@@ -146,11 +164,13 @@ class StagedFile:
 
     Lets the caller validate the candidate (`dockerd --validate`, the daemon's checks) before it
     is put in place. Use as a context manager: on any exception the temp file is removed.
+    With `dir_fd` both are entries of the directory open as that descriptor (`stage`).
     """
 
-    def __init__(self, target: Path, path: Path) -> None:
+    def __init__(self, target: Path, path: Path, dir_fd: int | None = None) -> None:
         self.target = target
         self.path = path
+        self.dir_fd = dir_fd
         self.done = False
         self.in_place: str | None = None  # why the rename could not be used, when it was not
 
@@ -174,10 +194,14 @@ class StagedFile:
             from nvdocker2.host import run as door
 
             door.run(["/bin/sh", "-c", run], timeout=60)
+        at = self.dir_fd
         try:
             if as_read is not None:
-                check_unchanged(self.target, as_read)
-            os.replace(self.path, self.target)
+                check_unchanged(self.target, as_read, at)
+            if at is None:
+                os.replace(self.path, self.target)
+            else:
+                os.replace(self.path.name, self.target.name, src_dir_fd=at, dst_dir_fd=at)
         except OSError as e:
             if e.errno not in IN_PLACE_ERRNOS:
                 self.discard()
@@ -189,7 +213,10 @@ class StagedFile:
             raise
         self.done = True
         try:
-            _fsync_dir(self.target.parent)
+            if at is None:
+                _fsync_dir(self.target.parent)
+            else:
+                os.fsync(at)
         except OSError:
             pass
 
@@ -197,9 +224,11 @@ class StagedFile:
         """reference §8: the bytes of the temp file written over the target's own inode, flushed
         and fsynced (not atomic: a crash meanwhile can leave a partial file)."""
         try:
-            with open(self.path, "rb") as f:
+            with _open_read(self.path, self.dir_fd) as f:
                 data = f.read()
-            fd = os.open(self.target, os.O_WRONLY | os.O_CLOEXEC)
+            no_follow = 0 if self.dir_fd is None else os.O_NOFOLLOW
+            fd = os.open(_at(self.target, self.dir_fd), os.O_WRONLY | no_follow | os.O_CLOEXEC,
+                         dir_fd=self.dir_fd)
             try:
                 view = memoryview(data)
                 while view:
@@ -217,7 +246,7 @@ class StagedFile:
     def discard(self) -> None:
         if not self.done:
             with contextlib.suppress(FileNotFoundError):
-                os.unlink(self.path)
+                os.unlink(_at(self.path, self.dir_fd), dir_fd=self.dir_fd)
             self.done = True
 
     def __enter__(self) -> "StagedFile":
@@ -234,15 +263,21 @@ def stage(
     *,
     owner: Ownership | None = None,
     follow: bool = True,
+    dir_fd: int | None = None,
 ) -> StagedFile:
     """Write `data` to a temp file beside `target` (through a symlink unless `follow` is
     false), fsync it and give it the mode, owner and group of the file it will replace; for a
-    new file `owner` (a recorded mode, owner and group) or else `new_mode`."""
+    new file `owner` (a recorded mode, owner and group) or else `new_mode`.
+
+    With `dir_fd` (the open directory of `target`, whose path names it in messages only),
+    everything happens by name in that directory and nothing follows a symlink: the temp
+    file, the stat of the file replaced, the check before the rename and the rename."""
+    follow = follow and dir_fd is None
     real = resolve_target(Path(target)) if follow else Path(target)
     d = real.parent
     tmp = d / f".{real.name}{TMP_MARK}{os.getpid()}-{secrets.token_hex(4)}"
     try:
-        fd = files.create_exclusive(tmp, 0o600)
+        fd = files.create_exclusive(_at(tmp, dir_fd), 0o600, dir_fd=dir_fd)
     except OSError as e:
         raise os_error(e, str(real)) from None
     try:
@@ -252,7 +287,7 @@ def stage(
                 n = os.write(fd, view)
                 view = view[n:]
             try:
-                st = os.stat(real) if follow else os.lstat(real)
+                st = os.stat(_at(real, dir_fd), dir_fd=dir_fd, follow_symlinks=follow)
                 if not follow and stat.S_ISLNK(st.st_mode):
                     raise FileNotFoundError(real)  # the link itself is replaced
             except FileNotFoundError:
@@ -273,15 +308,13 @@ def stage(
             os.fsync(fd)
         finally:
             os.close(fd)
-    except OSError as e:
+    except BaseException as e:
         with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise os_error(e, str(real)) from None
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
+            os.unlink(_at(tmp, dir_fd), dir_fd=dir_fd)
+        if isinstance(e, OSError):
+            raise os_error(e, str(real)) from None
         raise
-    return StagedFile(real, tmp)
+    return StagedFile(real, tmp, dir_fd)
 
 
 def atomic_write(
