@@ -83,12 +83,14 @@ def host_platform(driver_root: str) -> tuple[str, str]:
     return "unknown", "no GPU in " + at(GPUS)
 
 
-def resolve_auto(env: Mapping[str, str], config: Any) -> tuple[str, str]:
-    """(mode, why) that `mode = "auto"` means for a container with environment `env`."""
+def resolve_auto(env: Mapping[str, str], config: Any, driver_root: str | None = None
+                 ) -> tuple[str, str]:
+    """(mode, why) that `mode = "auto"` means for a container with environment `env`;
+    `driver_root` is where the driver root is seen from (doctor's host root), else its own."""
     devices = requested_devices(env, config.swarm_resource)
     if devices and all(is_cdi_name(d) for d in devices):
         return "cdi", "the container asks only for CDI devices (" + ",".join(devices)[:80] + ")"
-    platform, why = host_platform(config.runtime.driver_root)
+    platform, why = host_platform(driver_root or config.runtime.driver_root)
     if platform == "wsl":
         return "legacy", why + ": direct mode does not serve WSL; libnvidia-container does"
     if platform == "tegra":
