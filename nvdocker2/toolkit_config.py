@@ -2,9 +2,11 @@
 
 The runtime and the hook run on every container start, so this module imports os and sys and
 nothing else at import time. A missing file means defaults; a malformed file or a value of the
-wrong type is refused with one line naming the file and the key. Keys this project does not
-know are ignored: real hosts carry config.toml files written for NVIDIA's own toolkit, with
-many more sections.
+wrong type is refused with one line naming the file and the key. Every key some release of
+NVIDIA's toolkit writes or reads is known here (`NVIDIA_KEYS`, docs/nvidia-toolkit.md): its
+type is checked, and it has NVIDIA's meaning or is listed by `doctor` as not used, with why
+(`NOT_USED`). A key no NVIDIA release knows is a warning (`ToolkitConfig.warnings`), never a
+refusal.
 
 Start-up cost decides two choices here (each saves about 10 ms of CPU per container start,
 measured with `python3 -I -S`): results are `Record`s, not dataclasses (importing dataclasses
@@ -40,7 +42,101 @@ ALL_CAPABILITIES = ("compute", "utility", "video", "graphics", "display", "compa
 DEFAULT_SUPPORTED_CAPABILITIES = "compat32,compute,display,graphics,ngx,utility,video"
 DEFAULT_RUNTIMES = ("docker-runc", "runc", "crun")
 LOG_LEVELS = ("debug", "info", "warning", "error")
-MODES = ("legacy", "direct")
+# logrus's level names, which NVIDIA's runtime accepts, as the level this runtime logs at.
+NVIDIA_LOG_LEVELS = {"trace": "debug", "warn": "warning", "fatal": "error", "panic": "error"}
+MODES = ("legacy", "direct")  # what `nvdocker2 install --mode` writes
+# Every mode some NVIDIA release knows, and ours. jit-cdi is read as direct; auto is resolved
+# per container (nvdocker2.runtime.mode); cdi and csv are refused at `create`.
+CONFIG_MODES = ("auto", "legacy", "direct", "jit-cdi", "cdi", "csv")
+SERVED_MODES = ("legacy", "direct")
+HOOK_NAME = "nvidia-container-runtime-hook"
+
+STR, BOOL, STRS, TABLE = "a string", "true or false", "a list of strings", "a table"
+# Every key of config.toml that a release of NVIDIA's toolkit knows (v1.13 to main: the toml
+# tags of its config structs), with the type NVIDIA reads, and nvdocker2's own keys.
+NVIDIA_KEYS = {
+    "accept-nvidia-visible-devices-as-volume-mounts": BOOL,
+    "accept-nvidia-visible-devices-envvar-when-unprivileged": BOOL,
+    "disable-require": BOOL,
+    "supported-driver-capabilities": STR,
+    "swarm-resource": STR,
+    "nvidia-container-cli": TABLE,
+    "nvidia-container-cli.debug": STR,
+    "nvidia-container-cli.environment": STRS,
+    "nvidia-container-cli.ldcache": STR,
+    "nvidia-container-cli.ldconfig": STR,
+    "nvidia-container-cli.load-kmods": BOOL,
+    "nvidia-container-cli.no-cgroups": BOOL,
+    "nvidia-container-cli.no-pivot": BOOL,
+    "nvidia-container-cli.path": STR,
+    "nvidia-container-cli.root": STR,
+    "nvidia-container-cli.user": STR,
+    "nvidia-container-runtime": TABLE,
+    "nvidia-container-runtime.debug": STR,
+    "nvidia-container-runtime.log-level": STR,
+    "nvidia-container-runtime.mode": STR,
+    "nvidia-container-runtime.runtimes": STRS,
+    "nvidia-container-runtime.modes": TABLE,
+    "nvidia-container-runtime.modes.cdi": TABLE,
+    "nvidia-container-runtime.modes.cdi.annotation-prefixes": STRS,
+    "nvidia-container-runtime.modes.cdi.default-kind": STR,
+    "nvidia-container-runtime.modes.cdi.spec-dirs": STRS,
+    "nvidia-container-runtime.modes.csv": TABLE,
+    "nvidia-container-runtime.modes.csv.compat-container-root": STR,
+    "nvidia-container-runtime.modes.csv.mount-spec-path": STR,
+    "nvidia-container-runtime.modes.jit-cdi": TABLE,
+    "nvidia-container-runtime.modes.jit-cdi.nvcdi-disable-hooks": STRS,
+    "nvidia-container-runtime.modes.jit-cdi.nvcdi-feature-flags": STRS,
+    "nvidia-container-runtime.modes.legacy": TABLE,
+    "nvidia-container-runtime.modes.legacy.cuda-compat-mode": STR,
+    "nvidia-container-runtime-hook": TABLE,
+    "nvidia-container-runtime-hook.path": STR,
+    "nvidia-container-runtime-hook.skip-mode-detection": BOOL,
+    "nvidia-ctk": TABLE,
+    "nvidia-ctk.path": STR,
+    "features": TABLE,
+    "features.allow-cuda-compat-libs-from-container": BOOL,
+    "features.allow-ldconfig-from-container": BOOL,
+    "features.allow-unknown-oci-spec-fields": BOOL,
+    "features.disable-cuda-compat-lib-hook": BOOL,
+    "features.disable-imex-channel-creation": BOOL,
+    "features.ignore-imex-channel-requests": BOOL,
+    "features.no-additional-gids-for-device-nodes": BOOL,
+}
+OWN_KEYS = {"nvidia-container-runtime.driver-root": STR}
+
+_CDI_WHY = "CDI mode is not served by nvdocker2 (its CDI specs come from `nvdocker2 cdi generate`)"
+_FEATURE_WHY = "a feature of NVIDIA's CDI and jit-cdi modifiers; nvdocker2's modes do not have it"
+# The keys nvdocker2 reads but does not act on, and why (doctor lists the ones a file sets).
+NOT_USED = {
+    "nvidia-container-runtime.modes.cdi.annotation-prefixes": _CDI_WHY,
+    "nvidia-container-runtime.modes.cdi.default-kind": _CDI_WHY,
+    "nvidia-container-runtime.modes.cdi.spec-dirs": _CDI_WHY,
+    "nvidia-container-runtime.modes.csv.compat-container-root":
+        "csv mode (Tegra) is not served; on Tegra, auto resolves to legacy",
+    "nvidia-container-runtime.modes.csv.mount-spec-path":
+        "csv mode (Tegra) is not served; on Tegra, auto resolves to legacy",
+    "nvidia-container-runtime.modes.jit-cdi.nvcdi-disable-hooks":
+        "jit-cdi is direct mode here, which discovers the driver itself, without nvcdi",
+    "nvidia-container-runtime.modes.jit-cdi.nvcdi-feature-flags":
+        "jit-cdi is direct mode here, which discovers the driver itself, without nvcdi",
+    "nvidia-container-runtime.modes.legacy.cuda-compat-mode":
+        "not passed on: nvidia-container-cli before 1.17.5 refuses --cuda-compat-mode, so "
+        "its own default applies",
+    "nvidia-container-runtime-hook.skip-mode-detection":
+        "nvdocker2's hook never refuses a container by mode (docker --gpus is served by the "
+        "legacy hook in every mode), which is what true asks for",
+    "nvidia-ctk.path": "nvdocker2 runs no nvidia-ctk hooks; direct mode's hook is the runtime",
+    "features.allow-cuda-compat-libs-from-container":
+        "tied to cuda-compat-mode, which is not passed on",
+    "features.allow-ldconfig-from-container":
+        "ldconfig always runs from the host (docs/direct.md); never from the container",
+    "features.allow-unknown-oci-spec-fields": "nvdocker2 keeps every field of config.json",
+    "features.disable-cuda-compat-lib-hook": _FEATURE_WHY,
+    "features.disable-imex-channel-creation": _FEATURE_WHY,
+    "features.ignore-imex-channel-requests": _FEATURE_WHY,
+    "features.no-additional-gids-for-device-nodes": _FEATURE_WHY,
+}
 
 
 class ConfigError(Exception):
@@ -124,6 +220,7 @@ class RuntimeSettings(Record):
     log_level: str = "info"
     mode: str = "legacy"
     driver_root: str = "/"
+    mode_given: str = "legacy"
 
 
 class HookSettings(Record):
@@ -143,6 +240,8 @@ class CliSettings(Record):
     user: str | None = None
     debug: str | None = None
     environment: tuple[str, ...] = ()
+    ldcache: str | None = None
+    no_pivot: bool = False
 
 
 class ToolkitConfig(Record):
@@ -168,6 +267,8 @@ class ToolkitConfig(Record):
     from_env: bool = False
     source: str | None = None
     user_source: str | None = None
+    warnings: tuple[str, ...] = ()
+    unused: tuple[str, ...] = ()
 
 
 def config_path(explicit: str | None = None, environ: Mapping[str, str] | None = None
@@ -293,12 +394,15 @@ def _document(data: bytes, path: str) -> dict:
 def _build(doc: dict, path: str, from_env: bool, source: str | None) -> ToolkitConfig:
     """The ToolkitConfig of a parsed document, checking the type of every known key."""
     r = _Reader(doc, path)
+    warnings, unused = check_keys(doc, path)
     runtime = r.table("nvidia-container-runtime")
     hook = r.table("nvidia-container-runtime-hook")
     cli = r.table("nvidia-container-cli")
 
     supported = r.string(doc, "supported-driver-capabilities", DEFAULT_SUPPORTED_CAPABILITIES)
     caps = tuple(c.strip() for c in supported.split(",") if c.strip())
+    if caps == ("all",):
+        caps = ALL_CAPABILITIES
     for c in caps:
         if c not in ALL_CAPABILITIES:
             raise ConfigError(
@@ -313,17 +417,20 @@ def _build(doc: dict, path: str, from_env: bool, source: str | None) -> ToolkitC
             " name or absolute path, without empty strings"
         )
     log_level = r.string(runtime, "nvidia-container-runtime.log-level", "info")
+    log_level = NVIDIA_LOG_LEVELS.get(log_level, log_level)
     if log_level not in LOG_LEVELS:
         raise ConfigError(
             f"{path}: key 'nvidia-container-runtime.log-level' must be one of "
             f"{', '.join(LOG_LEVELS)}, got {log_level!r}"
         )
-    mode = r.string(runtime, "nvidia-container-runtime.mode", "legacy")
-    if mode not in MODES:
-        raise ConfigError(
-            f"{path}: key 'nvidia-container-runtime.mode' must be \"legacy\" or \"direct\","
-            f" got {mode!r}"
+    mode_given = r.string(runtime, "nvidia-container-runtime.mode", "legacy")
+    mode = "direct" if mode_given == "jit-cdi" else mode_given
+    if mode not in CONFIG_MODES:
+        warnings.append(
+            f"key 'nvidia-container-runtime.mode': {mode_given!r} is a mode no NVIDIA release"
+            " knows; read as \"auto\""
         )
+        mode = "auto"
     environment = r.string_list(cli, "nvidia-container-cli.environment", ())
     for entry in environment:
         if "=" not in entry or entry.startswith("=") or "\0" in entry:
@@ -333,10 +440,21 @@ def _build(doc: dict, path: str, from_env: bool, source: str | None) -> ToolkitC
             )
     cli_path = r.optional_string(cli, "nvidia-container-cli.path")
     hook_path = r.optional_string(hook, "nvidia-container-runtime-hook.path")
+    if hook_path == HOOK_NAME:
+        hook_path = None  # NVIDIA's default, the hook of this package, found as always
     for key, value in (("nvidia-container-cli.path", cli_path),
                        ("nvidia-container-runtime-hook.path", hook_path)):
         if value is not None and not os.path.isabs(value):
             raise ConfigError(f"{path}: key '{key}' must be an absolute path, got {value!r}")
+    cli_root = r.optional_string(cli, "nvidia-container-cli.root")
+    # The driver root in every mode is NVIDIA's `[nvidia-container-cli] root`; nvdocker2's
+    # older `[nvidia-container-runtime] driver-root` says the same and may not differ from it.
+    driver_root = r.optional_string(runtime, "nvidia-container-runtime.driver-root")
+    if driver_root and cli_root and os.path.normpath(driver_root) != os.path.normpath(cli_root):
+        raise ConfigError(
+            f"{path}: key 'nvidia-container-runtime.driver-root' ({driver_root!r}) differs from"
+            f" 'nvidia-container-cli.root' ({cli_root!r}); both name the driver root: keep one"
+        )
 
     return ToolkitConfig(
         disable_require=r.boolean(doc, "disable-require", False),
@@ -351,23 +469,60 @@ def _build(doc: dict, path: str, from_env: bool, source: str | None) -> ToolkitC
             debug=r.optional_string(runtime, "nvidia-container-runtime.debug"),
             log_level=log_level,
             mode=mode,
-            driver_root=r.string(runtime, "nvidia-container-runtime.driver-root", "/") or "/",
+            driver_root=driver_root or cli_root or "/",
+            mode_given=mode_given,
         ),
         hook=HookSettings(path=hook_path),
         cli=CliSettings(
             path=cli_path,
-            root=r.optional_string(cli, "nvidia-container-cli.root"),
+            root=cli_root,
             ldconfig=r.optional_string(cli, "nvidia-container-cli.ldconfig", "@/sbin/ldconfig"),
             load_kmods=r.boolean(cli, "nvidia-container-cli.load-kmods", True),
             no_cgroups=r.boolean(cli, "nvidia-container-cli.no-cgroups", False),
             user=r.optional_string(cli, "nvidia-container-cli.user"),
             debug=r.optional_string(cli, "nvidia-container-cli.debug"),
             environment=environment,
+            ldcache=r.optional_string(cli, "nvidia-container-cli.ldcache"),
+            no_pivot=r.boolean(cli, "nvidia-container-cli.no-pivot", False),
         ),
         path=path,
         from_env=from_env,
         source=source,
+        warnings=tuple(sorted(warnings)),
+        unused=unused,
     )
+
+
+_TYPES = {STR: str, BOOL: bool, STRS: list, TABLE: dict}
+
+
+def check_keys(doc: dict, path: str) -> tuple[list[str], tuple[str, ...]]:
+    """The type of every key NVIDIA's toolkit or nvdocker2 knows (ConfigError naming the
+    first wrong one); returns the warnings for keys no NVIDIA release knows, and the keys
+    set here that nvdocker2 does not use (`NOT_USED`)."""
+    warnings: list[str] = []
+    unused: list[str] = []
+    todo = [("", doc)]
+    while todo:
+        prefix, table = todo.pop()
+        for name, value in table.items():
+            key = prefix + name
+            want = NVIDIA_KEYS.get(key) or OWN_KEYS.get(key)
+            if want is None:
+                shown = key if key.isprintable() else repr(key)
+                warnings.append(f"key '{shown}' is not one any NVIDIA release knows; ignored")
+                continue
+            kind = _TYPES[want]
+            if not isinstance(value, kind) or (kind is str and isinstance(value, bool)) or (
+                    kind is list and not all(isinstance(v, str) for v in value)):
+                shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
+                raise ConfigError(
+                    f"{path}: key '{key}' must be {want}, got {type(value).__name__} {shown}")
+            if kind is dict:
+                todo.append((key + ".", value))
+            elif key in NOT_USED:
+                unused.append(key)
+    return warnings, tuple(sorted(unused))
 
 
 def read_toml(text: str, path: str) -> dict:
@@ -391,7 +546,8 @@ _CONTROLS = dict.fromkeys((*range(9), *range(11, 13), *range(14, 32), 127))
 def _read_plain_toml(text: str) -> dict | None:
     """The plain subset of TOML config.toml files are written in, or None for anything else.
 
-    Accepted, one per line: blank lines, comments, `[bare-table]` headers, and
+    Accepted, one per line: blank lines, comments, `[bare-table]` and `[bare.dotted]`
+    headers (a table is named by a header at most once, and only before any table below it), and
     `bare-key = VALUE [# comment]` where VALUE is a basic string without escapes, a literal
     string, true, false, a decimal integer, or a one-line array of such strings. Each value
     read is what tomllib reads; any other construct, control character, repeated key or
@@ -418,12 +574,25 @@ def _read_plain_toml(text: str) -> dict | None:
                 return None
             name = line[1:end].strip(" \t")
             rest = line[end + 1:].lstrip(" \t")
-            if not name or not _BARE.issuperset(name) or (rest and rest[0] != "#"):
+            if not name or (rest and rest[0] != "#"):
                 return None
-            if name in seen_tables or name in doc:
+            parts = name.split(".")
+            if not all(p and _BARE.issuperset(p) for p in parts):
+                return None
+            table = doc
+            for depth, part in enumerate(parts[:-1]):
+                parent = ".".join(parts[:depth + 1])
+                if part not in table:
+                    table[part] = {}
+                    seen_tables.add(parent)  # made implicitly: a later [parent] goes to tomllib
+                elif parent not in seen_tables or not isinstance(table[part], dict):
+                    return None
+                table = table[part]
+            if name in seen_tables or parts[-1] in table:
                 return None
             seen_tables.add(name)
-            table = doc[name] = {}
+            table[parts[-1]] = {}
+            table = table[parts[-1]]
             continue
         key, eq, rest = line.partition("=")
         key = key.strip(" \t")

@@ -146,7 +146,9 @@ def toolkit_debug_logs(ctx: Context) -> Outcome:
 
 
 def _direct_mode(ctx: Context) -> bool:
-    return ctx.toolkit_config().config.runtime.mode == "direct"
+    from nvdocker2.doctor.checks_nvidia_config import ordinary_mode  # mode "auto" resolved
+
+    return ordinary_mode(ctx)[0] == "direct"
 
 
 @check("cli.installed", f"{CLI_EXE} (libnvidia-container) present")

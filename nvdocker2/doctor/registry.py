@@ -95,6 +95,7 @@ def all_checks(smoke: bool = False) -> list[Check]:
         checks_dockerd,
     )
     from nvdocker2.doctor import checks_driver, checks_smoke, checks_toolkit  # noqa: F401
+    from nvdocker2.doctor import checks_nvidia_config  # noqa: F401
     from nvdocker2.doctor import checks_cdi_nodes  # noqa: F401  (every reader's specs)
     from nvdocker2.engines.docker.doctor import checks_cdi  # noqa: F401  (CDI mode comes last)
 

@@ -74,8 +74,12 @@ def argv_before_pid(cli: str, request: Request, config: ToolkitConfig) -> list[s
         argv.append(f"--root={c.root}")
     if c.load_kmods:
         argv.append("--load-kmods")
+    if c.no_pivot:
+        argv.append("--no-pivot")
     if c.debug:
         argv.append(f"--debug={c.debug}")
+    if c.ldcache:
+        argv.append(f"--ldcache={c.ldcache}")
     if c.user:
         argv.append(f"--user={c.user}")
     argv.append("configure")

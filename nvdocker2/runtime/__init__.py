@@ -161,10 +161,20 @@ def _report_to_runtime_log(args: list[str], message: str) -> None:
 def _prepare_bundle(config, bundle: str, self_path: str, log_path: str | None) -> None:
     from nvdocker2.runtime.spec import SpecError, read_spec, write_spec
 
+    from nvdocker2.runtime.mode import UnservedMode, container_mode
+
     spec_path = os.path.join(bundle, "config.json")
+    for warning in config.warnings:
+        _log(log_path, f"warning: {config.path}: {warning}")
     try:
         spec = read_spec(spec_path)
-        if config.runtime.mode == "direct":
+        try:
+            mode, why = container_mode(spec, config)
+        except UnservedMode as e:
+            raise RuntimeFailure(str(e), e.hint) from None
+        if config.runtime.mode == "auto":
+            _log(log_path, f"mode: {why}")
+        if mode == "direct":
             changed = _direct_mode(spec, bundle, config, self_path)
         else:
             changed = _legacy_mode(spec, spec_path, bundle, config)
@@ -172,7 +182,7 @@ def _prepare_bundle(config, bundle: str, self_path: str, log_path: str | None) -
             write_spec(spec_path, spec)
     except SpecError as e:
         raise RuntimeFailure(str(e)) from None
-    _log(log_path, f"{spec_path}: {'updated' if changed else 'unchanged'} ({config.runtime.mode})")
+    _log(log_path, f"{spec_path}: {'updated' if changed else 'unchanged'} ({mode})")
 
 
 def _direct_mode(spec: dict, bundle: str, config, self_path: str) -> bool:

@@ -127,7 +127,7 @@ def test_install_mode_refuses_a_config_toml_it_cannot_edit_safely(tmp_path):
 
 def test_cdi_generate_refuses_a_broken_config_toml(tmp_path):
     toml = tmp_path / "config.toml"
-    toml.write_text('[nvidia-container-runtime]\nmode = "fast"\n')
+    toml.write_text('[nvidia-container-runtime]\nmode = 1\n')
     r = nvdocker2("cdi", "generate", "--output", str(tmp_path / "x.yaml"),
                   env={"NVIDIA_CONTAINER_RUNTIME_CONFIG": str(toml)})
     assert r.returncode == 2

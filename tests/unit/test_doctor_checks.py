@@ -585,14 +585,13 @@ def test_toolkit_config_bad_toml_and_bad_types_fail(host):
     )
     assert_status(host.run(), "toolkit.config", FAIL, "'nvidia-container-cli.no-cgroups'", "'yes'")
     host.file(
-        "/etc/nvidia-container-runtime/config.toml", '[nvidia-container-runtime]\nmode = "fast"\n'
+        "/etc/nvidia-container-runtime/config.toml", '[nvidia-container-runtime]\nmode = 3\n'
     )
     assert_status(
         host.run(),
         "toolkit.config",
         FAIL,
-        "'nvidia-container-runtime.mode'",
-        "'fast'",
+        "'nvidia-container-runtime.mode' must be a string",
         "correct that key",
     )
 
@@ -931,3 +930,45 @@ def test_open_kernel_module_version_line_is_read(host):
     results = host.run()
     assert_status(results, "driver.kernel", OK, "kernel module 550.54.15")
     assert_status(results, "driver.libraries", FAIL, "kernel module 550.54.15", DRIVER)
+
+
+# -- config.toml against NVIDIA's toolkit (docs/nvidia-toolkit.md) --------------------------
+
+NVIDIA_MAIN = Path(__file__).parent.parent / "data" / "nvidia-config" / "main.toml"
+
+
+def test_nvidias_own_file_is_valid_its_unused_keys_listed_and_auto_resolved(host):
+    from fixtures.fake_driver import build_fake_driver
+
+    text = NVIDIA_MAIN.read_text().replace('#root = "/run/nvidia/driver"', 'root = "/drv"')
+    host.file("/etc/nvidia-container-runtime/config.toml", text)
+    results = host.run()
+    assert_status(results, "toolkit.config", OK, "valid")
+    assert_status(results, "toolkit.keys", OK,
+                  "nvidia-container-runtime.modes.cdi.spec-dirs: not used by nvdocker2 (CDI mode",
+                  "nvidia-container-runtime-hook.skip-mode-detection: not used by nvdocker2",
+                  "nvidia-ctk.path: not used")
+    assert_status(results, "toolkit.mode", OK, "mode = 'auto' resolves to direct",
+                  "no GPU in /drv/proc/driver/nvidia/gpus", "jit-cdi")
+    build_fake_driver(host.path("/drv"))
+    results = host.run()
+    assert_status(results, "toolkit.mode", OK, "resolves to direct: GPUs in /drv/proc")
+    assert_status(results, "direct.driver", OK, "driver-root /drv", "2 GPU(s)")
+    host.file("/drv/etc/nv_tegra_release", "# R36\n")
+    import shutil
+
+    shutil.rmtree(host.path("/drv/proc/driver/nvidia/gpus"))
+    assert_status(host.run(), "toolkit.mode", OK, "resolves to legacy", "Tegra", "csv")
+
+
+def test_unknown_keys_warn_and_an_unserved_mode_fails(host):
+    path = "/etc/nvidia-container-runtime/config.toml"
+    host.file(path, '[nvidia-container-runtime]\nmode = "fast"\nspeed = 3\n')
+    results = host.run()
+    assert_status(results, "toolkit.config", OK, "valid")
+    assert_status(results, "toolkit.keys", WARN, "'fast' is a mode no NVIDIA release knows",
+                  "key 'nvidia-container-runtime.speed' is not one any NVIDIA release knows")
+    assert_status(results, "toolkit.mode", OK, "mode = 'fast' resolves to")
+    host.file(path, '[nvidia-container-runtime]\nmode = "cdi"\n')
+    assert_status(host.run(), "toolkit.mode", FAIL,
+                  "key 'nvidia-container-runtime.mode': mode = 'cdi'", "does not serve cdi")

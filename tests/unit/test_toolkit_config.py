@@ -82,8 +82,8 @@ def test_every_key_is_read(tmp_path):
      "key 'supported-driver-capabilities' names unknown capability 'gpu'"),
     ("[nvidia-container-runtime]\nlog-level = \"loud\"\n",
      "key 'nvidia-container-runtime.log-level' must be one of debug, info, warning, error"),
-    ("[nvidia-container-runtime]\nmode = \"cdi\"\n",
-     "key 'nvidia-container-runtime.mode' must be \"legacy\" or \"direct\", got 'cdi'"),
+    ("[nvidia-container-runtime]\nmode = 1\n",
+     "key 'nvidia-container-runtime.mode' must be a string, got int 1"),
     ("[nvidia-container-runtime\n", "invalid TOML: "),
     ("a = 1\na = 2\n", "invalid TOML: "),
 ])
