@@ -1,7 +1,13 @@
 """The lock on the doors to the host (nvdocker2/host): outside `host/run.py` no module of
-nvdocker2 starts a program or looks one up, outside `host/files.py` none creates a file or a
-directory, and no environment variable but the documented ones is read (test hooks only
-through `host/testing.py`, under the test suite's switch).
+nvdocker2 starts a program or looks one up, outside `host/load.py` none loads code other than
+by `import` (ctypes, runpy, importlib's loading by path), outside `host/files.py` none creates
+a file or a directory, and no environment variable but the documented ones is read (test
+hooks only through `host/testing.py`, under the test suite's switch).
+
+The standard library is held to it too: what starts a program or loads code found on a
+search path though its name does not say so (`ctypes.util.find_library` runs ldconfig, gcc
+and objdump; `platform.architecture` runs `file`; `uuid.getnode` may run ip or ifconfig) is
+listed in REFUSED, and found through aliases, `from` imports and attribute access.
 
 This reads the source (the AST of every module under nvdocker2/), so a new call site fails
 here before it can reopen a hole that a test of behaviour would only find later.
