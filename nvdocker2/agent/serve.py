@@ -69,7 +69,7 @@ class _Deadline(io.RawIOBase):
     def readable(self) -> bool:
         return True
 
-    def readinto(self, buf) -> int:  # noqa: ANN001 - a writable buffer
+    def readinto(self, buf: memoryview) -> int:
         left = self._deadline - time.monotonic()
         if left <= 0:
             raise socket.timeout("the connection's time is up")
@@ -87,7 +87,7 @@ class _Server(ThreadingHTTPServer):
         super().__init__(address, handler)
         self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
 
-    def process_request(self, request, client_address) -> None:  # noqa: ANN001
+    def process_request(self, request: socket.socket, client_address: tuple) -> None:
         if not self._slots.acquire(blocking=False):
             self.shutdown_request(request)  # over the cap: closed at once, nothing read
             return
@@ -97,7 +97,7 @@ class _Server(ThreadingHTTPServer):
             self._slots.release()  # no thread started to release it
             raise
 
-    def process_request_thread(self, request, client_address) -> None:  # noqa: ANN001
+    def process_request_thread(self, request: socket.socket, client_address: tuple) -> None:
         try:
             super().process_request_thread(request, client_address)
         finally:
