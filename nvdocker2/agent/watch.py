@@ -1,14 +1,13 @@
 """Noticing that someone else rewrote the engine's config: inotify on the config's directory
-(and its conf.d, where containerd ≥ 2 and CRI-O keep drop-ins) through ctypes where the kernel
-and libc have it, a timed poll otherwise. Either way the verdict comes from the files' bytes
+(and its conf.d, where containerd ≥ 2 and CRI-O keep drop-ins) through this process's own
+libc where the kernel and libc have it (nvdocker2.host.load: no library searched for, no
+program run), a timed poll otherwise. Either way the verdict comes from the files' bytes
 (`fingerprint`), so a missed or spurious event costs at most one poll interval, never a wrong
 decision.
 """
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import errno
 import hashlib
 import os
@@ -16,6 +15,8 @@ import select
 import struct
 from pathlib import Path
 from typing import Optional
+
+from nvdocker2.host.load import Libc
 
 # inotify(7): a file written and closed, moved in or out, created, deleted, its mode changed.
 _IN_MODIFY = 0x002
@@ -71,17 +72,16 @@ class Watcher:
         self.poll = poll
         self._fd: Optional[int] = None
         self._dirs: list[Path] = []
-        self._libc = None
+        self._libc: Optional[Libc] = None
         self.why_polling = ""
-        name = ctypes.util.find_library("c")
         try:
-            libc = ctypes.CDLL(name or "libc.so.6", use_errno=True)
-            fd = libc.inotify_init1(_IN_NONBLOCK | _IN_CLOEXEC)
-        except (OSError, AttributeError) as e:
+            libc = Libc(("inotify_init1", "inotify_add_watch"))
+        except (ImportError, OSError, AttributeError) as e:
             self.why_polling = f"no inotify in libc ({e})"
             return
+        fd = libc.call["inotify_init1"](_IN_NONBLOCK | _IN_CLOEXEC)
         if fd < 0:
-            self.why_polling = f"inotify_init1: {os.strerror(ctypes.get_errno())}"
+            self.why_polling = f"inotify_init1: {os.strerror(libc.errno())}"
             return
         self._libc, self._fd = libc, fd
         self.rearm()
@@ -100,8 +100,8 @@ class Watcher:
         if want == self._dirs:
             return
         for d in want:
-            if self._libc.inotify_add_watch(self._fd, os.fsencode(str(d)), _MASK) < 0:
-                err = ctypes.get_errno()
+            if self._libc.call["inotify_add_watch"](self._fd, os.fsencode(str(d)), _MASK) < 0:
+                err = self._libc.errno()
                 if err not in (errno.ENOENT, errno.ENOTDIR):
                     self.close()
                     self.why_polling = f"inotify_add_watch {d}: {os.strerror(err)}"

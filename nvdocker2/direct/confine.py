@@ -14,7 +14,7 @@ host's ldconfig there as root, so before it does, in the hook's own process:
   needs) in every capability set, so the ldconfig exec'd next gets nothing else.
 
 The container itself never sees any of this: its mounts stay as runc made them. Linux only,
-stdlib only (ctypes' C half, imported when a hook runs as root).
+stdlib only (ctypes' C half through nvdocker2.host.load, imported when a hook runs as root).
 """
 
 from __future__ import annotations
@@ -93,32 +93,17 @@ def mounts_below(root: str, mountinfo: str) -> dict[str, bool]:
 
 
 class _Libc:
-    """The few libc calls the standard library lacks, raising OSError like os does.
-
-    Bound through `_ctypes`, the C half of ctypes, with the two C types the calls need: the
-    ctypes package itself costs every GPU container start about 4 ms of CPU to import (it
-    builds dozens of classes and imports struct), its C half about 0.5 ms."""
+    """The few libc calls the standard library lacks, raising OSError like os does; bound
+    through the one door that loads C code (`nvdocker2.host.load.Libc`: the process's own
+    libc, ctypes' C half only)."""
 
     def __init__(self) -> None:
-        import _ctypes
+        from nvdocker2.host.load import Libc
 
-        class Int(_ctypes._SimpleCData):
-            _type_ = "i"
-
-        class ULong(_ctypes._SimpleCData):
-            _type_ = "L"
-
-        class Function(_ctypes.CFuncPtr):
-            _flags_ = _ctypes.FUNCFLAG_CDECL | _ctypes.FUNCFLAG_USE_ERRNO
-            _restype_ = Int
-
-        class Library:  # what CFuncPtr looks a symbol up in: an object with a _handle
-            _handle = _ctypes.dlopen(None, os.RTLD_NOW)
-
-        self._errno = _ctypes.get_errno
-        self._ulong = ULong
-        self._call = {name: Function((name, Library))
-                      for name in ("unshare", "mount", "umount2", "prctl", "capset")}
+        libc = Libc(("unshare", "mount", "umount2", "prctl", "capset"))
+        self._errno = libc.errno
+        self._ulong = libc.ulong
+        self._call = libc.call
 
     def _check(self, result: int, what: str) -> None:
         if result != 0:

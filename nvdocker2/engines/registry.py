@@ -20,12 +20,11 @@ take longer than the rest of the start).
 from __future__ import annotations
 
 import importlib
-import importlib.util
 import sys
-from pathlib import Path
 from typing import Callable, Sequence
 
 from nvdocker2.engines.front import CliOption, EngineEntry, Frontend
+from nvdocker2.host.load import own_module
 
 BUILTIN = ("docker", "containerd", "crio")
 
@@ -107,13 +106,8 @@ def _read_options(name: str) -> list[CliOption]:
     module = f"nvdocker2.engines.{name}.options"
     if module in sys.modules:
         return list(sys.modules[module].OPTIONS)
-    path = Path(__file__).parent / name / "options.py"
-    spec = importlib.util.spec_from_file_location(module, path)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[module] = mod  # the package, once imported, finds this one (one Enum class)
-    spec.loader.exec_module(mod)
-    return list(mod.OPTIONS)
+    # In sys.modules from here on: the package, once imported, finds this one (one Enum class).
+    return list(own_module(module).OPTIONS)
 
 
 def _front_maker(name: str) -> Callable[[], Frontend]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import resource
 import signal
 import subprocess
 import sys
@@ -15,14 +16,28 @@ from pathlib import Path
 
 
 class AgentProc:
-    def __init__(self, args: list[str], log: Path, env: dict | None = None) -> None:
-        """The agent leads a process group of its own, as in a terminal (see `stop`)."""
+    def __init__(self, args: list[str], log: Path, env: dict | None = None,
+                 nofile: int | None = None) -> None:
+        """The agent leads a process group of its own, as in a terminal (see `stop`); with
+        `nofile`, it may open that many descriptors (systemd's default is 1024)."""
         self.log = log
         self._err = open(log, "ab")
+
+        def limit() -> None:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
+
         self.p = subprocess.Popen([sys.executable, "-m", "nvdocker2", "agent", *args],
                                   stdout=subprocess.DEVNULL, stderr=self._err,
                                   env=dict(os.environ, **(env or {})),
-                                  start_new_session=True)
+                                  start_new_session=True,
+                                  preexec_fn=None if nofile is None else limit)
+
+    @property
+    def port(self) -> int:
+        """The /healthz port the agent said it serves."""
+        m = re.search(r"http://127\.0\.0\.1:(\d+)", self.wait_for("/healthz on"))
+        assert m
+        return int(m.group(1))
 
     @property
     def pid(self) -> int:
@@ -48,10 +63,8 @@ class AgentProc:
                              + "\n".join(self.lines()))
 
     def healthz(self) -> tuple[int, str]:
-        m = re.search(r"http://127\.0\.0\.1:(\d+)", self.wait_for("/healthz on"))
-        assert m
         try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{m.group(1)}/healthz", timeout=5) as r:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/healthz", timeout=5) as r:
                 return r.status, r.read().decode()
         except urllib.error.HTTPError as e:
             return e.code, e.read().decode()

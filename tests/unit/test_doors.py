@@ -1,7 +1,13 @@
 """The lock on the doors to the host (nvdocker2/host): outside `host/run.py` no module of
-nvdocker2 starts a program or looks one up, outside `host/files.py` none creates a file or a
-directory, and no environment variable but the documented ones is read (test hooks only
-through `host/testing.py`, under the test suite's switch).
+nvdocker2 starts a program or looks one up, outside `host/load.py` none loads code other than
+by `import` (ctypes, runpy, importlib's loading by path), outside `host/files.py` none creates
+a file or a directory, and no environment variable but the documented ones is read (test
+hooks only through `host/testing.py`, under the test suite's switch).
+
+The standard library is held to it too: what starts a program or loads code found on a
+search path though its name does not say so (`ctypes.util.find_library` runs ldconfig, gcc
+and objdump; `platform.architecture` runs `file`; `uuid.getnode` may run ip or ifconfig) is
+listed in REFUSED, and found through aliases, `from` imports and attribute access.
 
 This reads the source (the AST of every module under nvdocker2/), so a new call site fails
 here before it can reopen a hole that a test of behaviour would only find later.
@@ -20,14 +26,52 @@ PACKAGE = Path(nvdocker2.__file__).resolve().parent
 RUN_DOOR = "host/run.py"
 FILES_DOOR = "host/files.py"
 TEST_SWITCH = "host/testing.py"
+LOAD_DOOR = "host/load.py"
 
 
 # The environment variables nvdocker2 reads that change what it does (README, docs/).
 DOCUMENTED_ENV = {"NVDOCKER2_STATE_DIR", "NVDOCKER2_DEBUG", "NVDOCKER2_SMOKE_IMAGE"}
 
-PROCESS_MODULES = {"subprocess", "pty", "multiprocessing"}
-OS_PROCESS = ("exec", "spawn", "posix_spawn")
-OS_PROCESS_EXACT = {"system", "popen", "fork", "forkpty"}
+# The standard library's doors: what starts a program, or loads code other than by `import`
+# (from a search path, or from a file by its path), by full name. A module is refused whole
+# (its import and every use); a name, with what follows it (`ctypes.util.find_library`).
+# Each is allowed in its door module alone.
+PROGRAM, CODE = "starts a program", "loads code"
+DOOR_OF = {PROGRAM: RUN_DOOR, CODE: LOAD_DOOR}
+REFUSED = {
+    # modules whose purpose is to start programs (or that open a pager or a browser)
+    **dict.fromkeys(["subprocess", "_posixsubprocess", "pty", "multiprocessing",
+                     "asyncio.subprocess", "concurrent.futures.process", "webbrowser",
+                     "pydoc", "distutils", "ensurepip", "venv"], PROGRAM),
+    # os and shutil: exec, spawn, fork, a shell, a lookup on PATH
+    **dict.fromkeys(["os.system", "os.popen", "os.fork", "os.forkpty", "os.startfile",
+                     "shutil.which"], PROGRAM),
+    # `file -b` (architecture), `uname -p` (processor; uname()'s processor, which platform()
+    # and unpacking uname() read); system(), machine(), release() and libc_ver() run nothing
+    **dict.fromkeys(["platform.architecture", "platform.processor", "platform.platform",
+                     "platform.uname", "platform._syscmd_file", "platform._syscmd_ver",
+                     "platform._Processor"], PROGRAM),
+    # without libuuid: ip, ifconfig, arp, netstat found on PATH (uuid4 runs nothing)
+    **dict.fromkeys(["uuid.getnode", "uuid.uuid1", "uuid._get_command_stdout"], PROGRAM),
+    **dict.fromkeys(["asyncio.create_subprocess_exec", "asyncio.create_subprocess_shell",
+                     "concurrent.futures.ProcessPoolExecutor", "imaplib.IMAP4_stream"],
+                    PROGRAM),
+    # ctypes: find_library runs ldconfig, gcc, cc, ld, objdump; CDLL("name") searches
+    # LD_LIBRARY_PATH; runpy and the importlib loaders run a file found by name or path
+    **dict.fromkeys(["ctypes", "_ctypes", "runpy", "zipimport", "imp",
+                     "importlib.util.spec_from_file_location", "importlib.util.spec_from_loader",
+                     "importlib.machinery.SourceFileLoader",
+                     "importlib.machinery.SourcelessFileLoader",
+                     "importlib.machinery.ExtensionFileLoader",
+                     "importlib.machinery.PathFinder", "importlib.machinery.FileFinder"], CODE),
+}
+REFUSED_PREFIXES = {"os.exec": PROGRAM, "os.spawn": PROGRAM, "os.posix_spawn": PROGRAM}
+# Methods whose receiver cannot be named (an event loop's).
+REFUSED_METHODS = {"subprocess_exec": PROGRAM, "subprocess_shell": PROGRAM}
+IMPORTING_BY_NAME = {"__import__", "importlib.import_module"}
+# Names no module of ours gives a variable: read as the module even where no import binds them
+# (any other unbound name is a variable: `imp`, `platform` and `uuid` often are).
+UNMISTAKABLE = {"os", "shutil", "subprocess", "ctypes", "_ctypes", "importlib", "asyncio"}
 CREATING_METHODS = {"mkdir", "makedirs", "write_text", "write_bytes", "touch", "mkfifo",
                     "mknod", "symlink_to", "hardlink_to", "link_to"}
 CREATING_SHUTIL = {"copy", "copy2", "copyfile", "copytree", "move", "copyfileobj"}
@@ -63,29 +107,87 @@ def _write_mode(call: ast.Call, position: int) -> bool:
     return True  # a mode we cannot read is a mode we cannot vouch for
 
 
-def process_calls(tree: ast.Module) -> list[str]:
-    """Where `tree` starts or looks up a program (import or call), as "line: what"."""
-    found = []
+def refused(name: str) -> str | None:
+    """Why the standard library's `name` (full, dotted) is a door, or None."""
+    parts = name.split(".")
+    for n in range(len(parts), 0, -1):
+        why = REFUSED.get(".".join(parts[:n]))
+        if why:
+            return why
+    return next((why for prefix, why in REFUSED_PREFIXES.items() if name.startswith(prefix)),
+                None)
+
+
+def _bindings(tree: ast.Module) -> dict[str, str]:
+    """Local name -> the full name it stands for, from the module's imports (`import a.b as
+    c`, `from a import b as c`); relative imports are nvdocker2's own."""
+    out = {}
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            found += [f"{node.lineno}: import {a.name}" for a in node.names
-                      if a.name.split(".")[0] in PROCESS_MODULES]
-        elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in (
-                PROCESS_MODULES):
-            found.append(f"{node.lineno}: from {node.module} import ...")
-        elif isinstance(node, ast.ImportFrom) and node.module in ("os", "shutil"):
-            bad = [a.name for a in node.names if a.name.startswith(OS_PROCESS)
-                   or a.name in OS_PROCESS_EXACT or a.name == "which"]
-            if bad:
-                found.append(f"{node.lineno}: from {node.module} import {', '.join(bad)}")
-        elif isinstance(node, ast.Attribute):
-            name = _dotted(node)
-            head, _, attr = name.rpartition(".")
-            if head == "os" and (attr.startswith(OS_PROCESS) or attr in OS_PROCESS_EXACT):
-                found.append(f"{node.lineno}: {name}")
-            elif name == "shutil.which":
-                found.append(f"{node.lineno}: {name}")
+            out.update((a.asname, a.name) if a.asname else (a.name.split(".")[0],) * 2
+                       for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            out.update((a.asname or a.name, f"{node.module}.{a.name}") for a in node.names)
+    return out
+
+
+def door_calls(tree: ast.Module) -> list[tuple[str, str]]:
+    """Where `tree` uses a door of the standard library (REFUSED): (why, "line: what"), for
+    imports, `from` imports and their aliases, attribute access, getattr with a constant
+    name, imports by a constant name and the builtin `help()` (a pager)."""
+    names = _bindings(tree)
+    inner = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
+
+    def full(node: ast.AST) -> str:
+        head, _, rest = _dotted(node).partition(".")
+        base = names.get(head, head if head in UNMISTAKABLE else "<unbound>")
+        return f"{base}.{rest}" if rest else base
+
+    found = []
+
+    def see(line: int, what: str, name: str) -> None:
+        why = refused(name)
+        if why:
+            found.append((why, f"{line}: {what}" + (f" ({name})" if name != what else "")))
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                see(node.lineno, f"import {a.name}", a.name)
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            for a in node.names:
+                if a.name != "*":
+                    see(node.lineno, f"from {node.module} import {a.name}",
+                        f"{node.module}.{a.name}")
+                elif refused(node.module) or any(k.startswith(node.module + ".")
+                                                 for k in [*REFUSED, *REFUSED_PREFIXES]):
+                    found.append((refused(node.module) or PROGRAM,
+                                  f"{node.lineno}: from {node.module} import *"))
+        elif isinstance(node, (ast.Attribute, ast.Name)) and id(node) not in inner:
+            see(node.lineno, _dotted(node), full(node))
+            if isinstance(node, ast.Attribute) and node.attr in REFUSED_METHODS:
+                found.append((REFUSED_METHODS[node.attr], f"{node.lineno}: {_dotted(node)}"))
+        elif isinstance(node, ast.Call):
+            dotted = _dotted(node.func)
+            builtin = dotted in ("help", "__import__", "getattr") and dotted not in names
+            callee = dotted if builtin else full(node.func)
+            first = node.args[0] if node.args else None
+            second = node.args[1] if len(node.args) > 1 else None
+            if callee == "help":
+                found.append((PROGRAM, f"{node.lineno}: help() (a pager)"))
+            elif callee == "getattr" and isinstance(second, ast.Constant) and isinstance(
+                    second.value, str):
+                see(node.lineno, f"getattr({_dotted(first)}, {second.value!r})",
+                    f"{full(first)}.{second.value}")
+            elif callee in IMPORTING_BY_NAME and isinstance(first, ast.Constant) and (
+                    isinstance(first.value, str)):
+                see(node.lineno, f"{_dotted(node.func)}({first.value!r})", first.value)
     return found
+
+
+def process_calls(tree: ast.Module) -> list[str]:
+    """Where `tree` starts or looks up a program (import or call), as "line: what"."""
+    return [hit for why, hit in door_calls(tree) if why == PROGRAM]
 
 
 def creating_calls(tree: ast.Module) -> list[str]:
@@ -147,10 +249,11 @@ def env_reads(tree: ast.Module) -> list[tuple[int, str]]:
     return found
 
 
-def test_only_host_run_starts_or_looks_up_programs():
-    bad = [f"nvdocker2/{rel}:{hit}" for rel, tree in modules()
-           if rel != RUN_DOOR for hit in process_calls(tree)]
-    assert bad == [], "run programs through nvdocker2.host.run:\n" + "\n".join(bad)
+def test_only_host_run_starts_or_looks_up_programs_and_only_host_load_loads_code():
+    bad = [f"nvdocker2/{rel}:{hit} ({why})" for rel, tree in modules()
+           for why, hit in door_calls(tree) if rel != DOOR_OF[why]]
+    assert bad == [], ("run programs through nvdocker2.host.run and load code through "
+                       "nvdocker2.host.load:\n" + "\n".join(bad))
 
 
 def test_only_host_files_creates_files_and_directories():
@@ -173,10 +276,45 @@ def test_no_environment_variable_but_the_documented_ones_steers_nvdocker2():
 @pytest.mark.parametrize("source", [
     "import subprocess", "from subprocess import run", "os.execvp('x', ['x'])",
     "os.system('x')", "shutil.which('dockerd')", "from shutil import which",
-    "os.posix_spawn('/x', ['x'], {})", "os.popen('x')",
+    "os.posix_spawn('/x', ['x'], {})", "os.popen('x')", "import os as o\no.spawnv(0, 'x', [])",
+    "from os import execv as run_it", "import shutil as s\ns.which", "getattr(os, 'system')",
+    "import platform\nplatform.architecture()", "from platform import processor",
+    "import platform as p\np.uname().processor", "import platform\nplatform.platform()",
+    "import uuid\nuuid.getnode()", "from uuid import uuid1 as u", "import webbrowser",
+    "from pty import spawn", "import multiprocessing.pool", "import pydoc", "help(len)",
+    "from concurrent.futures import ProcessPoolExecutor",
+    "import asyncio\nasyncio.create_subprocess_exec('x')", "loop.subprocess_shell(p, 'x')",
+    "__import__('subprocess')", "importlib.import_module('subprocess')",
+    "from importlib import import_module as im\nim('pty')", "from os import *",
 ])
 def test_the_process_check_sees(source):
     assert process_calls(ast.parse(source))
+
+
+@pytest.mark.parametrize("source", [
+    "import ctypes", "import ctypes.util", "from ctypes.util import find_library",
+    "import ctypes.util as cu\ncu.find_library('c')", "from ctypes import CDLL",
+    "import _ctypes", "import runpy", "import importlib.util\n"
+    "importlib.util.spec_from_file_location('m', '/x.py')",
+    "from importlib.machinery import SourceFileLoader", "import zipimport",
+    "__import__('ctypes')",
+])
+def test_the_code_loading_check_sees(source):
+    assert [why for why, _ in door_calls(ast.parse(source))] and all(
+        why == CODE for why, _ in door_calls(ast.parse(source)))
+
+
+@pytest.mark.parametrize("source", [
+    "import os\nos.environ", "import platform\nplatform.system()",
+    "import platform\nplatform.machine(); platform.release(); platform.libc_ver()",
+    "import uuid\nuuid.uuid4()", "platform.architecture(); uuid.getnode(); imp.path",
+    "from concurrent.futures import ThreadPoolExecutor", "import importlib\n"
+    "importlib.import_module('nvdocker2.engines.docker.front')", "help = 'x'\nprint(help)",
+    "self.which('x')", "from .run import which", "x.system", "sys.platform",
+    "import shutil\nshutil.rmtree(p)",
+])
+def test_the_door_check_lets_the_rest_be(source):
+    assert door_calls(ast.parse(source)) == []
 
 
 @pytest.mark.parametrize("source", [
