@@ -32,9 +32,13 @@ SYSTEM_PATH := /usr/sbin:/usr/bin:/sbin:/bin
 # What rpm/nvdocker2.spec needs to build on Debian 12 (rpmbuild, pip, and the libraries the
 # man page generator imports).
 RPM_DEBIAN_DEPS := rpm python3-pip python3-setuptools python3-typer python3-rich \
-    python3-jsonschema python3-filelock python3-packaging
-RPM_PYTHON_CHECK := import setuptools, pip, typer, rich, jsonschema, filelock, packaging
-APT_INSTALL := DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends
+    python3-jsonschema python3-filelock python3-packaging python3-tomlkit python3-yaml
+RPM_PYTHON_CHECK := import setuptools, pip, typer, rich, jsonschema, filelock, packaging, \
+    tomlkit, yaml
+# apt-get and its options, without the command: mk-build-deps --tool runs it as one program
+# (split into words, no shell, so no VAR=value in front) followed by `-f install`. The recipes
+# that install export DEBIAN_FRONTEND=noninteractive instead.
+APT_GET := apt-get -y -q --no-install-recommends
 
 .PHONY: deb rpm clean deb-build-deps rpm-build-deps matrix agent-image
 
@@ -85,13 +89,14 @@ deb-build-deps:
 	    echo "hint: run make deb as root to install them, or: mk-build-deps -ir debian/control" >&2
 	    exit 3
 	fi
+	export DEBIAN_FRONTEND=noninteractive
 	command -v mk-build-deps >/dev/null && command -v equivs-build >/dev/null \
-	    || $(APT_INSTALL) dpkg-dev devscripts equivs
+	    || $(APT_GET) install dpkg-dev devscripts equivs
 	tmp=$$(mktemp -d /tmp/nvdocker2-builddeps.XXXXXX)
 	trap 'rm -rf "$$tmp"' EXIT
 	cp debian/control "$$tmp/control"
 	cd "$$tmp"
-	mk-build-deps --install --remove --tool "$(APT_INSTALL)" control
+	mk-build-deps --install --remove --tool "$(APT_GET)" control
 
 rpm: rpm-build-deps
 	@tmp=$$(mktemp -d /tmp/nvdocker2-rpm.XXXXXX)
@@ -115,7 +120,8 @@ rpm-build-deps:
 	    echo "hint: Debian: apt-get install $(RPM_DEBIAN_DEPS); Fedora: dnf builddep rpm/nvdocker2.spec" >&2
 	    exit 3
 	fi
-	$(APT_INSTALL) $(RPM_DEBIAN_DEPS)
+	export DEBIAN_FRONTEND=noninteractive
+	$(APT_GET) install $(RPM_DEBIAN_DEPS)
 
 clean:
 	@rm -rf dist build *.egg-info

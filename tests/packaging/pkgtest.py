@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -68,6 +69,32 @@ def backups(chroot) -> list[str]:
     """The backup ids `nvdocker2 backups` lists inside the chroot."""
     listing = json.loads(chroot.ok("nvdocker2 backups --json 2>/dev/null"))
     return [backup["id"] for backup in listing["backups"]]
+
+
+def script_lines(output: str) -> list[str]:
+    """What the maintainer scripts said about Docker (their lines start with "nvdocker2")."""
+    return [line for line in output.splitlines() if line.startswith("nvdocker2")]
+
+
+def installed_line(backup_id: str) -> str:
+    return ("nvdocker2: installed the nvidia runtime in /etc/docker/daemon.json "
+            f"(backup {backup_id}: /var/lib/nvdocker2/backups/{backup_id}.json)")
+
+
+# The removal's backup is gone with the purge that made it: its id is read from the line.
+REMOVED_LINE = re.compile(r"nvdocker2: removed the nvidia runtime from /etc/docker/daemon\.json "
+                          r"\(backup (\S+): /var/lib/nvdocker2/backups/\1\.json\)")
+
+
+ALREADY_LINE = ("nvdocker2: the nvidia runtime is already in /etc/docker/daemon.json: "
+                "nothing changed")
+NOT_RELOADED_LINE = (
+    "nvdocker2: dockerd was not reloaded (not running, or not allowed here): it uses the nvidia "
+    "runtime once it starts; if it is running, run: systemctl reload docker "
+    "(or: kill -HUP $(cat /var/run/docker.pid)), then: nvdocker2 status")
+REMOVED_NOT_RELOADED_LINE = (
+    "nvdocker2: dockerd was not reloaded (not running, or not allowed here): if it is running, "
+    "run: systemctl reload docker (or: kill -HUP $(cat /var/run/docker.pid))")
 
 
 def missing(reason: str) -> None:

@@ -7,7 +7,11 @@ import json
 import subprocess
 
 from pkgtest import (
+    ALREADY_LINE,
     APT,
+    NOT_RELOADED_LINE,
+    REMOVED_LINE,
+    REMOVED_NOT_RELOADED_LINE,
     PROGRAMS,
     RUNTIME,
     UPGRADE_VERSION,
@@ -15,8 +19,10 @@ from pkgtest import (
     USER_SNIPPETS,
     backups,
     check_launchers,
+    installed_line,
     run,
     runtimes,
+    script_lines,
 )
 
 from nvdocker2 import __version__
@@ -97,7 +103,6 @@ def test_install_reinstall_upgrade_purge_keep_the_users_daemon_json(packages, ch
     upgrade = chroot.put(packages.deb_upgrade)
 
     out = chroot.ok(f"{APT} install {deb}")
-    assert "nvdocker2 install: {" in out
     merged = config.read_bytes()
     for snippet in USER_SNIPPETS:
         assert snippet.encode() in merged, f"{snippet!r} changed by install:\n{merged.decode()}"
@@ -105,7 +110,10 @@ def test_install_reinstall_upgrade_purge_keep_the_users_daemon_json(packages, ch
     assert list(after)[: len(before)] == list(before)
     assert {k: v for k, v in after.items() if k != "runtimes"} == before
     assert after["runtimes"] == {"nvidia": {"path": RUNTIME}}
-    assert len(backups(chroot)) == 1
+    (backup,) = backups(chroot)
+    # One line per outcome, never the JSON result (dash's echo mangled its backslashes).
+    assert script_lines(out) == [installed_line(backup), NOT_RELOADED_LINE], out
+    assert '"changed"' not in out
 
     # The programs run on Debian's python3 and Debian's libraries, nothing else; the runtime
     # and the hook are nvdocker2.runtime.launcher's launchers.
@@ -132,15 +140,20 @@ def test_install_reinstall_upgrade_purge_keep_the_users_daemon_json(packages, ch
     out = chroot.ok(f"{APT} install --reinstall {deb}")
     assert config.read_bytes() == merged, "reinstall changed daemon.json"
     assert len(backups(chroot)) == 1, "reinstall made another backup"
+    assert script_lines(out) == [ALREADY_LINE], out
 
     out = chroot.ok(f"{APT} install {upgrade}")
     assert config.read_bytes() == merged, "upgrade changed daemon.json"
     assert merged.count(b'"nvidia"') == 1
     assert len(backups(chroot)) == 1, "upgrade made another backup"
-    assert "nvdocker2 uninstall" not in out, "upgrade ran the uninstaller"
+    assert script_lines(out) == [ALREADY_LINE], "upgrade ran the uninstaller:\n" + out
     assert chroot.ok("nvdocker2 --version").strip().endswith(UPGRADE_VERSION)
 
-    chroot.ok(f"{APT} purge nvdocker2")
+    out = chroot.ok(f"{APT} purge nvdocker2")
+    said = script_lines(out)
+    removed = REMOVED_LINE.fullmatch(said[0])
+    assert removed is not None and removed.group(1) != backup, out
+    assert said[1:] == [REMOVED_NOT_RELOADED_LINE], out
     assert config.read_bytes() == USER_DAEMON_JSON, "purge did not give the file back"
     assert not chroot.path("/var/lib/nvdocker2").exists()
     assert not chroot.path("/etc/nvidia-container-runtime/config.toml").exists()
@@ -152,9 +165,12 @@ def test_install_without_docker_succeeds_and_says_what_to_do(packages, chroot):
     assert not chroot.path("/usr/bin/dockerd").exists()
     deb = chroot.put(packages.deb)
     out = chroot.ok(f"{APT} install {deb}")
-    print(out)
-    assert "dockerd was not reloaded" in out
-    assert "systemctl reload docker" in out
+    said = script_lines(out)
+    assert said[0] == "nvdocker2: /etc/docker did not exist (Docker not installed?): created it"
+    assert said[1].startswith(
+        "nvdocker2: installed the nvidia runtime in /etc/docker/daemon.json (backup "), out
+    assert said[1].endswith(": the file did not exist before)"), out
+    assert said[2:] == [NOT_RELOADED_LINE], out
     assert runtimes(chroot.path("/etc/docker/daemon.json").read_bytes()) == {
         "nvidia": {"path": RUNTIME}
     }
@@ -173,6 +189,7 @@ def test_broken_daemon_json_stops_configure_until_fixed_or_skipped(packages, chr
     assert proc.returncode != 0
     assert "error: " in proc.stderr and "line " in proc.stderr
     assert "dpkg --configure -a" in proc.stderr
+    assert '"error"' not in proc.stdout + proc.stderr, "the JSON result reached apt's output"
     assert config.read_bytes() == broken
     assert "half-configured" in chroot.ok("dpkg-query -W -f='${Status}' nvdocker2")
 

@@ -7,13 +7,19 @@ import json
 import re
 
 from pkgtest import (
+    ALREADY_LINE,
+    NOT_RELOADED_LINE,
     PROGRAMS,
+    REMOVED_LINE,
+    REMOVED_NOT_RELOADED_LINE,
     RUNTIME,
     USER_DAEMON_JSON,
     USER_SNIPPETS,
     backups,
     check_launchers,
+    installed_line,
     run,
+    script_lines,
 )
 
 from nvdocker2 import __version__
@@ -82,7 +88,6 @@ def test_rpm_install_upgrade_erase_in_a_chroot(packages, chroot):
 
     proc = run([*rpm, "-i", str(packages.rpm)])
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "nvdocker2 install: {" in proc.stdout
     merged = config.read_bytes()
     for snippet in USER_SNIPPETS:
         assert snippet.encode() in merged
@@ -91,7 +96,8 @@ def test_rpm_install_upgrade_erase_in_a_chroot(packages, chroot):
     assert chroot.ok("NV_DOCKER=echo nvidia-docker create img").strip() == (
         "create --runtime=nvidia img"
     )
-    assert len(backups(chroot)) == 1
+    (backup,) = backups(chroot)
+    assert script_lines(proc.stdout) == [installed_line(backup), NOT_RELOADED_LINE], proc.stdout
     for program in ("nvdocker2", "nvidia-docker"):
         shebang = chroot.path(f"/usr/bin/{program}").read_text().splitlines()[0]
         assert shebang == "#!/usr/bin/python3 -I"
@@ -99,13 +105,16 @@ def test_rpm_install_upgrade_erase_in_a_chroot(packages, chroot):
 
     proc = run([*rpm, "-U", str(packages.rpm_upgrade)])
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "nvdocker2 uninstall" not in proc.stdout, "upgrade ran the uninstaller"
+    assert script_lines(proc.stdout) == [ALREADY_LINE], "upgrade ran the uninstaller"
     assert config.read_bytes() == merged
     assert len(backups(chroot)) == 1
 
     proc = run([*rpm, "-e", "nvdocker2"])
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "nvdocker2 uninstall: {" in proc.stdout
+    said = script_lines(proc.stdout)
+    removed = REMOVED_LINE.fullmatch(said[0])
+    assert removed is not None and removed.group(1) != backup, proc.stdout
+    assert said[1:] == [REMOVED_NOT_RELOADED_LINE], proc.stdout
     assert config.read_bytes() == USER_DAEMON_JSON
     assert not chroot.path("/var/lib/nvdocker2").exists()
     assert not chroot.path("/usr/share/nvdocker2").exists()

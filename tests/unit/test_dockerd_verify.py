@@ -248,6 +248,12 @@ def test_refusal_messages_are_unescaped_from_logrus_lines():
     assert find_refusal([plain]) == plain
 
 
+def _logrus_time(microseconds: int) -> str:
+    """dockerd's log time of an instant given in microseconds since the epoch (UTC)."""
+    seconds, fraction = divmod(microseconds, 1_000_000)
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)) + f".{fraction:06d}000Z"
+
+
 def test_journal_log_reads_entries_after_the_mark_through_journalctl(tmp_path, monkeypatch):
     bindir = tmp_path / "bin"
     bindir.mkdir()
@@ -255,19 +261,18 @@ def test_journal_log_reads_entries_after_the_mark_through_journalctl(tmp_path, m
     log = tmp_path / "dockerd.log"
     (tmp_path / "dockerd.json").write_text(json.dumps({"argv": [], "env": {}, "log": str(log)}))
     monkeypatch.setenv("NVD2_DOCKERD_ROOT", str(tmp_path))
-    old = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(time.time() - 5))
-    log.write_text(
-        f'time="{old}.000000000Z" level=error msg="unable to configure the Docker daemon: old"\n'
-    )
     journal = JournalLog("docker", journalctl=str(bindir / "journalctl"))
     journal.mark()
-    time.sleep(0.01)
-    now = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime())
-    frac = f"{time.time() % 1:.6f}"[1:]
-    with log.open("a") as f:
-        f.write(
-            f'time="{now}{frac}000Z" level=error msg="unable to configure the Docker daemon: new"\n'
-        )
+    # One clock reading after the mark, scaled as JournalLog scales its mark: the new entry is
+    # stamped then (never before the mark, whatever second the clock is in), the old one five
+    # seconds earlier.
+    now_us = int(time.time() * 1_000_000)
+    log.write_text(
+        f'time="{_logrus_time(now_us - 5_000_000)}" level=error '
+        'msg="unable to configure the Docker daemon: old"\n'
+        f'time="{_logrus_time(now_us)}" level=error '
+        'msg="unable to configure the Docker daemon: new"\n'
+    )
     assert find_refusal(journal.lines()) == "unable to configure the Docker daemon: new"
 
 
