@@ -1,4 +1,5 @@
-"""Installer-side commands of direct mode: `install --mode` and `cdi generate`.
+"""Installer-side commands of direct mode: `cdi generate` (`install --mode direct` is a file of
+the Docker transaction: nvdocker2.engines.docker.runtime_mode).
 
 Unlike the rest of `nvdocker2.direct` (imported on every container start, stdlib only), this
 module belongs to the `nvdocker2` CLI: it writes files through the one atomic-write helper
@@ -13,29 +14,12 @@ from pathlib import Path
 from typing import Any
 
 from nvdocker2.store.atomic import atomic_write, os_error
-from nvdocker2.direct import cdi, toml_edit
+from nvdocker2.direct import cdi
 from nvdocker2.direct.discover import discover
 from nvdocker2.direct.errors import DirectError
 from nvdocker2.direct.spec import host_ldconfig
 from nvdocker2.errors import BadInput, EnvironmentProblem
 from nvdocker2.host import files
-
-def config_toml_path() -> Path:
-    """The runtime's config.toml: $NVIDIA_CONTAINER_RUNTIME_CONFIG, else the default path."""
-    from nvdocker2 import toolkit_config
-
-    return Path(toolkit_config.config_path()[0])
-
-
-def _read(path: Path) -> str:
-    try:
-        return path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        return ""
-    except UnicodeDecodeError as err:
-        raise BadInput(f"{path}: not UTF-8 text ({err.reason})", f"fix {path} by hand") from err
-    except OSError as err:
-        raise os_error(err, str(path)) from None
 
 
 def _write(path: Path, text: str) -> None:
@@ -44,36 +28,6 @@ def _write(path: Path, text: str) -> None:
     except OSError as err:
         raise os_error(err, str(path.parent)) from None
     atomic_write(path, text.encode("utf-8"))
-
-
-@dataclass(frozen=True)
-class ModeResult:
-    config: str
-    mode: str
-    changed: bool
-    dry_run: bool
-
-    def note(self) -> str:
-        setting = f'[{toml_edit.TABLE}] mode = "{self.mode}"'
-        if not self.changed:
-            return f"{self.config} already says {setting}"
-        if self.dry_run:
-            return f"would set {setting} in {self.config} (dry run)"
-        return f"set {setting} in {self.config}"
-
-
-def set_runtime_mode(mode: str, *, dry_run: bool = False) -> ModeResult:
-    """Set the runtime's mode in config.toml, keeping the rest of the file as it was."""
-    path = config_toml_path()
-    old = _read(path)
-    try:
-        new = toml_edit.set_mode(old, mode, str(path))
-    except DirectError as err:
-        raise BadInput(err.message, err.hint) from None
-    changed = new != old
-    if changed and not dry_run:
-        _write(path, new)
-    return ModeResult(str(path), mode, changed, dry_run)
 
 
 def _settings() -> Any:

@@ -21,7 +21,10 @@ class Journal:
      "runtimes": {NAME: {"previous": SLOT, "installed": ENTRY}},
      "default_runtime": {"previous": SLOT, "installed": NAME} | absent,
      "user_config": {"path": PATH, "previous": SLOT, "file": bool, "table": bool,
-                     "dir": bool} | absent}              # rootless: the per-user config.toml
+                     "dir": bool} | absent,              # rootless: the per-user config.toml
+     "runtime_mode": {"path": PATH, "previous": SLOT, "previous_toml": TEXT | absent,
+                      "installed": MODE, "file": bool, "table": bool,
+                      "dir": bool} | absent}             # install --mode: the global config.toml
     where SLOT is {"present": false} or {"present": true, "value": ...}. Values are written
     with the document writer, so numbers keep their exact text.
     """
@@ -58,7 +61,7 @@ class Journal:
         from nvdocker2.engines.docker.daemonjson import document
 
         if not record or not any(record.get(k) for k in ("runtimes", "default_runtime",
-                                                          "user_config")):
+                                                          "user_config", "runtime_mode")):
             self.restore(None)
             return
         try:

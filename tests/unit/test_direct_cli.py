@@ -100,8 +100,8 @@ def test_install_mode_direct_sets_the_mode_and_keeps_config_toml(tmp_path):
                   env=env)
     assert r.returncode == 0, r.stderr
     assert toml.read_text() == original.replace(
-        "[nvidia-container-runtime]\n", '[nvidia-container-runtime]\nmode = "direct"\n')
-    assert f'note: set [nvidia-container-runtime] mode = "direct" in {toml}' in r.stdout
+        'log-level = "info"\n', 'log-level = "info"\nmode = "direct"\n')
+    assert f'added {toml}: [nvidia-container-runtime] mode: "direct"' in r.stdout
     assert json.loads(daemon.read_text())["runtimes"]["nvidia"] == {
         "path": "/usr/bin/nvidia-container-runtime"}
 
@@ -110,7 +110,7 @@ def test_install_mode_direct_sets_the_mode_and_keeps_config_toml(tmp_path):
                   "--mode", "legacy",
                   "--dry-run", env=env)
     assert r.returncode == 0, r.stderr
-    assert "would set [nvidia-container-runtime] mode = \"legacy\"" in r.stdout
+    assert '-mode = "direct"\n+mode = "legacy"\n' in r.stdout
     assert 'mode = "direct"' in toml.read_text()
 
 
@@ -121,7 +121,7 @@ def test_install_mode_refuses_a_config_toml_it_cannot_edit_safely(tmp_path):
                   "--no-verify", "--mode", "direct",
                   env={"NVIDIA_CONTAINER_RUNTIME_CONFIG": str(toml)})
     assert r.returncode == 2
-    assert r.stderr.splitlines()[0].startswith(f"error: {toml}: not valid TOML")
+    assert r.stderr.splitlines()[0].startswith(f"error: {toml}: invalid TOML")
     assert toml.read_text() == "[nvidia-container-runtime\n"
 
 

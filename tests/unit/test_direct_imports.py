@@ -14,7 +14,7 @@ import nvdocker2
 ROOT = str(Path(nvdocker2.__file__).resolve().parent.parent)
 RUNTIME_SIDE = ["nvdocker2.direct", "nvdocker2.direct.discover", "nvdocker2.direct.spec",
                 "nvdocker2.direct.hook", "nvdocker2.direct.cdi", "nvdocker2.direct.ldcache",
-                "nvdocker2.direct.rootfs", "nvdocker2.direct.toml_edit",
+                "nvdocker2.direct.rootfs",
                 "nvdocker2.direct.errors", "nvdocker2.direct.create", "nvdocker2.toolkit_config",
                 "nvdocker2.oneline", "nvdocker2.direct.confine",
                 "nvdocker2.direct.cdi_versions",

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from nvdocker2 import locations
-from nvdocker2.engines.docker import rootless
+from nvdocker2.engines.docker import rootless, runtime_mode
 from nvdocker2.engines.docker.daemonjson import document, edit, validate
 from nvdocker2.store.atomic import Ownership, resolve_target
 from nvdocker2.store.backups import Backup, Backups
@@ -48,13 +48,16 @@ class DockerEngine(EngineBase):
     groups_backups = False  # rollback restores one file: daemon.json's newest backup
 
     def __init__(self, config: Path, daemon: Any = None, config_reason: str = "",
-                 dockerd_log: Path | None = None, user_config: Path | None = None) -> None:
+                 dockerd_log: Path | None = None, user_config: Path | None = None,
+                 mode: tuple[str, Path] | None = None) -> None:
         super().__init__(config)
         self.daemon = daemon or NoDaemon()
         self.reason = config_reason
         self.dockerd_log = dockerd_log
         # Rootless Docker: the runtime's per-user config.toml install sets no-cgroups in.
         self.user_config = user_config
+        # install --mode direct|legacy: (the mode, the runtime's config.toml it goes in).
+        self.mode = mode
 
     @property
     def config_reason(self) -> str:  # type: ignore[override]
@@ -204,9 +207,29 @@ class DockerEngine(EngineBase):
             if rec_user is not None and not ctx.dry_run:
                 record = record or dict(ctx.journal().load() or {"config": str(self.config)})
                 record.setdefault(rootless.JOURNAL_KEY, rec_user)
+        if self.mode is not None:
+            mode_edit, ch_mode, record = self._set_mode(ctx, record)
+            changes.append(ch_mode)
+            extras.append(mode_edit)
         expect = expectation(new, doc.data, must_have={runtime_name: runtime_path})
         return self.plan(doc, new, new_bytes, changes, f"install runtime {runtime_name}",
                          expect, record, extras=extras)
+
+    def _set_mode(self, ctx: Context, record: dict | None
+                  ) -> tuple[FileEdit, Change, dict | None]:
+        """install --mode: config.toml's edit, and the journal record with what it replaced."""
+        assert self.mode is not None
+        mode, path = self.mode
+        runtime_mode.check_trusted(path)
+        old = ctx.read(path)
+        new, change, rec = runtime_mode.set_mode(old, path, mode)
+        if not ctx.dry_run:
+            base = record or dict(ctx.journal().load() or {"config": str(self.config)})
+            merged = runtime_mode.record_install(base, path, rec, mode)
+            if merged is not base or record is not None:
+                record = merged
+        return (FileEdit(path, old, new, f"install {runtime_mode.TABLE} {runtime_mode.KEY} = "
+                         f"{mode} ({self.config})"), change, record)
 
     def _install_record(self, ctx: Context, doc: document.Document, runtime_name: str,
                         entry: dict, default_set: bool) -> dict:
@@ -307,10 +330,33 @@ class DockerEngine(EngineBase):
         if data_changed:
             self.schema_check(ctx, new)
         record = rec if (rec is not None and not ctx.dry_run) else None
+        if not rts_rec:
+            record, remove_dirs = self._put_back_mode(ctx, record, changes, extras, remove_dirs)
         plan = self.plan(doc, new, new_bytes, changes, f"uninstall runtime {runtime_name}",
                          expectation(new, doc.data), record, journal_before_write=False,
                          extras=extras)
         return dataclasses.replace(plan, remove_dirs=remove_dirs) if remove_dirs else plan
+
+    def _put_back_mode(self, ctx: Context, record: dict | None, changes: list[Change],
+                       extras: list[FileEdit], remove_dirs: Sequence[Path]
+                       ) -> tuple[dict | None, tuple[Path, ...]]:
+        """config.toml as it was before install --mode (its journal entry), appended to
+        `extras`; the journal record to write without that entry, and the directories to
+        remove (the file's, when install made it)."""
+        full = ctx.journal().load()
+        mrec = full.get(runtime_mode.JOURNAL_KEY)
+        if not isinstance(mrec, dict) or not isinstance(mrec.get("path"), str):
+            return record, tuple(remove_dirs)
+        runtime_mode.check_trusted(Path(mrec["path"]))
+        file, made_dir = _put_back_toml(ctx, mrec, runtime_mode.put_back, changes,
+                                        f"uninstall {runtime_mode.TABLE} {runtime_mode.KEY} "
+                                        f"({self.config})")
+        extras.append(file)
+        if ctx.dry_run:
+            return record, tuple(remove_dirs)
+        base = record if record is not None else full
+        record = {k: v for k, v in base.items() if k != runtime_mode.JOURNAL_KEY}
+        return record, tuple(remove_dirs) + made_dir
 
     def _put_back_user_config(self, ctx: Context, rec: dict, changes: list[Change]
                               ) -> tuple[list[FileEdit], tuple[Path, ...]]:
@@ -319,16 +365,10 @@ class DockerEngine(EngineBase):
         urec = rec.get(rootless.JOURNAL_KEY)
         if not isinstance(urec, dict) or not isinstance(urec.get("path"), str):
             return [], ()
-        user = Path(urec["path"])
-        old = ctx.read(user)
-        new, change, warning = rootless.put_back(old, urec, user)
-        if warning:
-            ctx.warn(warning)
-        if change is not None:
-            changes.append(change)
-        made_dir = new is None and old is not None and not urec.get("dir", True)
-        return ([FileEdit(user, old, new, f"uninstall {rootless.KEY} for rootless Docker "
-                          f"({self.config})")], (user.parent,) if made_dir else ())
+        file, made_dir = _put_back_toml(ctx, urec, rootless.put_back, changes,
+                                        f"uninstall {rootless.KEY} for rootless Docker "
+                                        f"({self.config})")
+        return [file], made_dir
 
     def plan_rollback(self, ctx: Context, backup: Backup | None,
                       others: Sequence[Backup] = ()) -> Plan:
@@ -385,6 +425,21 @@ class DockerEngine(EngineBase):
         return rollback(self.config, backup_id, **kw)
 
 
+def _put_back_toml(ctx: Context, rec: dict, put_back: Callable[..., Any],
+                   changes: list[Change], reason: str) -> tuple[FileEdit, tuple[Path, ...]]:
+    """The edit of a config.toml install recorded in `rec` going back (`put_back`), and its
+    directory when install made it and the file goes away."""
+    path = Path(rec["path"])
+    old = ctx.read(path)
+    new, change, warning = put_back(old, rec, path)
+    if warning:
+        ctx.warn(warning)
+    if change is not None:
+        changes.append(change)
+    made_dir = new is None and old is not None and not rec.get("dir", True)
+    return FileEdit(path, old, new, reason), ((path.parent,) if made_dir else ())
+
+
 def run(engine: DockerEngine, action: str, planner: Callable[[Context], Plan], *,
         dry_run: bool = False, reporter: Reporter | None = None, timeout: float = 30.0,
         state: Path | None = None, require_daemon: bool = False) -> Result:
@@ -400,12 +455,16 @@ def install(config: Path, *, runtime_name: str = "nvidia", runtime_path: str,
             dry_run: bool = False, daemon: Any = None, reporter: Reporter | None = None,
             timeout: float = 30.0, config_reason: str = "", state: Path | None = None,
             dockerd_log: Path | None = None, require_daemon: bool = False,
-            user_config: Path | None = None) -> Result:
+            user_config: Path | None = None, mode: str | None = None,
+            mode_config: Path | None = None) -> Result:
     """Add (or update) the runtime entry, optionally make it the default (docs/reference.md §2);
     for a rootless Docker (`user_config`: the runtime's per-user config.toml) set
-    `[nvidia-container-cli] no-cgroups = true` there too (reference §3)."""
+    `[nvidia-container-cli] no-cgroups = true` there too (reference §3); with `mode`
+    (direct|legacy) set `[nvidia-container-runtime] mode` in `mode_config` (default: the
+    runtime's config.toml) in the same transaction (reference §7)."""
     edit.check_name(runtime_name, adding=True)
-    eng = DockerEngine(config, daemon, config_reason, dockerd_log, user_config)
+    target = None if mode is None else (mode, mode_config or runtime_mode.config_path())
+    eng = DockerEngine(config, daemon, config_reason, dockerd_log, user_config, target)
     return run(eng, "install", lambda ctx: eng.plan_install(
         ctx, runtime_name, runtime_path, runtime_args, set_default),
         dry_run=dry_run, reporter=reporter, timeout=timeout, state=state,
@@ -440,20 +499,21 @@ def rollback(config: Path | None, backup_id: str | None = None, *, dry_run: bool
     if backup_id:
         b = backups.get(backup_id)
         group = backups.group(b, every)
-        configs = [x.config for x in group]
+        configs = [x.config for x in group] + [x.for_config for x in group if x.for_config]
         if config is not None and str(config) not in configs:
             raise BadInput(
                 f"backup {backup_id} is of {b.config}, not of {config}",
                 f"run: nvdocker2 rollback {backup_id} --config {b.config}",
             )
         if config is None:
-            # daemon.json is the last file a Docker transaction backs up (after the spec).
-            config = Path(group[-1].config)
+            # daemon.json is the last file a Docker transaction backs up (after the spec); a
+            # change of config.toml alone names it as the config it was made for.
+            config = Path(group[-1].for_config or group[-1].config)
             config_reason = config_reason or "the file this backup was taken of"
     else:
         assert config is not None
         mine = {str(config), *map(str, _cdi_specs(st, config))}
-        found = [x for x in every if x.config in mine]
+        found = [x for x in every if x.config in mine or x.for_config == str(config)]
         if not found:
             raise BadInput(
                 f"no backups of {config} in {backups.dir}",

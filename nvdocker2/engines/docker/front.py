@@ -96,13 +96,9 @@ class DockerFront:
             dry_run=o["dry_run"], daemon=daemon, reporter=reporter, timeout=o["timeout"],
             config_reason=why, dockerd_log=o["dockerd_log"],
             require_daemon=o["require_daemon"], user_config=rootless.install_path(),
+            mode=mode,
         )
-        notes = _applied(res, notes)
-        if mode is not None:
-            from nvdocker2.direct.commands import set_runtime_mode
-
-            notes.append(set_runtime_mode(mode, dry_run=o["dry_run"]).note())
-        return Outcome(res, notes, warnings)
+        return Outcome(res, _applied(res, notes), warnings)
 
     def _rollback(self, o: Mapping[str, Any], reporter: Any) -> Outcome:
         from nvdocker2.engines import docker as docker_engine

@@ -1,5 +1,5 @@
 """`status --engine docker`: what daemon.json says about runtimes, what install recorded
-(runtime entries and CDI mode), the backups, and what the running dockerd reports."""
+(runtime entries, CDI mode, the mode install --mode set in config.toml), the backups, and what the running dockerd reports."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ def report(cfg: Path, why: str, docker_host: Optional[str],
            short: Callable[[Any], str]) -> Report:
     """The status of `cfg` as JSON and as lines; exit code 2 or 3 when the file cannot be
     used (docs/reference.md §2)."""
+    from nvdocker2.engines.docker import runtime_mode
     from nvdocker2.engines.docker.daemonjson import document, edit, validate
     from nvdocker2.store.backups import Backups
     from nvdocker2.store.journal import Journal
@@ -63,6 +64,7 @@ def report(cfg: Path, why: str, docker_host: Optional[str],
         info["backups"] = len(found)
         info["newest_backup"] = found[0].id if found else None
     info.update(_mode_status(st, cfg, info["installed"]))
+    info["runtime_mode"] = runtime_mode.status(rec or {})
     info["dockerd"] = _query_dockerd(docker_host, info["runtimes"], info["default_runtime"])
     lines = [f"config: {cfg} ({why})"]
     if info["error"]:
@@ -92,6 +94,7 @@ def report(cfg: Path, why: str, docker_host: Optional[str],
     else:
         lines.append("installed by nvdocker2: nothing recorded")
     lines.append(f"mode: {info['mode']}")
+    lines.append(runtime_mode.describe(info["runtime_mode"]))
     if info["cdi"]:
         cdi = info["cdi"]
         lines.append(f"CDI spec: {cdi['spec']}" + ("" if cdi["present"] else " (missing)")
