@@ -33,3 +33,19 @@ def test_status_reports_what_dockerd_runs_and_whether_it_matches_the_file(docker
     d = json.loads(r.stdout)["dockerd"]
     assert d["agrees_with_file"] is True and d["runtimes"]["nvidia"] == RT
     assert d["version"] == dockerd.info()["ServerVersion"]
+
+
+def test_status_takes_install_s_pidfile_and_names_that_dockerd_in_its_hint(dockerd):
+    """`status --pidfile` means what install's does: the drift hint signals the dockerd the
+    pid file names (this one runs under no systemd unit), not the host's Docker."""
+    cfg = str(dockerd.config_file)
+    r = nv("install", "--config", cfg, "--runtime-path", RT, "--allow-missing-runtime", "--reload",
+           "none", "--no-verify")
+    assert r.returncode == 0, r.stderr
+    r = nv("status", "--config", cfg, "--docker-host", dockerd.host, "--pidfile",
+           str(dockerd.pidfile))
+    assert r.returncode == 0, r.stderr
+    assert f"(apply the file: sudo kill -HUP {dockerd.pid})" in r.stdout
+    r = nv("status", "--config", cfg, "--docker-host", dockerd.host, "--pidfile",
+           str(dockerd.pidfile), "--json")
+    assert json.loads(r.stdout)["dockerd"]["pid"] == dockerd.pid

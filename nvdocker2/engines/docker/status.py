@@ -14,9 +14,10 @@ from nvdocker2.errors import NvDockerError
 
 
 def report(cfg: Path, why: str, docker_host: Optional[str],
-           short: Callable[[Any], str]) -> Report:
+           short: Callable[[Any], str], pidfile: Optional[Path] = None) -> Report:
     """The status of `cfg` as JSON and as lines; exit code 2 or 3 when the file cannot be
-    used (docs/reference.md §2)."""
+    used (docs/reference.md §2). `pidfile` (None: install's default) names the dockerd whose
+    reload the drift hint suggests."""
     from nvdocker2.engines.docker.daemonjson import document, edit, validate
     from nvdocker2.store.backups import Backups
     from nvdocker2.store.journal import Journal
@@ -99,6 +100,8 @@ def report(cfg: Path, why: str, docker_host: Optional[str],
     newest = info["newest_backup"]
     lines.append(f"backups: {info['backups']}" + (f" (newest {newest})" if newest else ""))
     lines.append(f"runtime beside nvdocker2: {own}" + ("" if own_exists else " (missing)"))
+    if info["dockerd"]["reachable"]:
+        info["dockerd"]["pid"] = _dockerd_pid(cfg, pidfile)
     lines.append(_describe_dockerd(info["dockerd"], cfg))
     return Report(info, lines, list(info["warnings"]), code)
 
@@ -167,6 +170,8 @@ def _query_dockerd(docker_host: Optional[str], runtimes: dict, default: Any) -> 
 
 
 def _describe_dockerd(d: dict, cfg: Path) -> str:
+    from nvdocker2.engines.docker.service.started import reload_command
+
     if not d["reachable"]:
         return f"dockerd: not reachable at {d['host']} ({d['error']})"
     head = (
@@ -177,5 +182,16 @@ def _describe_dockerd(d: dict, cfg: Path) -> str:
         return head + "; agrees with the file"
     return (
         head + f"; differs from the file for {', '.join(d['differs'])} "
-        f"(apply the file: {locations.reload_hint(cfg)})"
+        f"(apply the file: {reload_command(d.get('pid'), cfg)})"
     )
+
+
+def _dockerd_pid(cfg: Path, pidfile: Optional[Path]) -> Optional[int]:
+    """The pid of the dockerd in `pidfile` (None: install's default for `cfg`) when it is a
+    running, trusted dockerd, else None."""
+    from nvdocker2.engines.docker.service.daemon import detect_setup
+    from nvdocker2.engines.docker.service.process import is_dockerd, read_pidfile
+
+    path = Path(os.path.abspath(pidfile)) if pidfile is not None else detect_setup(cfg).pidfile
+    pid = read_pidfile(path)
+    return pid if pid is not None and is_dockerd(pid) else None
