@@ -12,6 +12,9 @@ from nvdocker2 import locations
 from nvdocker2.engines.front import Report
 from nvdocker2.errors import NvDockerError
 
+# Runtimes every dockerd reports in /info whatever its file says.
+BUILTIN_RUNTIMES = ("runc", "io.containerd.runc.v2", "io.containerd.runtime.v1.linux")
+
 
 def report(cfg: Path, why: str, docker_host: Optional[str],
            short: Callable[[Any], str], pidfile: Optional[Path] = None) -> Report:
@@ -30,8 +33,10 @@ def report(cfg: Path, why: str, docker_host: Optional[str],
                             "newest_backup": None, "warnings": [], "errors": [],
                             "runtime_path": own, "dockerd": None}
     code = 0
+    keys: set = set()  # the file's top-level keys: a reload keeps what dockerd runs of the others
     try:
         doc = document.load(cfg)
+        keys = set(doc.data)
         info["exists"] = doc.existed
         info["style"] = doc.style.describe() if doc.existed else None
         info["warnings"].extend(doc.warnings)
@@ -65,6 +70,11 @@ def report(cfg: Path, why: str, docker_host: Optional[str],
         info["newest_backup"] = found[0].id if found else None
     info.update(_mode_status(st, cfg, info["installed"]))
     info["dockerd"] = _query_dockerd(docker_host, info["runtimes"], info["default_runtime"])
+    if info["dockerd"]["reachable"]:
+        pid = _dockerd_pid(cfg, pidfile)
+        info["dockerd"]["pid"] = pid
+        _drift(info["dockerd"], info["runtimes"], info["default_runtime"], keys,
+               _added_runtimes(pid))
     lines = [f"config: {cfg} ({why})"]
     if info["error"]:
         lines.append(f"file: cannot be used: {info['error']}")
@@ -100,8 +110,6 @@ def report(cfg: Path, why: str, docker_host: Optional[str],
     newest = info["newest_backup"]
     lines.append(f"backups: {info['backups']}" + (f" (newest {newest})" if newest else ""))
     lines.append(f"runtime beside nvdocker2: {own}" + ("" if own_exists else " (missing)"))
-    if info["dockerd"]["reachable"]:
-        info["dockerd"]["pid"] = _dockerd_pid(cfg, pidfile)
     lines.append(_describe_dockerd(info["dockerd"], cfg))
     return Report(info, lines, list(info["warnings"]), code)
 
@@ -170,7 +178,7 @@ def _query_dockerd(docker_host: Optional[str], runtimes: dict, default: Any) -> 
 
 
 def _describe_dockerd(d: dict, cfg: Path) -> str:
-    from nvdocker2.engines.docker.service.started import reload_command
+    from nvdocker2.engines.docker.service.started import reload_command, restart_command
 
     if not d["reachable"]:
         return f"dockerd: not reachable at {d['host']} ({d['error']})"
@@ -180,10 +188,42 @@ def _describe_dockerd(d: dict, cfg: Path) -> str:
     )
     if d["agrees_with_file"]:
         return head + "; agrees with the file"
-    return (
-        head + f"; differs from the file for {', '.join(d['differs'])} "
-        f"(apply the file: {reload_command(d.get('pid'), cfg)})"
-    )
+    differs = f"; differs from the file for {', '.join(d['differs'])} "
+    if d.get("restart_needed"):
+        return head + differs + (
+            f"(a reload keeps {', '.join(d['kept_on_reload'])}, which the file no longer "
+            f"sets: restart needed: {restart_command(d.get('pid'), cfg)})")
+    return head + differs + f"(apply the file: {reload_command(d.get('pid'), cfg)})"
+
+
+def _drift(d: dict, runtimes: dict, default: Any, keys: set, added: set) -> None:
+    """Add to `d` the runtimes dockerd runs that the file does not define (to `differs`), and
+    what of the drift a reload cannot clear: dockerd keeps its runtimes when the file has no
+    "runtimes" key and its default when the file sets none (../DOCKERD-FACTS: SIGHUP reload)."""
+    extra = sorted(n for n in d["runtimes"]
+                   if n not in runtimes and n not in BUILTIN_RUNTIMES and n not in added)
+    d["differs"] = sorted(set(d["differs"]) | set(extra))
+    kept = [] if "runtimes" in keys else extra
+    if "default-runtime" in d["differs"] and not (isinstance(default, str) and default):
+        kept.append("default-runtime")
+    d["agrees_with_file"] = not d["differs"]
+    d["kept_on_reload"] = kept
+    d["restart_needed"] = bool(kept)
+
+
+def _added_runtimes(pid: Optional[int]) -> set:
+    """The runtimes dockerd `pid` got with --add-runtime (a reload neither adds nor drops them)."""
+    from nvdocker2.engines.docker.service.process import read_process
+
+    proc = read_process(pid) if pid is not None else None
+    argv = list(proc.argv[1:]) if proc is not None else []
+    names = set()
+    for i, a in enumerate(argv):
+        value = a.split("=", 1)[1] if a.startswith("--add-runtime=") else (
+            argv[i + 1] if a == "--add-runtime" and i + 1 < len(argv) else None)
+        if value:
+            names.add(value.split("=", 1)[0])
+    return names
 
 
 def _dockerd_pid(cfg: Path, pidfile: Optional[Path]) -> Optional[int]:
