@@ -149,7 +149,7 @@ def _direct_mode(ctx: Context) -> bool:
     return ctx.toolkit_config().config.runtime.mode == "direct"
 
 
-@check("cli.installed", f"{CLI_EXE} (libnvidia-container) present")
+@check("cli.installed", f"{CLI_EXE} (libnvidia-container) present", blocked_by=("driver.kernel",))
 def cli_installed(ctx: Context) -> Outcome:
     path, where = ctx.cli_path()
     if path is None:

@@ -786,6 +786,22 @@ def test_no_driver_fails_everything_driver_with_hints(host):
     assert_status(results, "driver.libraries", SKIP, "no kernel module")
 
 
+def test_no_driver_is_fixed_first_and_the_cli_check_waits_for_it(host):
+    """On a host with dockerd but no driver and no nvidia-container-cli, the driver is what to
+    fix first: the cli check is skipped as blocked by it, not reported as its own failure."""
+    from nvdocker2.doctor.render import first_to_fix
+
+    import shutil
+
+    shutil.rmtree(host.path("/proc/driver"))
+    host.remove("/usr/bin/nvidia-container-cli")
+    results = host.run()
+    assert_status(results, "driver.kernel", FAIL, "/proc/driver/nvidia/version")
+    assert_status(results, "cli.installed", SKIP, "needs driver.kernel, which failed")
+    assert_status(results, "cli.info", SKIP, "cli.installed")
+    assert first_to_fix(list(results.values())).id == "driver.kernel"
+
+
 def test_library_version_mismatch_fails(host):
     host.remove(f"/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.{DRIVER}")
     host.file("/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.535.129.03", "")
