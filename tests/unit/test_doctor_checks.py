@@ -133,6 +133,7 @@ class FakeHost:
         fields = ["S"] + ["0"] * 18 + [str(ticks)] + ["0"] * 10
         self.file(f"{d}/stat", f"{DOCKERD_PID} (dockerd) " + " ".join(fields) + "\n")
         self.file(f"{d}/status", "Name:\tdockerd\nUid:\t0\t0\t0\t0\n")
+        self.file(f"{d}/cgroup", "0::/system.slice/docker.service\n")  # systemd runs it
 
     def engine(self, host: str, timeout: float) -> dict:
         if self.info is None:
@@ -800,6 +801,25 @@ def test_no_driver_is_fixed_first_and_the_cli_check_waits_for_it(host):
     assert_status(results, "cli.installed", SKIP, "needs driver.kernel, which failed")
     assert_status(results, "cli.info", SKIP, "cli.installed")
     assert first_to_fix(list(results.values())).id == "driver.kernel"
+
+
+def test_a_dockerd_no_systemd_unit_runs_is_restarted_as_it_was_started(host):
+    """A dockerd started from a shell (its cgroup a login session's, not docker.service's) is
+    not what `systemctl restart docker` restarts: the hints name its pid and its parent."""
+    host.dockerd(["dockerd"], {"PATH": "/usr/bin"}, start=BTIME + 100)  # before the hook
+    d = f"/proc/{DOCKERD_PID}"
+    host.file(f"{d}/cgroup", "0::/user.slice/user-0.slice/session-3.scope\n")
+    stat = host.path(f"{d}/stat").read_text().replace(") S 0 ", ") S 777 ")
+    host.file(f"{d}/stat", stat)
+    host.file("/proc/777/comm", "bash\n")
+    host.daemon_json({})
+    results = host.run()
+    r = assert_status(results, "dockerd.gpus", WARN, f"pid {DOCKERD_PID}")
+    assert "systemctl" not in r.hint
+    assert f"restart dockerd the way it was started (pid {DOCKERD_PID}, started by bash " \
+           "(pid 777)" in r.hint
+    r = assert_status(results, "dockerd.sync", WARN, "does not define")
+    assert r.hint == f"reload dockerd: sudo kill -HUP {DOCKERD_PID}"
 
 
 def test_library_version_mismatch_fails(host):

@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Mapping, Optional
 
 from nvdocker2 import locations
 
@@ -54,7 +55,7 @@ def started_by(pid: int, proc: Path = Path("/proc")) -> Starter:
     parent_pid = parent_name = None
     try:
         stat = (base / "stat").read_text(encoding="utf-8", errors="replace")
-        parent_pid = int(stat.rsplit(")", 1)[1].split()[1])
+        parent_pid = int(stat.rsplit(")", 1)[1].split()[1]) or None  # 0: none it can see
     except (OSError, IndexError, ValueError):
         pass
     if parent_pid is not None:
@@ -74,23 +75,25 @@ def _unit_command(s: Starter, verb: str) -> str:
     return f"sudo systemctl {verb} {s.unit}"
 
 
-def reload_command(pid: int | None, config: Path, proc: Path = Path("/proc")) -> str:
+def reload_command(pid: int | None, config: Path, proc: Path = Path("/proc"),
+                   env: Optional[Mapping[str, str]] = None) -> str:
     """The command that makes dockerd `pid` (None: not found) re-read its file."""
     if pid is None:
-        return locations.reload_hint(config)
+        return locations.reload_hint(config, env)
     s = started_by(pid, proc)
     if s.unit is not None:
         return _unit_command(s, "reload")
     return f"sudo kill -HUP {pid}"
 
 
-def restart_command(pid: int | None, config: Path, proc: Path = Path("/proc")) -> str:
+def restart_command(pid: int | None, config: Path, proc: Path = Path("/proc"),
+                    env: Optional[Mapping[str, str]] = None) -> str:
     """The command (or, for a dockerd no service manager runs, the words) that restart
     dockerd `pid` (None: not found) as it was started."""
     if pid is None:
         if str(config) == locations.SNAP_CONFIG:
             return "sudo snap restart docker"
-        hint = locations.reload_hint(config)
+        hint = locations.reload_hint(config, env)
         if hint.startswith("systemctl --user"):
             return "systemctl --user restart docker"
         if str(config) == locations.ROOTFUL_CONFIG:
