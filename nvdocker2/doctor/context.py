@@ -205,6 +205,15 @@ class Context:
         """
         return self.fact("dockerd_process", lambda: _find_dockerd(self))
 
+    def command(self, args: str) -> str:
+        """`nvdocker2 ARGS` with the --config the doctor was given, so a hint's command changes
+        the file that was checked."""
+        import shlex
+
+        given = f" --config {shlex.quote(str(self.config_override))}" \
+            if self.config_override is not None else ""
+        return f"nvdocker2 {args}{given}"
+
     def restart_command(self) -> str:
         """What restarts the dockerd in question as it was started: its docker systemd unit,
         else words naming its pid and parent (docs/reference.md §5: never a systemctl that

@@ -967,3 +967,18 @@ def test_open_kernel_module_version_line_is_read(host):
     results = host.run()
     assert_status(results, "driver.kernel", OK, "kernel module 550.54.15")
     assert_status(results, "driver.libraries", FAIL, "kernel module 550.54.15", DRIVER)
+
+
+def test_every_hint_that_names_an_nvdocker2_command_carries_the_config_given(host):
+    """doctor --config PATH: the commands its hints suggest change PATH, not the default
+    file (a broken file, a missing runtime entry, a default naming no runtime)."""
+    given = "/srv/docker conf/daemon.json"
+    host.daemon_json({"default-runtime": "nvidia"}, given)
+    results = host.run(config_override=PurePosixPath(given))
+    assert_status(results, "config.runtime", FAIL,
+                  "run: nvdocker2 install --config '/srv/docker conf/daemon.json'")
+    assert_status(results, "config.default-runtime", FAIL,
+                  "nvdocker2 uninstall --config '/srv/docker conf/daemon.json' repairs")
+    for r in results.values():
+        if r.hint and "nvdocker2 install" in r.hint:
+            assert "--config '/srv/docker conf/daemon.json'" in r.hint, r

@@ -77,7 +77,7 @@ def dockerd_runtimes(ctx: Context) -> Outcome:
     if RUNTIME_NAME not in runtimes:
         return fail(
             f"{detail}: no {RUNTIME_NAME} runtime loaded",
-            "nvdocker2 install (it adds the runtime and reloads dockerd)",
+            f"{ctx.command('install')} (it adds the runtime and reloads dockerd)",
         )
     path = (runtimes[RUNTIME_NAME] or {}).get("path", "?")
     return ok(f"{detail} ({RUNTIME_NAME} → {path})")
