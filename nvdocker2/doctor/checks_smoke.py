@@ -76,6 +76,6 @@ def smoke_gpus(ctx: Context) -> Outcome:
     if "could not select device driver" in msg:
         hint = (
             "dockerd did not find nvidia-container-runtime-hook on its PATH when it "
-            "started: install the hook, then restart dockerd (systemctl restart docker)"
+            f"started: install the hook, then restart dockerd ({ctx.restart_command()})"
         )
     return fail(f"`{shown}` failed: {msg}", hint)

@@ -102,7 +102,7 @@ def toolkit_rootless(ctx: Context) -> Outcome:
                 f"rootless Docker, but [nvidia-container-cli] no-cgroups is not true in "
                 f"{path} or the per-user {where}: the hook cannot write device cgroups and "
                 "GPU containers fail",
-                "run nvdocker2 install as this user (it sets it), or set no-cgroups = true "
+                f"run {ctx.command('install')} as this user (it sets it), or set no-cgroups = true "
                 f"under [nvidia-container-cli] in {where}",
             )
         read = f"per-user {tk.user_path} read over {path}" if tk.user_exists else str(path)
@@ -151,7 +151,7 @@ def _direct_mode(ctx: Context) -> bool:
     return ordinary_mode(ctx)[0] == "direct"
 
 
-@check("cli.installed", f"{CLI_EXE} (libnvidia-container) present")
+@check("cli.installed", f"{CLI_EXE} (libnvidia-container) present", blocked_by=("driver.kernel",))
 def cli_installed(ctx: Context) -> Outcome:
     path, where = ctx.cli_path()
     if path is None:

@@ -205,6 +205,35 @@ class Context:
         """
         return self.fact("dockerd_process", lambda: _find_dockerd(self))
 
+    def command(self, args: str) -> str:
+        """`nvdocker2 ARGS` with the --config the doctor was given, so a hint's command changes
+        the file that was checked."""
+        import shlex
+
+        given = f" --config {shlex.quote(str(self.config_override))}" \
+            if self.config_override is not None else ""
+        return f"nvdocker2 {args}{given}"
+
+    def restart_command(self) -> str:
+        """What restarts the dockerd in question as it was started: its docker systemd unit,
+        else words naming its pid and parent (docs/reference.md §5: never a systemctl that
+        would not reach it)."""
+        from nvdocker2.engines.docker.service.started import restart_command
+
+        proc, _ = self.dockerd_process()
+        config = PurePosixPath(self.config_location().path)
+        return restart_command(proc.pid if proc else None, Path(str(config)),
+                               self.root.path("/proc"), self.env)
+
+    def reload_command(self) -> str:
+        """What makes the dockerd in question re-read its file (its unit's reload, else SIGHUP)."""
+        from nvdocker2.engines.docker.service.started import reload_command
+
+        proc, _ = self.dockerd_process()
+        config = PurePosixPath(self.config_location().path)
+        return reload_command(proc.pid if proc else None, Path(str(config)),
+                              self.root.path("/proc"), self.env)
+
     def toolkit_config(self) -> ToolkitFile:
         return self.fact("toolkit_config", lambda: _read_toolkit_config(self))
 

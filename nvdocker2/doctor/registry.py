@@ -69,20 +69,23 @@ class Check:
     func: Callable[[Context], Outcome]
     needs: tuple[str, ...] = ()
     smoke: bool = False
+    blocked_by: tuple[str, ...] = ()  # earlier checks whose failure (not skip) skips this one
 
 
 REGISTRY: list[Check] = []
 
 
 def check(
-    id: str, title: str, needs: Iterable[str] = (), smoke: bool = False
+    id: str, title: str, needs: Iterable[str] = (), smoke: bool = False,
+    blocked_by: Iterable[str] = (),
 ) -> Callable[[Callable[[Context], Outcome]], Callable[[Context], Outcome]]:
-    """Register the decorated function as check `id`; `needs` are ids of earlier checks."""
+    """Register the decorated function as check `id`; `needs` are ids of earlier checks, and
+    `blocked_by` earlier checks whose failure alone (a skip does not) skips it."""
 
     def register(func: Callable[[Context], Outcome]) -> Callable[[Context], Outcome]:
         if any(c.id == id for c in REGISTRY):
             raise ValueError(f"check {id} registered twice")
-        REGISTRY.append(Check(id, title, func, tuple(needs), smoke))
+        REGISTRY.append(Check(id, title, func, tuple(needs), smoke, tuple(blocked_by)))
         return func
 
     return register
@@ -137,4 +140,8 @@ def _blocked_by(c: Check, results: dict[str, CheckResult]) -> Outcome | None:
         if r is not None and r.status in (FAIL, SKIP):
             why = "failed" if r.status == FAIL else "was skipped"
             return skip(f"skipped: needs {need}, which {why}")
+    for need in c.blocked_by:
+        r = results.get(need)
+        if r is not None and r.status == FAIL:
+            return skip(f"skipped: needs {need}, which failed")
     return None

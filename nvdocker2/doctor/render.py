@@ -42,12 +42,24 @@ def _blocked(results: Sequence[CheckResult], check_id: str) -> list[CheckResult]
     return [r for r in results if r.status == SKIP and r.detail.startswith(prefix)]
 
 
+def _blocked_all(results: Sequence[CheckResult], check_id: str) -> int:
+    """How many checks `check_id` blocks, directly or through the checks it blocks."""
+    seen: set[str] = set()
+    todo = [check_id]
+    while todo:
+        for r in _blocked(results, todo.pop()):
+            if r.id not in seen:
+                seen.add(r.id)
+                todo.append(r.id)
+    return len(seen)
+
+
 def first_to_fix(results: Sequence[CheckResult]) -> CheckResult | None:
-    """The most important problem: of the failures, the one that blocks the most other checks
-    (the first in report order on a tie); without failures, the first warning."""
+    """The most important problem: of the failures, the one that blocks the most other checks,
+    directly or through those it blocks (the first in report order on a tie); without failures, the first warning."""
     fails = [r for r in results if r.status == FAIL]
     if fails:
-        return max(fails, key=lambda r: (len(_blocked(results, r.id)), -fails.index(r)))
+        return max(fails, key=lambda r: (_blocked_all(results, r.id), -fails.index(r)))
     return next((r for r in results if r.status == WARN), None)
 
 

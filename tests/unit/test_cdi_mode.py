@@ -386,7 +386,7 @@ def test_doctor_fails_when_dockerd_runs_with_cdi_off(host):
     check = doctor(host)["cdi.dockerd"]
     assert check["status"] == "fail"
     assert check["detail"] == "Docker 26.1.5 runs with CDI off (CDISpecDirs is empty)"
-    assert check["hint"] == "turn it on: nvdocker2 install --mode cdi --restart"
+    assert check["hint"] == f"turn it on: nvdocker2 install --mode cdi --restart --config {host.config}"
 
 
 def test_doctor_skips_cdi_checks_where_cdi_mode_is_not_installed(host):

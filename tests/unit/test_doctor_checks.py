@@ -133,6 +133,7 @@ class FakeHost:
         fields = ["S"] + ["0"] * 18 + [str(ticks)] + ["0"] * 10
         self.file(f"{d}/stat", f"{DOCKERD_PID} (dockerd) " + " ".join(fields) + "\n")
         self.file(f"{d}/status", "Name:\tdockerd\nUid:\t0\t0\t0\t0\n")
+        self.file(f"{d}/cgroup", "0::/system.slice/docker.service\n")  # systemd runs it
 
     def engine(self, host: str, timeout: float) -> dict:
         if self.info is None:
@@ -785,6 +786,41 @@ def test_no_driver_fails_everything_driver_with_hints(host):
     assert_status(results, "driver.libraries", SKIP, "no kernel module")
 
 
+def test_no_driver_is_fixed_first_and_the_cli_check_waits_for_it(host):
+    """On a host with dockerd but no driver and no nvidia-container-cli, the driver is what to
+    fix first: the cli check is skipped as blocked by it, not reported as its own failure."""
+    from nvdocker2.doctor.render import first_to_fix
+
+    import shutil
+
+    shutil.rmtree(host.path("/proc/driver"))
+    host.remove("/usr/bin/nvidia-container-cli")
+    results = host.run()
+    assert_status(results, "driver.kernel", FAIL, "/proc/driver/nvidia/version")
+    assert_status(results, "cli.installed", SKIP, "needs driver.kernel, which failed")
+    assert_status(results, "cli.info", SKIP, "cli.installed")
+    assert first_to_fix(list(results.values())).id == "driver.kernel"
+
+
+def test_a_dockerd_no_systemd_unit_runs_is_restarted_as_it_was_started(host):
+    """A dockerd started from a shell (its cgroup a login session's, not docker.service's) is
+    not what `systemctl restart docker` restarts: the hints name its pid and its parent."""
+    host.dockerd(["dockerd"], {"PATH": "/usr/bin"}, start=BTIME + 100)  # before the hook
+    d = f"/proc/{DOCKERD_PID}"
+    host.file(f"{d}/cgroup", "0::/user.slice/user-0.slice/session-3.scope\n")
+    stat = host.path(f"{d}/stat").read_text().replace(") S 0 ", ") S 777 ")
+    host.file(f"{d}/stat", stat)
+    host.file("/proc/777/comm", "bash\n")
+    host.daemon_json({})
+    results = host.run()
+    r = assert_status(results, "dockerd.gpus", WARN, f"pid {DOCKERD_PID}")
+    assert "systemctl" not in r.hint
+    assert f"restart dockerd the way it was started (pid {DOCKERD_PID}, started by bash " \
+           "(pid 777)" in r.hint
+    r = assert_status(results, "dockerd.sync", WARN, "does not define")
+    assert r.hint == f"reload dockerd: sudo kill -HUP {DOCKERD_PID}"
+
+
 def test_library_version_mismatch_fails(host):
     host.remove(f"/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.{DRIVER}")
     host.file("/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.535.129.03", "")
@@ -972,3 +1008,18 @@ def test_unknown_keys_warn_and_an_unserved_mode_fails(host):
     host.file(path, '[nvidia-container-runtime]\nmode = "cdi"\n')
     assert_status(host.run(), "toolkit.mode", FAIL,
                   "key 'nvidia-container-runtime.mode': mode = 'cdi'", "does not serve cdi")
+
+
+def test_every_hint_that_names_an_nvdocker2_command_carries_the_config_given(host):
+    """doctor --config PATH: the commands its hints suggest change PATH, not the default
+    file (a broken file, a missing runtime entry, a default naming no runtime)."""
+    given = "/srv/docker conf/daemon.json"
+    host.daemon_json({"default-runtime": "nvidia"}, given)
+    results = host.run(config_override=PurePosixPath(given))
+    assert_status(results, "config.runtime", FAIL,
+                  "run: nvdocker2 install --config '/srv/docker conf/daemon.json'")
+    assert_status(results, "config.default-runtime", FAIL,
+                  "nvdocker2 uninstall --config '/srv/docker conf/daemon.json' repairs")
+    for r in results.values():
+        if r.hint and "nvdocker2 install" in r.hint:
+            assert "--config '/srv/docker conf/daemon.json'" in r.hint, r

@@ -151,7 +151,7 @@ class DockerFront:
         from nvdocker2.engines.docker.status import report
 
         cfg, why = _resolve_config(o["config"])
-        return report(cfg, why, o["docker_host"], self.short)
+        return report(cfg, why, o["docker_host"], self.short, pidfile=o["pidfile"])
 
     def backups(self, o: Mapping[str, Any]) -> BackupList:
         from nvdocker2.store.backups import Backups

@@ -42,6 +42,10 @@ OPTIONS = [
               "dockerd's pid file, checked to be a dockerd before it is signalled "
               "[default: /var/run/docker.pid; rootless $XDG_RUNTIME_DIR/docker.pid; "
               "snap /run/snap.docker/docker.pid].", rank=110, kind=Path, metavar="PATH"),
+    CliOption("pidfile", ("--pidfile",), ("status",),
+              "dockerd's pid file, as install takes it: the dockerd whose reload or restart "
+              "status suggests when it differs from the file [default: as install].",
+              rank=110, kind=Path, metavar="PATH"),
     CliOption("dockerd_log", ("--dockerd-log",), CHANGING,
               "dockerd's log file: its error lines are quoted when dockerd rejects a change.",
               rank=130, kind=Path, metavar="PATH"),

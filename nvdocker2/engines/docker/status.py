@@ -12,11 +12,15 @@ from nvdocker2 import locations
 from nvdocker2.engines.front import Report
 from nvdocker2.errors import NvDockerError
 
+# Runtimes every dockerd reports in /info whatever its file says.
+BUILTIN_RUNTIMES = ("runc", "io.containerd.runc.v2", "io.containerd.runtime.v1.linux")
+
 
 def report(cfg: Path, why: str, docker_host: Optional[str],
-           short: Callable[[Any], str]) -> Report:
+           short: Callable[[Any], str], pidfile: Optional[Path] = None) -> Report:
     """The status of `cfg` as JSON and as lines; exit code 2 or 3 when the file cannot be
-    used (docs/reference.md §2)."""
+    used (docs/reference.md §2). `pidfile` (None: install's default) names the dockerd whose
+    reload the drift hint suggests."""
     from nvdocker2.engines.docker import runtime_mode
     from nvdocker2.engines.docker.daemonjson import document, edit, validate
     from nvdocker2.store.backups import Backups
@@ -30,8 +34,10 @@ def report(cfg: Path, why: str, docker_host: Optional[str],
                             "newest_backup": None, "warnings": [], "errors": [],
                             "runtime_path": own, "dockerd": None}
     code = 0
+    keys: set = set()  # the file's top-level keys: a reload keeps what dockerd runs of the others
     try:
         doc = document.load(cfg)
+        keys = set(doc.data)
         info["exists"] = doc.existed
         info["style"] = doc.style.describe() if doc.existed else None
         info["warnings"].extend(doc.warnings)
@@ -66,6 +72,11 @@ def report(cfg: Path, why: str, docker_host: Optional[str],
     info.update(_mode_status(st, cfg, info["installed"]))
     info["runtime_mode"] = runtime_mode.status(rec or {})
     info["dockerd"] = _query_dockerd(docker_host, info["runtimes"], info["default_runtime"])
+    if info["dockerd"]["reachable"]:
+        pid = _dockerd_pid(cfg, pidfile)
+        info["dockerd"]["pid"] = pid
+        _drift(info["dockerd"], info["runtimes"], info["default_runtime"], keys,
+               _added_runtimes(pid))
     lines = [f"config: {cfg} ({why})"]
     if info["error"]:
         lines.append(f"file: cannot be used: {info['error']}")
@@ -170,6 +181,8 @@ def _query_dockerd(docker_host: Optional[str], runtimes: dict, default: Any) -> 
 
 
 def _describe_dockerd(d: dict, cfg: Path) -> str:
+    from nvdocker2.engines.docker.service.started import reload_command, restart_command
+
     if not d["reachable"]:
         return f"dockerd: not reachable at {d['host']} ({d['error']})"
     head = (
@@ -178,7 +191,50 @@ def _describe_dockerd(d: dict, cfg: Path) -> str:
     )
     if d["agrees_with_file"]:
         return head + "; agrees with the file"
-    return (
-        head + f"; differs from the file for {', '.join(d['differs'])} "
-        f"(apply the file: {locations.reload_hint(cfg)})"
-    )
+    differs = f"; differs from the file for {', '.join(d['differs'])} "
+    if d.get("restart_needed"):
+        return head + differs + (
+            f"(a reload keeps {', '.join(d['kept_on_reload'])}, which the file no longer "
+            f"sets: restart needed: {restart_command(d.get('pid'), cfg)})")
+    return head + differs + f"(apply the file: {reload_command(d.get('pid'), cfg)})"
+
+
+def _drift(d: dict, runtimes: dict, default: Any, keys: set, added: set) -> None:
+    """Add to `d` the runtimes dockerd runs that the file does not define (to `differs`), and
+    what of the drift a reload cannot clear: on a SIGHUP, dockerd keeps its runtimes when the
+    file has no "runtimes" key and its default when the file sets none (docs/reload.md)."""
+    extra = sorted(n for n in d["runtimes"]
+                   if n not in runtimes and n not in BUILTIN_RUNTIMES and n not in added)
+    d["differs"] = sorted(set(d["differs"]) | set(extra))
+    kept = [] if "runtimes" in keys else extra
+    if "default-runtime" in d["differs"] and not (isinstance(default, str) and default):
+        kept.append("default-runtime")
+    d["agrees_with_file"] = not d["differs"]
+    d["kept_on_reload"] = kept
+    d["restart_needed"] = bool(kept)
+
+
+def _added_runtimes(pid: Optional[int]) -> set:
+    """The runtimes dockerd `pid` got with --add-runtime (a reload neither adds nor drops them)."""
+    from nvdocker2.engines.docker.service.process import read_process
+
+    proc = read_process(pid) if pid is not None else None
+    argv = list(proc.argv[1:]) if proc is not None else []
+    names = set()
+    for i, a in enumerate(argv):
+        value = a.split("=", 1)[1] if a.startswith("--add-runtime=") else (
+            argv[i + 1] if a == "--add-runtime" and i + 1 < len(argv) else None)
+        if value:
+            names.add(value.split("=", 1)[0])
+    return names
+
+
+def _dockerd_pid(cfg: Path, pidfile: Optional[Path]) -> Optional[int]:
+    """The pid of the dockerd in `pidfile` (None: install's default for `cfg`) when it is a
+    running, trusted dockerd, else None."""
+    from nvdocker2.engines.docker.service.daemon import detect_setup
+    from nvdocker2.engines.docker.service.process import is_dockerd, read_pidfile
+
+    path = Path(os.path.abspath(pidfile)) if pidfile is not None else detect_setup(cfg).pidfile
+    pid = read_pidfile(path)
+    return pid if pid is not None and is_dockerd(pid) else None

@@ -40,12 +40,12 @@ def cdi_dockerd(ctx: Context) -> Outcome:
     release = features.version_tuple(version)
     if release is not None and release < features.CDI_MIN:
         return fail(f"Docker {version} has no CDI, but a CDI spec is installed at {shown}",
-                    f"CDI works on {features.SUPPORTED}; use the runtime here: nvdocker2 "
-                    "uninstall --mode cdi && nvdocker2 install")
+                    f"CDI works on {features.SUPPORTED}; use the runtime here: "
+                    f"{ctx.command('uninstall --mode cdi')} && {ctx.command('install')}")
     dirs = info.get("CDISpecDirs") or []
     if not dirs:
         return fail(f"Docker {version} runs with CDI off (CDISpecDirs is empty)",
-                    "turn it on: nvdocker2 install --mode cdi --restart")
+                    f"turn it on: {ctx.command('install --mode cdi --restart')}")
     if str(shown.parent) not in dirs:
         return fail(f"dockerd reads CDI specs from {', '.join(dirs)}, not from {shown.parent}",
                     f"add {shown.parent} to \"cdi-spec-dirs\" in daemon.json and restart dockerd")

@@ -7,7 +7,10 @@ from nvdocker2.doctor.context import RUNTIME_NAME, Context, _norm_socket, docker
 from nvdocker2.doctor.modes import cdi_only
 from nvdocker2.doctor.registry import Outcome, check, fail, ok, skip, warn
 
-INSTALL_HINT = "run: nvdocker2 install"
+
+
+def install_hint(ctx: Context, args: str = "install") -> str:
+    return f"run: {ctx.command(args)}"
 
 # Names dockerd always knows without a runtimes entry (dockerd's built-in runtimes).
 BUILTIN_RUNTIMES = ("runc", "io.containerd.runc.v2", "io.containerd.runtime.v1.linux")
@@ -66,21 +69,21 @@ def config_parse(ctx: Context) -> Outcome:
     if not f.exists:
         return warn(
             f"{f.path} does not exist: dockerd runs with defaults and no nvidia runtime",
-            INSTALL_HINT,
+            install_hint(ctx),
         )
     if f.error is not None:
         return fail(
             f"{f.error}; dockerd will not start with it",
-            f.hint or f"fix the JSON in {f.path} (or restore a backup: nvdocker2 rollback)",
+            f.hint or f"fix the JSON in {f.path} (or restore a backup: {ctx.command('rollback')})",
         )
     if f.needs_repair:
         detail = "; ".join(f.warnings)
         major = dockerd_major(ctx)
         if major is not None and major >= 23:
-            return warn(detail, "nvdocker2 install rewrites it as a plain JSON object")
+            return warn(detail, f"{ctx.command('install')} rewrites it as a plain JSON object")
         return fail(
             f"{detail}; dockerd before 23.0 refuses to start with it",
-            "write {} into it, or run nvdocker2 install (it rewrites the file)",
+            f"write {{}} into it, or run {ctx.command('install')} (it rewrites the file)",
         )
     if f.warnings:
         return warn("; ".join(f.warnings), f"remove the duplicate keys from {f.path}")
@@ -117,12 +120,12 @@ def config_runtime(ctx: Context) -> Outcome:
         return fail(
             f"{f.path} has no runtimes.{RUNTIME_NAME} entry: "
             f"`docker run --runtime={RUNTIME_NAME}` will fail",
-            INSTALL_HINT,
+            install_hint(ctx),
         )
     if not isinstance(entry, dict) or not isinstance(entry.get("path"), str):
         return fail(
             f'runtimes.{RUNTIME_NAME} in {f.path} has no "path" string: {entry!r}',
-            f"repair it: {INSTALL_HINT}",
+            f"repair it: {install_hint(ctx)}",
         )
     args = entry.get("runtimeArgs")
     extra = f" with runtimeArgs {args}" if args else ""
@@ -140,12 +143,12 @@ def config_runtime_path(ctx: Context) -> Outcome:
             f"{path}{where} is not an executable file: containers with "
             f"--runtime={RUNTIME_NAME} fail to start",
             "install nvdocker2's nvidia-container-runtime, or point the entry at it: "
-            "nvdocker2 install --runtime-path PATH",
+            + ctx.command("install --runtime-path PATH"),
         )
     if not path.startswith("/"):
         return warn(
             f"{path} is a bare name, found as {ctx.root.show(found)} on {ctx.search_path()[1]}",
-            "use an absolute path (dockerd's PATH may differ): nvdocker2 install",
+            "use an absolute path (dockerd's PATH may differ): " + ctx.command("install"),
         )
     return ok(f"{path} is executable")
 
@@ -166,5 +169,5 @@ def config_default_runtime(ctx: Context) -> Outcome:
         f"default-runtime {default!r} names no runtime defined in {f.path}: "
         "dockerd refuses to start",
         f"define runtimes.{default} or set default-runtime "
-        'to "runc" (nvdocker2 uninstall repairs what install did)',
+        f'to "runc" ({ctx.command("uninstall")} repairs what install did)',
     )

@@ -22,18 +22,16 @@ from nvdocker2.doctor.registry import Outcome, check, fail, ok, skip, warn
 
 # Seconds of doubt between the hook's change time and dockerd's start time.
 START_SLACK = 0.5
-RESTART_HINT = "restart dockerd: systemctl restart docker (containers without live-restore stop)"
+
+
+def restart_hint(ctx: Context) -> str:
+    """How to restart this dockerd, the way it was started."""
+    return f"restart dockerd: {ctx.restart_command()} (containers without live-restore stop)"
 
 
 def _reload_hint(ctx: Context) -> str:
-    """How to make this dockerd re-read its file: the service's reload, else SIGHUP its pid."""
-    from nvdocker2 import locations
-
-    proc, _ = ctx.dockerd_process()
-    loc = ctx.config_location()
-    if proc is not None and loc.kind == "given":
-        return f"reload dockerd: kill -HUP {proc.pid}"
-    return "reload dockerd: " + locations.reload_hint(PurePosixPath(loc.path), ctx.env)
+    """How to make this dockerd re-read its file: its unit's reload, else SIGHUP its pid."""
+    return "reload dockerd: " + ctx.reload_command()
 
 
 @check("dockerd.reachable", "dockerd answers the Engine API")
@@ -79,7 +77,7 @@ def dockerd_runtimes(ctx: Context) -> Outcome:
     if RUNTIME_NAME not in runtimes:
         return fail(
             f"{detail}: no {RUNTIME_NAME} runtime loaded",
-            "nvdocker2 install (it adds the runtime and reloads dockerd)",
+            f"{ctx.command('install')} (it adds the runtime and reloads dockerd)",
         )
     path = (runtimes[RUNTIME_NAME] or {}).get("path", "?")
     return ok(f"{detail} ({RUNTIME_NAME} → {path})")
@@ -257,7 +255,8 @@ def dockerd_gpus(ctx: Context) -> Outcome:
         return warn(
             f"{HOOK_EXE} is not on dockerd's PATH ({search or 'unset'}): "
             "`docker run --gpus` fails with 'could not select device driver'",
-            f"install the hook into a directory of that PATH (e.g. /usr/bin), then {RESTART_HINT}",
+            f"install the hook into a directory of that PATH (e.g. /usr/bin), then "
+            f"{restart_hint(ctx)}",
         )
     shown = ctx.root.show(hook)
     if proc.start_time is not None:
@@ -270,6 +269,6 @@ def dockerd_gpus(ctx: Context) -> Outcome:
                 f"{shown} was installed or replaced after dockerd (pid {proc.pid}) "
                 "started: if it was not there before, dockerd has not registered it "
                 "and `docker run --gpus` fails until a restart",
-                RESTART_HINT,
+                restart_hint(ctx),
             )
     return ok(f"{shown} is on dockerd's PATH (pid {proc.pid})")
