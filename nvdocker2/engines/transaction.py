@@ -43,7 +43,15 @@ from nvdocker2.store.backups import Backup, Backups
 from nvdocker2.store.journal import Journal
 from nvdocker2.store.lock import clean_state_temps, locked, state_dir
 from nvdocker2.changes import ABSENT, Change
-from nvdocker2.engines.base import FileEdit, NoService, Plan, Request, Service, VerifyFailed
+from nvdocker2.engines.base import (
+    EngineDied,
+    FileEdit,
+    NoService,
+    Plan,
+    Request,
+    Service,
+    VerifyFailed,
+)
 from nvdocker2.errors import (
     DaemonUnreachable,
     BadInput,
@@ -429,10 +437,15 @@ def _apply(ctx: Context, action: str, plan: Plan, journal: Journal,
                     with contextlib.suppress(Exception):
                         backups.discard(b)
             raise
-        reapply = phase != "apply" or service.reapply_after_failed_apply
+        died = isinstance(exc, EngineDied)  # nothing left to reload: the files go back alone
+        reapply = not died and (phase != "apply" or service.reapply_after_failed_apply)
         _restore(ctx, plan, written, made, exc, reapply)
         with contextlib.suppress(Exception):
             journal.restore(journal_old)
+        if died:
+            raise DockerdRejected(
+                f"{exc.message} (it was taking the new {engine.config}); the previous file "
+                f"was restored from backup {main.id}", exc.hint) from None
         if isinstance(exc, VerifyFailed):
             more = len(written) - 1
             others = f" (with {more} other file{'s' if more > 1 else ''})" if more else ""
@@ -497,6 +510,11 @@ def _restore(ctx: Context, plan: Plan, written: list[FileEdit], made: list[Backu
             _put_old(ctx, reversed(written))
     except BaseException as e2:
         why = e2.message if isinstance(e2, NvDockerError) else _msg(e2)
+        try:  # whether or not the engine is there to take them, the previous bytes go back
+            _put_old(ctx, reversed(written))
+            restored = True
+        except BaseException:
+            restored = False
         by_hand = "; ".join(f"cp {b.file} {b.config}" if b.existed else f"rm {b.config}"
                             for b in made) + f", then: {engine.restart_hint()}"
         if len(made) == 1:
@@ -507,10 +525,16 @@ def _restore(ctx: Context, plan: Plan, written: list[FileEdit], made: list[Backu
                 str(b.file) if b.existed else f"(no {b.config})" for b in made)
             by_hand = "see nvdocker2 backups for " + ", ".join(b.config for b in made) + \
                 f"; {by_hand}"
+        hint = f"restore by hand: {by_hand}"
+        if restored and (isinstance(e2, EngineDied) or any(f.path in plan.back_via
+                                                           for f in written)):
+            # The in-between bytes of the way back were on disk: say they are gone again.
+            where += ", and the file has its previous bytes again"
+            if isinstance(e2, EngineDied) and e2.hint:
+                hint = e2.hint
         raise RollbackFailed(
             f"{engine.config}: the change failed ({_msg(exc)}) and putting the previous state "
-            f"back failed at the {step} step too: {why}; {where}",
-            f"restore by hand: {by_hand}",
+            f"back failed at the {step} step too: {why}; {where}", hint,
         ) from None
 
 

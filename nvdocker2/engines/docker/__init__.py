@@ -146,12 +146,18 @@ class DockerEngine(EngineBase):
         via: dict[Path, bytes] = {}
         back: dict[Path, bytes] = {}
         check: dict[bytes, dict] = {}
+        notes: tuple[str, ...] = ()
         if main.changed:
             self._check_directory()
             if new_bytes is not None:
                 check[new_bytes] = new
             if needs_transition(self.daemon):
-                trans = transitional(new, doc.data)
+                running = getattr(self.daemon, "running_default", lambda: None)()
+                trans = transitional(new, doc.data, running)
+                if trans is not None and transitional(new, doc.data) is None:
+                    notes += (f'dockerd runs the default runtime "{running}", which '
+                              f'{self.config} does not name: it is reloaded with '
+                              '"default-runtime": "runc" first, as the file says',)
                 if trans is not None:
                     via[self.config] = doc.serialize(trans)
                     check[via[self.config]] = trans
@@ -163,7 +169,7 @@ class DockerEngine(EngineBase):
             journal=journal, expect=expect, expect_old=expectation(doc.data, new),
             journal_before_write=journal_before_write, journal_file=journal_file,
             via=via, back_via=back, check=check, style=doc.style.describe(),
-            undo_made_dirs=False,
+            undo_made_dirs=False, notes=notes,
         )
 
     # --- the three transactions' plans ----------------------------------------------------
