@@ -370,10 +370,32 @@ class DockerEngine(EngineBase):
         if backup is not None:
             changes.append(Change(str(self.config), "restored", ABSENT, backup.id))
         first = backup or others[0]
+        record = None if ctx.dry_run else self._settled_record(ctx, target.data)
         plan = self.plan(doc, target.data, data, changes, f"rollback to {first.id}",
-                         expectation(target.data, doc.data), extras=extras,
+                         expectation(target.data, doc.data), record,
+                         journal_before_write=False, extras=extras,
                          create_as=backup.ownership if backup is not None else None)
         return plan if plan.changed else dataclasses.replace(plan, changes=())
+
+    def _settled_record(self, ctx: Context, restored: dict) -> dict | None:
+        """The journal once the file holds `restored`: the installs it undid are forgotten
+        (a runtime or default no longer as install left it), so a later uninstall puts back
+        what was there before the installs that remain. None: the journal stays as it is."""
+        rec = ctx.journal().load()
+        if not rec:
+            return None
+        have = edit.runtimes(restored)
+        rts = {name: r for name, r in (rec.get("runtimes") or {}).items()
+               if isinstance(r, dict) and name in have and have[name] == r.get("installed")}
+        settled = dict(rec, runtimes=rts)
+        drec = rec.get("default_runtime")
+        if isinstance(drec, dict):
+            now = restored.get(edit.DEFAULT_RUNTIME)
+            if now in rts:  # an install that remains set it (its "previous" is the first one's)
+                settled["default_runtime"] = dict(drec, installed=now)
+            else:
+                del settled["default_runtime"]
+        return None if settled == rec else settled
 
     # --- the Request entry points every engine has ---------------------------------------
 
