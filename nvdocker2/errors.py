@@ -59,3 +59,12 @@ class RollbackFailed(NvDockerError):
     """Restoring the old state failed; the message names the backup file to restore by hand."""
 
     exit_code = EXIT_ROLLBACK_FAILED
+
+
+class Interrupted(KeyboardInterrupt):
+    """SIGINT, SIGTERM or SIGHUP stopped a change; `state` says exactly what the files hold
+    ("... unchanged: interrupted before writing", "... restored the previous bytes ...")."""
+
+    def __init__(self, state: str) -> None:
+        super().__init__(state)
+        self.state = state

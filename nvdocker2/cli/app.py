@@ -142,8 +142,10 @@ class CliReporter:
             yield
 
 
-def _interrupted() -> int:
-    _stderr("error: interrupted; daemon.json is unchanged or was restored")
+def _interrupted(e: BaseException | None = None) -> int:
+    # The transaction says exactly what the files hold (nvdocker2.errors.Interrupted).
+    state = getattr(e, "state", None) or getattr(getattr(e, "__cause__", None), "state", None)
+    _stderr(f"error: interrupted; {state or 'daemon.json is unchanged or was restored'}")
     return EXIT_INTERNAL
 
 
@@ -153,8 +155,8 @@ def _run(json_mode: bool, fn: Callable[[], int | None]) -> None:
         code = fn()
     except NvDockerError as e:
         raise typer.Exit(_fail(e)) from None
-    except KeyboardInterrupt:  # recent typer turns it into a silent exit 130
-        raise typer.Exit(_interrupted()) from None
+    except KeyboardInterrupt as e:  # recent typer turns it into a silent exit 130
+        raise typer.Exit(_interrupted(e)) from None
     if code:
         raise typer.Exit(code)
 

@@ -23,6 +23,7 @@ import contextlib
 import difflib
 import os
 import secrets
+import signal
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, ContextManager, Sequence
@@ -57,9 +58,11 @@ from nvdocker2.errors import (
     BadInput,
     DockerdRejected,
     EnvironmentProblem,
+    Interrupted,
     NvDockerError,
     RollbackFailed,
 )
+from nvdocker2.host import testing
 from nvdocker2.redact import mask_credentials, masked_text
 
 ATTEMPTS = 3  # reads of files another program keeps changing before giving up
@@ -152,6 +155,7 @@ class Context:
     stats: dict[Path, os.stat_result] = field(default_factory=dict)
     require_daemon: bool = False  # a dry run fails, as the change would, without the daemon
     unchecked: list[str] = field(default_factory=list)
+    done: Any = None  # the change's main Backup once it is made (for an interruption after)
 
     def unreachable(self, problem: DaemonUnreachable) -> None:
         """The daemon cannot be asked: a change stops here (nothing written yet, exit 3); a
@@ -208,6 +212,19 @@ def transact(engine: Any, action: str, planner: Planner, *, service: Service | N
                   require_daemon=require_daemon)
     if dry_run:  # nothing locked, nothing written
         return _dry_run(ctx, action, planner(ctx))
+    try:
+        return _locked(ctx, action, planner)
+    except KeyboardInterrupt as e:
+        if isinstance(e, Interrupted):
+            raise
+        if ctx.done is not None:
+            raise Interrupted(f"{engine.config}: interrupted after the change was made "
+                              f"(backup {ctx.done.id})") from None
+        raise _interrupted(ctx, None) from None
+
+
+def _locked(ctx: Context, action: str, planner: Planner) -> Result:
+    engine, timeout = ctx.engine, ctx.timeout
     with locked(ctx.state, timeout):
         _clean_temps(ctx, engine.config)
         clean_state_temps(ctx.state)
@@ -392,6 +409,7 @@ def _apply(ctx: Context, action: str, plan: Plan, journal: Journal,
     phase = "write"
     written: list[FileEdit] = []
     try:
+        testing.pause("before-write")
         for f in changed:
             if f.path in first:
                 first[f.path].commit(_as_read(ctx, f))
@@ -400,6 +418,7 @@ def _apply(ctx: Context, action: str, plan: Plan, journal: Journal,
                 atomic_remove(f.path, _as_read(ctx, f))
             written.append(f)
         phase = "apply"
+        testing.pause("after-write")
         if service.strategy != "none":
             what = " with the transitional file" if plan.via else ""
             ctx.reporter.progress(f"{service.verb_ing} {engine.process} ({service.strategy}){what}")
@@ -428,10 +447,13 @@ def _apply(ctx: Context, action: str, plan: Plan, journal: Journal,
         for _, _, s in staged:
             s.discard()
         if phase == "write":
-            with contextlib.suppress(Exception):
-                _put_old(ctx, reversed(written))
-            with contextlib.suppress(Exception):
-                journal.restore(journal_old)
+            with _putting_back(ctx, exc, main):
+                with contextlib.suppress(Exception):
+                    _put_old(ctx, reversed(written))
+                with contextlib.suppress(Exception):
+                    journal.restore(journal_old)
+            if isinstance(exc, KeyboardInterrupt):
+                raise _interrupted(ctx, main if written else None) from None
             if isinstance(exc, ChangedMeanwhile):
                 for b in made:  # backups of bytes that were never replaced
                     with contextlib.suppress(Exception):
@@ -439,9 +461,12 @@ def _apply(ctx: Context, action: str, plan: Plan, journal: Journal,
             raise
         died = isinstance(exc, EngineDied)  # nothing left to reload: the files go back alone
         reapply = not died and (phase != "apply" or service.reapply_after_failed_apply)
-        _restore(ctx, plan, written, made, exc, reapply)
-        with contextlib.suppress(Exception):
-            journal.restore(journal_old)
+        with _putting_back(ctx, exc, main):
+            _restore(ctx, plan, written, made, exc, reapply)
+            with contextlib.suppress(Exception):
+                journal.restore(journal_old)
+        if isinstance(exc, KeyboardInterrupt):
+            raise _interrupted(ctx, main) from None
         if died:
             raise DockerdRejected(
                 f"{exc.message} (it was taking the new {engine.config}); the previous file "
@@ -458,6 +483,7 @@ def _apply(ctx: Context, action: str, plan: Plan, journal: Journal,
         if isinstance(exc, NvDockerError):
             exc.message = f"{exc.message}; {engine.config} was restored from backup {main.id}"
         raise
+    ctx.done = main
     for f in changed:
         backups.prune(f.path)
     _remove_dirs(plan.remove_dirs)
@@ -466,6 +492,39 @@ def _apply(ctx: Context, action: str, plan: Plan, journal: Journal,
         if note:
             ctx.notes.append(note)
     return _result(ctx, action, plan, backup=main, verified=verified)
+
+
+def _interrupted(ctx: Context, restored: Backup | None) -> Interrupted:
+    """What an interrupted change left, exactly: nothing written, or the previous bytes back."""
+    if restored is None:
+        return Interrupted(f"{ctx.engine.config} is unchanged: interrupted before writing")
+    return Interrupted(f"{ctx.engine.config}: restored the previous bytes (backup {restored.id})")
+
+
+@contextlib.contextmanager
+def _putting_back(ctx: Context, exc: BaseException, main: Backup) -> Any:
+    """While the previous bytes go back, SIGINT, SIGTERM and SIGHUP wait: a second Ctrl-C must
+    not leave the files half restored. The signals that came are delivered after, as an
+    interruption that says the previous bytes are back (when no error says more already)."""
+    came: list[int] = []
+    saved: dict[int, Any] = {}
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        try:
+            saved[sig] = signal.signal(sig, lambda signum, frame: came.append(signum))
+        except (ValueError, OSError):  # not the main thread: nothing to defer
+            pass
+    try:
+        testing.pause("restore")
+        yield
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
+    if came and not isinstance(exc, KeyboardInterrupt):
+        try:
+            for sig in dict.fromkeys(came):
+                signal.raise_signal(sig)  # the handler the process had: the CLI's, the agent's
+        except KeyboardInterrupt:
+            raise _interrupted(ctx, main) from None
 
 
 def _note_in_place(ctx: Context, path: Path, staged: Any, backup: Backup) -> None:
