@@ -403,6 +403,7 @@ def _apply(ctx: Context, action: str, plan: Plan, journal: Journal,
     except BaseException:
         for _, _, s in staged:
             s.discard()
+        _discard(backups, made)  # nothing was written: no backup of it stays, none is counted
         raise
 
     mark = service.mark()
@@ -447,21 +448,32 @@ def _apply(ctx: Context, action: str, plan: Plan, journal: Journal,
         for _, _, s in staged:
             s.discard()
         if phase == "write":
-            with _putting_back(ctx, exc, main):
+            put_back = False
+
+            def left() -> Interrupted:
+                if not written:
+                    return _interrupted(ctx, None)
+                if put_back:
+                    return _interrupted(ctx, False)
+                return Interrupted(f"{engine.config}: interrupted while writing, and putting "
+                                   f"the previous bytes back failed: they are backup {main.id}")
+
+            with _putting_back(ctx, exc, left):
                 with contextlib.suppress(Exception):
                     _put_old(ctx, reversed(written))
+                    put_back = True
                 with contextlib.suppress(Exception):
                     journal.restore(journal_old)
+            if put_back:
+                # The files hold the bytes they had (never replaced, or put back): a failed run
+                # leaves no backup, so it never pushes a real one out of the newest kept.
+                _discard(backups, made)
             if isinstance(exc, KeyboardInterrupt):
-                raise _interrupted(ctx, main if written else None) from None
-            if isinstance(exc, ChangedMeanwhile):
-                for b in made:  # backups of bytes that were never replaced
-                    with contextlib.suppress(Exception):
-                        backups.discard(b)
+                raise left() from None
             raise
         died = isinstance(exc, EngineDied)  # nothing left to reload: the files go back alone
         reapply = not died and (phase != "apply" or service.reapply_after_failed_apply)
-        with _putting_back(ctx, exc, main):
+        with _putting_back(ctx, exc, lambda: _interrupted(ctx, main)):
             _restore(ctx, plan, written, made, exc, reapply)
             with contextlib.suppress(Exception):
                 journal.restore(journal_old)
@@ -494,18 +506,26 @@ def _apply(ctx: Context, action: str, plan: Plan, journal: Journal,
     return _result(ctx, action, plan, backup=main, verified=verified)
 
 
-def _interrupted(ctx: Context, restored: Backup | None) -> Interrupted:
-    """What an interrupted change left, exactly: nothing written, or the previous bytes back."""
+def _interrupted(ctx: Context, restored: Backup | None | bool) -> Interrupted:
+    """What an interrupted change left, exactly: nothing written (`restored` None), or the
+    previous bytes back (from backup `restored`; False: put back from memory, no backup kept)."""
     if restored is None:
         return Interrupted(f"{ctx.engine.config} is unchanged: interrupted before writing")
-    return Interrupted(f"{ctx.engine.config}: restored the previous bytes (backup {restored.id})")
+    kept = f" (backup {restored.id})" if isinstance(restored, Backup) else ""
+    return Interrupted(f"{ctx.engine.config}: restored the previous bytes{kept}")
+
+
+def _discard(backups: Backups, made: Sequence[Backup]) -> None:
+    for b in made:
+        with contextlib.suppress(Exception):
+            backups.discard(b)
 
 
 @contextlib.contextmanager
-def _putting_back(ctx: Context, exc: BaseException, main: Backup) -> Any:
+def _putting_back(ctx: Context, exc: BaseException, left: Callable[[], Interrupted]) -> Any:
     """While the previous bytes go back, SIGINT, SIGTERM and SIGHUP wait: a second Ctrl-C must
     not leave the files half restored. The signals that came are delivered after, as an
-    interruption that says the previous bytes are back (when no error says more already)."""
+    interruption saying what `left()` says the files hold (unless one is under way already)."""
     came: list[int] = []
     saved: dict[int, Any] = {}
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
@@ -524,7 +544,7 @@ def _putting_back(ctx: Context, exc: BaseException, main: Backup) -> Any:
             for sig in dict.fromkeys(came):
                 signal.raise_signal(sig)  # the handler the process had: the CLI's, the agent's
         except KeyboardInterrupt:
-            raise _interrupted(ctx, main) from None
+            raise left() from None
 
 
 def _note_in_place(ctx: Context, path: Path, staged: Any, backup: Backup) -> None:
