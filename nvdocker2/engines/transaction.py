@@ -156,6 +156,7 @@ class Context:
     require_daemon: bool = False  # a dry run fails, as the change would, without the daemon
     unchecked: list[str] = field(default_factory=list)
     done: Any = None  # the change's main Backup once it is made (for an interruption after)
+    kept: Any = None  # the main Backup a failed change leaves (it names it), for --json
 
     def unreachable(self, problem: DaemonUnreachable) -> None:
         """The daemon cannot be asked: a change stops here (nothing written yet, exit 3); a
@@ -214,13 +215,23 @@ def transact(engine: Any, action: str, planner: Planner, *, service: Service | N
         return _dry_run(ctx, action, planner(ctx))
     try:
         return _locked(ctx, action, planner)
+    except NvDockerError as e:
+        raise _about(ctx, e)
     except KeyboardInterrupt as e:
         if isinstance(e, Interrupted):
-            raise
+            raise _about(ctx, e)
         if ctx.done is not None:
-            raise Interrupted(f"{engine.config}: interrupted after the change was made "
-                              f"(backup {ctx.done.id})") from None
-        raise _interrupted(ctx, None) from None
+            raise _about(ctx, Interrupted(f"{engine.config}: interrupted after the change was "
+                                          f"made (backup {ctx.done.id})")) from None
+        raise _about(ctx, _interrupted(ctx, None)) from None
+
+
+def _about(ctx: Context, e: Any) -> Any:
+    """`e` with the file and the backup it leaves, for a --json answer whatever happens."""
+    e.config = e.config or str(ctx.engine.config)
+    kept = ctx.done or ctx.kept
+    e.backup = e.backup or (kept.id if kept is not None else None)
+    return e
 
 
 def _locked(ctx: Context, action: str, planner: Planner) -> Result:
@@ -468,9 +479,12 @@ def _apply(ctx: Context, action: str, plan: Plan, journal: Journal,
                 # The files hold the bytes they had (never replaced, or put back): a failed run
                 # leaves no backup, so it never pushes a real one out of the newest kept.
                 _discard(backups, made)
+            else:
+                ctx.kept = main
             if isinstance(exc, KeyboardInterrupt):
                 raise left() from None
             raise
+        ctx.kept = main
         died = isinstance(exc, EngineDied)  # nothing left to reload: the files go back alone
         reapply = not died and (phase != "apply" or service.reapply_after_failed_apply)
         with _putting_back(ctx, exc, lambda: _interrupted(ctx, main)):

@@ -80,10 +80,14 @@ def test_a_dockerd_killed_during_the_reload_leaves_the_previous_bytes(make_docke
     before = b'{"debug": false}\n'
     daemon.config_file.write_bytes(before)
     pid = daemon.pid
-    out = _install(daemon, env={"NVDOCKER2_TEST_RUN_BEFORE_RELOAD": f"kill -KILL {pid}"})
+    out = _install(daemon, "--json", env={"NVDOCKER2_TEST_RUN_BEFORE_RELOAD": f"kill -KILL {pid}"})
     assert not daemon.running()
     assert daemon.config_file.read_bytes() == before
     assert out.returncode == 4, out.stderr
     error, hint = out.stderr.splitlines()[-2:]
     assert error.startswith(f"error: dockerd (pid {pid}) exited")
     assert hint.startswith("hint: dockerd is not running; start it again: ")
+    result = json.loads(out.stdout)  # --json names the file and the backup it restored from
+    assert (result["changed"], result["config"], result["exit_code"]) == (
+        False, str(daemon.config_file), 4)
+    assert f"restored from backup {result['backup']}" in result["error"]
