@@ -335,7 +335,7 @@ class Dockerd:
             try:
                 self.manager.reload()
             except EnvironmentProblem:
-                died = self._died()  # gone before it was told: say so, as verify would
+                died = self._died("before it could be reloaded")  # as verify would say
                 if died is None:
                     raise
                 raise died from None
@@ -355,7 +355,7 @@ class Dockerd:
             return None
         return pid, started, process.argv if process is not None else ()
 
-    def _died(self) -> EngineDied | None:
+    def _died(self, when: str = "after the reload") -> EngineDied | None:
         """EngineDied when the dockerd the reload went to has exited, quoting its last words."""
         if self._watched is None or self.restart:
             return None
@@ -364,7 +364,7 @@ class Dockerd:
             return None
         said = last_words(self.log.lines())
         why = f": {said}" if said else f" (see {self.log.description})"
-        return EngineDied(f"dockerd (pid {pid}) exited after the reload{why}",
+        return EngineDied(f"dockerd (pid {pid}) exited {when}{why}",
                           f"dockerd is not running; start it again: {self.start_command(argv)}")
 
     def start_command(self, argv: tuple[str, ...] = ()) -> str:
