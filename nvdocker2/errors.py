@@ -20,6 +20,10 @@ class NvDockerError(Exception):
     """A known failure: `message` is the `error:` line, `hint` the `hint:` line."""
 
     exit_code = EXIT_INTERNAL
+    # Set by the transaction it stopped: the engine's file, and the backup that remains of the
+    # change (exit 4 and 5), for `--json` (reference §2: these keys whatever happens).
+    config: str | None = None
+    backup: str | None = None
 
     def __init__(self, message: str, hint: str | None = None) -> None:
         super().__init__(message)
@@ -59,3 +63,15 @@ class RollbackFailed(NvDockerError):
     """Restoring the old state failed; the message names the backup file to restore by hand."""
 
     exit_code = EXIT_ROLLBACK_FAILED
+
+
+class Interrupted(KeyboardInterrupt):
+    """SIGINT, SIGTERM or SIGHUP stopped a change; `state` says exactly what the files hold
+    ("... unchanged: interrupted before writing", "... restored the previous bytes ...")."""
+
+    config: str | None = None
+    backup: str | None = None
+
+    def __init__(self, state: str) -> None:
+        super().__init__(state)
+        self.state = state

@@ -154,12 +154,12 @@ def main(argv: Optional[List[str]] = None) -> None:
         _stderr(f"error: {' '.join(e.format_message().split())}")
         _stderr("hint: see 'nvdocker2 --help'")
         sys.exit(e.exit_code)
-    except _aborts():
-        sys.exit(_interrupted())
+    except _aborts() as e:
+        sys.exit(_interrupted(e))
     except NvDockerError as e:
         sys.exit(_fail(e))
-    except KeyboardInterrupt:
-        sys.exit(_interrupted())
+    except KeyboardInterrupt as e:
+        sys.exit(_interrupted(e))
     except Exception as e:  # an unexpected internal error: one line, traceback only in debug
         if _debug():
             traceback.print_exc()

@@ -132,7 +132,7 @@ def _fail(e: NvDockerError) -> int:
     if _debug():
         traceback.print_exception(type(e), e, e.__traceback__)
     if _Out.json:
-        _emit_json({"changed": False, "error": e.message, "hint": e.hint, "exit_code": e.exit_code})
+        _emit_json(dict(_failed_json(e), error=e.message, hint=e.hint, exit_code=e.exit_code))
     _stderr(f"error: {e.message}")
     if e.hint:
         _stderr(f"hint: {e.hint}")
@@ -160,8 +160,24 @@ class CliReporter:
             yield
 
 
-def _interrupted() -> int:
-    _stderr("error: interrupted; daemon.json is unchanged or was restored")
+def _failed_json(e: Any) -> dict:
+    """The keys every --json answer has (reference §2), for a run that failed: what the
+    transaction said of its file and backup (null when it did not get that far)."""
+    return {"changed": False, "config": getattr(e, "config", None),
+            "backup": getattr(e, "backup", None), "reload": None, "verified": False,
+            "warnings": [], "notes": [], "changes": [], "dry_run": None, "before": None,
+            "after": None}
+
+
+def _interrupted(e: BaseException | None = None) -> int:
+    # The transaction says exactly what the files hold (nvdocker2.errors.Interrupted).
+    if e is not None and not hasattr(e, "state"):
+        e = getattr(e, "__cause__", None) or e  # click's Abort, raised from the interrupt
+    state = getattr(e, "state", None) or "daemon.json is unchanged or was restored"
+    message = f"interrupted; {state}"
+    if _Out.json:
+        _emit_json(dict(_failed_json(e), error=message, hint=None, exit_code=EXIT_INTERNAL))
+    _stderr(f"error: {message}")
     return EXIT_INTERNAL
 
 
@@ -171,8 +187,8 @@ def _run(json_mode: bool, fn: Callable[[], int | None]) -> None:
         code = fn()
     except NvDockerError as e:
         raise typer.Exit(_fail(e)) from None
-    except KeyboardInterrupt:  # recent typer turns it into a silent exit 130
-        raise typer.Exit(_interrupted()) from None
+    except KeyboardInterrupt as e:  # recent typer turns it into a silent exit 130
+        raise typer.Exit(_interrupted(e)) from None
     if code:
         raise typer.Exit(code)
 

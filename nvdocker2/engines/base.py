@@ -105,6 +105,11 @@ class VerifyFailed(NvDockerError):
         self.reason = reason
 
 
+class EngineDied(VerifyFailed):
+    """The engine's process exited while it took the change: there is nothing to reload on
+    the previous files, which go back as they are; `hint` says how to start the engine."""
+
+
 def runtime_mismatches(expect: Mapping[str, Any], runtimes: Mapping[str, Any],
                        default: Any) -> list[str]:
     """What an engine's reported CRI runtimes (name → binary) and default differ in from

@@ -23,6 +23,7 @@ import contextlib
 import difflib
 import os
 import secrets
+import signal
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, ContextManager, Sequence
@@ -43,15 +44,25 @@ from nvdocker2.store.backups import Backup, Backups
 from nvdocker2.store.journal import Journal
 from nvdocker2.store.lock import clean_state_temps, locked, state_dir
 from nvdocker2.changes import ABSENT, Change
-from nvdocker2.engines.base import FileEdit, NoService, Plan, Request, Service, VerifyFailed
+from nvdocker2.engines.base import (
+    EngineDied,
+    FileEdit,
+    NoService,
+    Plan,
+    Request,
+    Service,
+    VerifyFailed,
+)
 from nvdocker2.errors import (
     DaemonUnreachable,
     BadInput,
     DockerdRejected,
     EnvironmentProblem,
+    Interrupted,
     NvDockerError,
     RollbackFailed,
 )
+from nvdocker2.host import testing
 from nvdocker2.redact import mask_credentials, masked_text
 
 ATTEMPTS = 3  # reads of files another program keeps changing before giving up
@@ -144,6 +155,8 @@ class Context:
     stats: dict[Path, os.stat_result] = field(default_factory=dict)
     require_daemon: bool = False  # a dry run fails, as the change would, without the daemon
     unchecked: list[str] = field(default_factory=list)
+    done: Any = None  # the change's main Backup once it is made (for an interruption after)
+    kept: Any = None  # the main Backup a failed change leaves (it names it), for --json
 
     def unreachable(self, problem: DaemonUnreachable) -> None:
         """The daemon cannot be asked: a change stops here (nothing written yet, exit 3); a
@@ -200,6 +213,29 @@ def transact(engine: Any, action: str, planner: Planner, *, service: Service | N
                   require_daemon=require_daemon)
     if dry_run:  # nothing locked, nothing written
         return _dry_run(ctx, action, planner(ctx))
+    try:
+        return _locked(ctx, action, planner)
+    except NvDockerError as e:
+        raise _about(ctx, e)
+    except KeyboardInterrupt as e:
+        if isinstance(e, Interrupted):
+            raise _about(ctx, e)
+        if ctx.done is not None:
+            raise _about(ctx, Interrupted(f"{engine.config}: interrupted after the change was "
+                                          f"made (backup {ctx.done.id})")) from None
+        raise _about(ctx, _interrupted(ctx, None)) from None
+
+
+def _about(ctx: Context, e: Any) -> Any:
+    """`e` with the file and the backup it leaves, for a --json answer whatever happens."""
+    e.config = e.config or str(ctx.engine.config)
+    kept = ctx.done or ctx.kept
+    e.backup = e.backup or (kept.id if kept is not None else None)
+    return e
+
+
+def _locked(ctx: Context, action: str, planner: Planner) -> Result:
+    engine, timeout = ctx.engine, ctx.timeout
     with locked(ctx.state, timeout):
         _clean_temps(ctx, engine.config)
         clean_state_temps(ctx.state)
@@ -378,12 +414,14 @@ def _apply(ctx: Context, action: str, plan: Plan, journal: Journal,
     except BaseException:
         for _, _, s in staged:
             s.discard()
+        _discard(backups, made)  # nothing was written: no backup of it stays, none is counted
         raise
 
     mark = service.mark()
     phase = "write"
     written: list[FileEdit] = []
     try:
+        testing.pause("before-write")
         for f in changed:
             if f.path in first:
                 first[f.path].commit(_as_read(ctx, f))
@@ -392,6 +430,7 @@ def _apply(ctx: Context, action: str, plan: Plan, journal: Journal,
                 atomic_remove(f.path, _as_read(ctx, f))
             written.append(f)
         phase = "apply"
+        testing.pause("after-write")
         if service.strategy != "none":
             what = " with the transitional file" if plan.via else ""
             ctx.reporter.progress(f"{service.verb_ing} {engine.process} ({service.strategy}){what}")
@@ -420,19 +459,44 @@ def _apply(ctx: Context, action: str, plan: Plan, journal: Journal,
         for _, _, s in staged:
             s.discard()
         if phase == "write":
-            with contextlib.suppress(Exception):
-                _put_old(ctx, reversed(written))
+            put_back = False
+
+            def left() -> Interrupted:
+                if not written:
+                    return _interrupted(ctx, None)
+                if put_back:
+                    return _interrupted(ctx, False)
+                return Interrupted(f"{engine.config}: interrupted while writing, and putting "
+                                   f"the previous bytes back failed: they are backup {main.id}")
+
+            with _putting_back(ctx, exc, left):
+                with contextlib.suppress(Exception):
+                    _put_old(ctx, reversed(written))
+                    put_back = True
+                with contextlib.suppress(Exception):
+                    journal.restore(journal_old)
+            if put_back:
+                # The files hold the bytes they had (never replaced, or put back): a failed run
+                # leaves no backup, so it never pushes a real one out of the newest kept.
+                _discard(backups, made)
+            else:
+                ctx.kept = main
+            if isinstance(exc, KeyboardInterrupt):
+                raise left() from None
+            raise
+        ctx.kept = main
+        died = isinstance(exc, EngineDied)  # nothing left to reload: the files go back alone
+        reapply = not died and (phase != "apply" or service.reapply_after_failed_apply)
+        with _putting_back(ctx, exc, lambda: _interrupted(ctx, main)):
+            _restore(ctx, plan, written, made, exc, reapply)
             with contextlib.suppress(Exception):
                 journal.restore(journal_old)
-            if isinstance(exc, ChangedMeanwhile):
-                for b in made:  # backups of bytes that were never replaced
-                    with contextlib.suppress(Exception):
-                        backups.discard(b)
-            raise
-        reapply = phase != "apply" or service.reapply_after_failed_apply
-        _restore(ctx, plan, written, made, exc, reapply)
-        with contextlib.suppress(Exception):
-            journal.restore(journal_old)
+        if isinstance(exc, KeyboardInterrupt):
+            raise _interrupted(ctx, main) from None
+        if died:
+            raise DockerdRejected(
+                f"{exc.message} (it was taking the new {engine.config}); the previous file "
+                f"was restored from backup {main.id}", exc.hint) from None
         if isinstance(exc, VerifyFailed):
             more = len(written) - 1
             others = f" (with {more} other file{'s' if more > 1 else ''})" if more else ""
@@ -445,6 +509,7 @@ def _apply(ctx: Context, action: str, plan: Plan, journal: Journal,
         if isinstance(exc, NvDockerError):
             exc.message = f"{exc.message}; {engine.config} was restored from backup {main.id}"
         raise
+    ctx.done = main
     for f in changed:
         backups.prune(f.path)
     _remove_dirs(plan.remove_dirs)
@@ -453,6 +518,47 @@ def _apply(ctx: Context, action: str, plan: Plan, journal: Journal,
         if note:
             ctx.notes.append(note)
     return _result(ctx, action, plan, backup=main, verified=verified)
+
+
+def _interrupted(ctx: Context, restored: Backup | None | bool) -> Interrupted:
+    """What an interrupted change left, exactly: nothing written (`restored` None), or the
+    previous bytes back (from backup `restored`; False: put back from memory, no backup kept)."""
+    if restored is None:
+        return Interrupted(f"{ctx.engine.config} is unchanged: interrupted before writing")
+    kept = f" (backup {restored.id})" if isinstance(restored, Backup) else ""
+    return Interrupted(f"{ctx.engine.config}: restored the previous bytes{kept}")
+
+
+def _discard(backups: Backups, made: Sequence[Backup]) -> None:
+    for b in made:
+        with contextlib.suppress(Exception):
+            backups.discard(b)
+
+
+@contextlib.contextmanager
+def _putting_back(ctx: Context, exc: BaseException, left: Callable[[], Interrupted]) -> Any:
+    """While the previous bytes go back, SIGINT, SIGTERM and SIGHUP wait: a second Ctrl-C must
+    not leave the files half restored. The signals that came are delivered after, as an
+    interruption saying what `left()` says the files hold (unless one is under way already)."""
+    came: list[int] = []
+    saved: dict[int, Any] = {}
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        try:
+            saved[sig] = signal.signal(sig, lambda signum, frame: came.append(signum))
+        except (ValueError, OSError):  # not the main thread: nothing to defer
+            pass
+    try:
+        testing.pause("restore")
+        yield
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
+    if came and not isinstance(exc, KeyboardInterrupt):
+        try:
+            for sig in dict.fromkeys(came):
+                signal.raise_signal(sig)  # the handler the process had: the CLI's, the agent's
+        except KeyboardInterrupt:
+            raise left() from None
 
 
 def _note_in_place(ctx: Context, path: Path, staged: Any, backup: Backup) -> None:
@@ -497,6 +603,11 @@ def _restore(ctx: Context, plan: Plan, written: list[FileEdit], made: list[Backu
             _put_old(ctx, reversed(written))
     except BaseException as e2:
         why = e2.message if isinstance(e2, NvDockerError) else _msg(e2)
+        try:  # whether or not the engine is there to take them, the previous bytes go back
+            _put_old(ctx, reversed(written))
+            restored = True
+        except BaseException:
+            restored = False
         by_hand = "; ".join(f"cp {b.file} {b.config}" if b.existed else f"rm {b.config}"
                             for b in made) + f", then: {engine.restart_hint()}"
         if len(made) == 1:
@@ -507,10 +618,16 @@ def _restore(ctx: Context, plan: Plan, written: list[FileEdit], made: list[Backu
                 str(b.file) if b.existed else f"(no {b.config})" for b in made)
             by_hand = "see nvdocker2 backups for " + ", ".join(b.config for b in made) + \
                 f"; {by_hand}"
+        hint = f"restore by hand: {by_hand}"
+        if restored and (isinstance(e2, EngineDied) or any(f.path in plan.back_via
+                                                           for f in written)):
+            # The in-between bytes of the way back were on disk: say they are gone again.
+            where += ", and the file has its previous bytes again"
+            if isinstance(e2, EngineDied) and e2.hint:
+                hint = e2.hint
         raise RollbackFailed(
             f"{engine.config}: the change failed ({_msg(exc)}) and putting the previous state "
-            f"back failed at the {step} step too: {why}; {where}",
-            f"restore by hand: {by_hand}",
+            f"back failed at the {step} step too: {why}; {where}", hint,
         ) from None
 
 

@@ -39,3 +39,18 @@ def _switch_present() -> bool:
 def hook(name: str) -> str | None:
     """The test hook `name` from the environment; None unless the switch is on."""
     return os.environ.get(name) if hooks_on() else None
+
+
+PAUSE_AT = "NVDOCKER2_TEST_PAUSE_AT"
+
+
+def pause(step: str) -> None:
+    """Test hook (fault-injection tests only): at `step`, when NVDOCKER2_TEST_PAUSE_AT lists it
+    (comma-separated), say so on stderr and wait for a line on stdin, so that a test can
+    signal the process at exactly this step and then let it go on."""
+    wanted = hook(PAUSE_AT)
+    if not wanted or step not in wanted.split(","):
+        return
+    sys.stderr.write(f"nvdocker2: test hook: paused at {step}\n")
+    sys.stderr.flush()
+    sys.stdin.readline()

@@ -14,7 +14,7 @@ import pytest
 
 from nvdocker2.engines import docker as docker_engine
 from nvdocker2.store.atomic import TMP_MARK
-from nvdocker2.store.backups import Backups
+from nvdocker2.store.backups import KEEP_BACKUPS, Backups
 from nvdocker2.store.journal import Journal
 from nvdocker2.errors import EnvironmentProblem
 
@@ -103,9 +103,42 @@ def test_immutable_file_or_directory_exits_3(tmp_path, target):
     finally:
         subprocess.run(["chattr", "-i", str(victim)], check=True)
     assert leftovers(etc) == []
-    # A backup may have been taken for a rename that then failed; the journal must not claim
-    # an install that did not happen.
+    # The journal must not claim an install that did not happen, nor a backup stay of it.
     assert Journal(tmp_path / "state", cfg).load() == {}
+    assert Backups(tmp_path / "state").all() == []
+
+
+def _immutable(path):
+    r = subprocess.run(["chattr", "+i", str(path)], capture_output=True, text=True)
+    if r.returncode != 0:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"chattr +i failed: {r.stderr}")
+        pytest.skip(f"chattr +i not possible here: {r.stderr.strip()}")
+
+
+def test_failed_runs_leave_no_backup_and_push_no_real_one_out(tmp_path):
+    etc, state = tmp_path / "etc", tmp_path / "state"
+    etc.mkdir()
+    cfg = etc / "daemon.json"
+    cfg.write_bytes(ORIGINAL)
+    backups = Backups(state)
+    for n in range(KEEP_BACKUPS):  # the newest backups kept, each of a real change
+        if n % 2:
+            docker_engine.uninstall(cfg, state=state)
+        else:
+            docker_engine.install(cfg, runtime_path=RT, state=state)
+    real = [b.id for b in backups.all()]
+    assert len(real) == KEEP_BACKUPS
+    _immutable(cfg)
+    try:
+        for _ in range(3):
+            r = run_cli("install", "--config", str(cfg), *NONE)
+            assert r.returncode == 3 and "permission denied" in r.stderr, r.stderr
+            assert [b.id for b in backups.all()] == real
+    finally:
+        subprocess.run(["chattr", "-i", str(cfg)], check=True)
+    assert run_cli("install", "--config", str(cfg), *NONE).returncode == 0
+    assert [b.id for b in backups.all()][1:] == real[:-1]
 
 
 def test_failing_rename_keeps_old_file_and_journal(tmp_path, monkeypatch):

@@ -343,3 +343,19 @@ def test_the_daemon_names_the_log_a_rejection_hint_should_point_to(engine, named
     said = _daemon(engine, named_dockerd, log=journal)[0].log_description
     assert said is not None and said.endswith("-u docker")
     assert _daemon(engine, named_dockerd)[0].log_description is None
+
+
+def test_last_words_quote_the_last_panic_or_fatal_line_dockerd_wrote():
+    from nvdocker2.engines.docker.service.logs import last_words
+
+    lines = [
+        'time="t" level=info msg="Reloaded configuration: {}"',
+        "panic: runtime error: invalid memory address or nil pointer dereference",
+        "[signal SIGSEGV: segmentation violation code=0x1 addr=0x0 pc=0x55619495f531]",
+        "goroutine 90 [running]:",
+        "\tgithub.com/docker/docker/daemon.(*Daemon).fillPlatformInfo(...)",
+    ]
+    assert last_words(lines) == lines[1]
+    assert last_words(['time="t" level=fatal msg="failed to start daemon: x"']) == \
+        "failed to start daemon: x"
+    assert last_words(['time="t" level=error msg="not a death"']) is None

@@ -162,6 +162,41 @@ def test_failed_rollback_exits_5_naming_the_backup_file(cfg, state):
     assert backup.file.read_bytes() == ORIGINAL
 
 
+def test_a_failed_way_back_still_leaves_the_previous_bytes(cfg, state):
+    # The way back reloads an in-between file ("runtimes": {}) first; when that reload fails
+    # the file must not keep those bytes.
+    write(cfg, ORIGINAL)
+    d = SimulatedDockerd(cfg, refuse_path=RT, fail_reload_at=2)
+    with pytest.raises(RollbackFailed) as ei:
+        docker_engine.install(cfg, runtime_path=RT, daemon=d, state=state)
+    assert json.loads(d.reloads[1]) == dict(json.loads(ORIGINAL), runtimes={})
+    assert cfg.read_bytes() == ORIGINAL
+    assert ei.value.message.endswith("and the file has its previous bytes again")
+
+
+class DriftedDockerd(SimulatedDockerd):
+    """A dockerd running a default runtime that its file no longer names (keys removed by
+    hand, then a reload: dockerd keeps both); /info says so."""
+
+    def __init__(self, config: Path, default: str) -> None:
+        super().__init__(config)
+        self.runtimes[default], self.default = "/usr/bin/other-runtime", default
+
+    def running_default(self) -> str:
+        return self.default
+
+
+def test_install_reloads_the_running_default_away_when_no_file_names_it(cfg, state):
+    write(cfg, ORIGINAL)
+    d = DriftedDockerd(cfg, "nvidia")
+    result = docker_engine.install(cfg, runtime_name="nvc", runtime_path=RT, daemon=d,
+                                   state=state)
+    assert (d.default, d.runtimes.get("nvc")) == ("runc", RT) and "nvidia" not in d.runtimes
+    assert json.loads(d.reloads[0])["default-runtime"] == "runc"
+    assert "default-runtime" not in json.loads(cfg.read_bytes())
+    assert any('dockerd runs the default runtime "nvidia"' in n for n in result.notes)
+
+
 def test_reload_impossible_exits_3_with_the_file_unchanged(cfg, state):
     write(cfg, ORIGINAL)
     d = SimulatedDockerd(cfg, fail_reload_at=1)

@@ -149,12 +149,18 @@ class DockerEngine(EngineBase):
         via: dict[Path, bytes] = {}
         back: dict[Path, bytes] = {}
         check: dict[bytes, dict] = {}
+        notes: tuple[str, ...] = ()
         if main.changed:
             self._check_directory()
             if new_bytes is not None:
                 check[new_bytes] = new
             if needs_transition(self.daemon):
-                trans = transitional(new, doc.data)
+                running = getattr(self.daemon, "running_default", lambda: None)()
+                trans = transitional(new, doc.data, running)
+                if trans is not None and transitional(new, doc.data) is None:
+                    notes += (f'dockerd runs the default runtime "{running}", which '
+                              f'{self.config} does not name: it is reloaded with '
+                              '"default-runtime": "runc" first, as the file says',)
                 if trans is not None:
                     via[self.config] = doc.serialize(trans)
                     check[via[self.config]] = trans
@@ -166,7 +172,7 @@ class DockerEngine(EngineBase):
             journal=journal, expect=expect, expect_old=expectation(doc.data, new),
             journal_before_write=journal_before_write, journal_file=journal_file,
             via=via, back_via=back, check=check, style=doc.style.describe(),
-            undo_made_dirs=False,
+            undo_made_dirs=False, notes=notes,
         )
 
     # --- the three transactions' plans ----------------------------------------------------
@@ -404,10 +410,32 @@ class DockerEngine(EngineBase):
         if backup is not None:
             changes.append(Change(str(self.config), "restored", ABSENT, backup.id))
         first = backup or others[0]
+        record = None if ctx.dry_run else self._settled_record(ctx, target.data)
         plan = self.plan(doc, target.data, data, changes, f"rollback to {first.id}",
-                         expectation(target.data, doc.data), extras=extras,
+                         expectation(target.data, doc.data), record,
+                         journal_before_write=False, extras=extras,
                          create_as=backup.ownership if backup is not None else None)
         return plan if plan.changed else dataclasses.replace(plan, changes=())
+
+    def _settled_record(self, ctx: Context, restored: dict) -> dict | None:
+        """The journal once the file holds `restored`: the installs it undid are forgotten
+        (a runtime or default no longer as install left it), so a later uninstall puts back
+        what was there before the installs that remain. None: the journal stays as it is."""
+        rec = ctx.journal().load()
+        if not rec:
+            return None
+        have = edit.runtimes(restored)
+        rts = {name: r for name, r in (rec.get("runtimes") or {}).items()
+               if isinstance(r, dict) and name in have and have[name] == r.get("installed")}
+        settled = dict(rec, runtimes=rts)
+        drec = rec.get("default_runtime")
+        if isinstance(drec, dict):
+            now = restored.get(edit.DEFAULT_RUNTIME)
+            if now in rts:  # an install that remains set it (its "previous" is the first one's)
+                settled["default_runtime"] = dict(drec, installed=now)
+            else:
+                del settled["default_runtime"]
+        return None if settled == rec else settled
 
     # --- the Request entry points every engine has ---------------------------------------
 

@@ -89,18 +89,19 @@ def expectation(target: dict, before: dict, must_have: dict[str, str] | None = N
     return Expectation(present, absent, d if isinstance(d, str) and d else "runc")
 
 
-def transitional(target: dict, current: dict) -> dict | None:
+def transitional(target: dict, current: dict, running_default: str | None = None) -> dict | None:
     """The in-between file a SIGHUP reload needs, or None (docs/reference.md §2).
 
     dockerd replaces its runtimes and default only when the keys are in the file: when `target`
     lacks them but `current` sets them, first reload a file holding `"runtimes": {}` and
-    `"default-runtime": "runc"` (plus the rest of `target`), then write `target` itself.
+    `"default-runtime": "runc"` (plus the rest of `target`), then write `target` itself. The
+    same for the default dockerd runs (`running_default`, from /info) when no file names it:
+    kept, it may name a runtime `target` drops, and dockerd 20.10 crashes on that reload.
     """
     need_rt = edit.RUNTIMES not in target and bool(edit.runtimes(current))
     cur_d = current.get(edit.DEFAULT_RUNTIME)
-    need_d = (
-        edit.DEFAULT_RUNTIME not in target and isinstance(cur_d, str) and cur_d not in ("", "runc")
-    )
+    need_d = edit.DEFAULT_RUNTIME not in target and any(
+        isinstance(d, str) and d not in ("", "runc") for d in (cur_d, running_default))
     if not (need_rt or need_d):
         return None
     out = dict(target)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -32,6 +33,7 @@ from nvdocker2.engines.docker.service.logs import (
     errors_in,
     find_refusal,
     has_marker,
+    last_words,
 )
 from nvdocker2.engines.docker.service.managers import SignalManager, SystemdManager, SysvManager
 from nvdocker2.host import run
@@ -43,8 +45,11 @@ from nvdocker2.engines.docker.service.process import (
     is_dockerd,
     read_pidfile,
     read_process,
+    start_time,
 )
 from nvdocker2.engines.docker.service.progress import Reporter, SilentReporter
+from nvdocker2.engines.base import EngineDied
+from nvdocker2.host import testing
 from nvdocker2.errors import BadInput, DaemonUnreachable, EnvironmentProblem
 from nvdocker2.engines.docker.service import (
     Expectation,
@@ -54,6 +59,8 @@ from nvdocker2.engines.docker.service import (
     mismatches,
 )
 
+# Test hook (fault-injection tests only): a shell command run right before dockerd is reloaded.
+RELOAD_HOOK = "NVDOCKER2_TEST_RUN_BEFORE_RELOAD"
 MODES = ("auto", "systemd", "sysv", "signal", "none")
 DEFAULT_PIDFILE = Path("/var/run/docker.pid")
 # After /info matches, how long to wait for the log to confirm the reload before trusting
@@ -210,6 +217,8 @@ class Dockerd:
         self._restart_error: str | None = None
         self._before: Mapping | None = None  # /info before a reload
         self._flags_checked = False
+        self._watched: tuple[int, str, tuple[str, ...]] | None = None  # pid, start, argv
+        self._first_info: dict[str, str] | None = None
         self.served: Served | None = None
 
     @property
@@ -228,14 +237,24 @@ class Dockerd:
     def server_version(self) -> str | None:
         """The running dockerd's version (GET /info, asked once); None when not verifying or
         when it does not answer (check_candidate then says so)."""
-        if not self.verifies:
-            return None
-        if getattr(self, "_server_version", None) is None:
+        return self._asked("ServerVersion") if self.verifies else None
+
+    def running_default(self) -> str | None:
+        """The default runtime the running dockerd uses (GET /info `DefaultRuntime`, asked
+        once); None when not verifying or when it does not answer. A reload keeps it when the
+        file has no "default-runtime", so the plan must keep it valid."""
+        return self._asked("DefaultRuntime") if self.verifies and self.needs_transition else None
+
+    def _asked(self, key: str) -> str | None:
+        """A field of /info before anything is changed, asked once for all of them."""
+        if self._first_info is None:
             try:
-                self._server_version = str(self.client.info().get("ServerVersion") or "")
+                info = self.client.info()
             except (EngineUnavailable, EngineError):
                 return None
-        return self._server_version or None
+            self._first_info = {k: str(info.get(k) or "") for k in ("ServerVersion",
+                                                                  "DefaultRuntime")}
+        return self._first_info[key] or None
 
     def check_candidate(self, config_path: Path, candidate: dict, candidate_file: Path) -> None:
         version = None
@@ -309,8 +328,55 @@ class Dockerd:
                 self._restart_error = exc.message
         else:
             self._before = self._info_now() if self.verifies else None
-            self.manager.reload()
+            self._watched = self._watch()
+            command = testing.hook(RELOAD_HOOK)
+            if command:
+                run.run(["/bin/sh", "-c", command], timeout=60)
+            try:
+                self.manager.reload()
+            except EnvironmentProblem:
+                died = self._died("before it could be reloaded")  # as verify would say
+                if died is None:
+                    raise
+                raise died from None
             self._acted = True
+
+    def _watch(self) -> tuple[int, str, tuple[str, ...]] | None:
+        """The dockerd a reload goes to, as pid, start time and command line: verify watches
+        it, so a dockerd that dies on the new file is noticed at once."""
+        process = self.served.process if self.served is not None else None
+        pid = process.pid if process is not None else self.manager.main_pid()
+        if pid is None:
+            return None
+        started = start_time(pid, self.proc)
+        if process is None or process.pid != pid:
+            process = read_process(pid, self.proc)
+        if started is None:
+            return None
+        return pid, started, process.argv if process is not None else ()
+
+    def _died(self, when: str = "after the reload") -> EngineDied | None:
+        """EngineDied when the dockerd the reload went to has exited, quoting its last words."""
+        if self._watched is None or self.restart:
+            return None
+        pid, started, argv = self._watched
+        if start_time(pid, self.proc) == started:
+            return None
+        said = last_words(self.log.lines())
+        why = f": {said}" if said else f" (see {self.log.description})"
+        return EngineDied(f"dockerd (pid {pid}) exited {when}{why}",
+                          f"dockerd is not running; start it again: {self.start_command(argv)}")
+
+    def start_command(self, argv: tuple[str, ...] = ()) -> str:
+        """How to start this dockerd again: its manager's start, else the command line the
+        dead process ran with."""
+        if isinstance(self.manager, SystemdManager):
+            return " ".join(self.manager._argv("start", self.manager.unit))
+        if isinstance(self.manager, SysvManager):
+            return f"{self.manager.service} {self.manager.unit} start"
+        if argv:
+            return shlex.join(argv)
+        return "start dockerd the way this host starts it (systemctl start docker)"
 
     def _info_now(self) -> Mapping | None:
         try:
@@ -357,6 +423,10 @@ class Dockerd:
         markers = STARTED_MARKERS if self.restart else RELOADED_MARKERS
         state = "no answer yet"
         while True:
+            died = self._died()
+            if died is not None:
+                self.reporter.done(False, died.reason)
+                raise died
             lines = self.log.lines() if self._acted else []
             refusal = find_refusal(lines)
             now = time.monotonic()

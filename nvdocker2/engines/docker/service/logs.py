@@ -28,6 +28,8 @@ REFUSAL_MARKERS = (
 RELOADED_MARKERS = ("Reloaded configuration",)
 STARTED_MARKERS = ("Daemon has completed initialization", "API listen on")
 
+# The first line of a Go crash report (`panic: ...`, `fatal error: ...`, `SIGABRT: abort`).
+_CRASH = re.compile(r"^(panic: |fatal error: |SIG[A-Z]+: )")
 _MSG = re.compile(r'msg="((?:[^"\\]|\\.)*)"')
 _LEVEL = re.compile(r'level"?[=:]"?(\w+)')
 
@@ -165,3 +167,13 @@ def errors_in(lines: list[str]) -> list[str]:
         if level and level.group(1).lower() in ("error", "fatal", "panic"):
             out.append(message_of(line))
     return out
+
+
+def last_words(lines: list[str]) -> str | None:
+    """The last panic or fatal line dockerd wrote (a Go crash report's first line, or a
+    logrus line at level fatal or panic): why a dockerd that exited did so."""
+    for line in reversed(lines):
+        level = _LEVEL.search(line)
+        if _CRASH.match(line.strip()) or (level and level.group(1).lower() in ("fatal", "panic")):
+            return message_of(line)
+    return None

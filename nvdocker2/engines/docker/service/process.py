@@ -172,6 +172,19 @@ def read_process(
     return DockerdProcess(pid=pid, argv=argv, exe=exe)
 
 
+def start_time(pid: int, proc: Path = Path("/proc")) -> str | None:
+    """When `pid` started (field 22 of /proc/PID/stat), or None when no live process has that
+    pid (gone, or a zombie): a pid and its start time name one process, even across pid reuse."""
+    try:
+        stat = (Path(proc) / str(pid) / "stat").read_text(errors="replace")
+    except OSError:
+        return None
+    fields = stat.rsplit(")", 1)[-1].split()
+    if len(fields) < 20 or fields[0] in ("Z", "X"):
+        return None
+    return fields[19]
+
+
 def parse_flags(args: tuple[str, ...] | list[str]) -> list[tuple[str, str | None]]:
     """(long flag name, value) for each flag in dockerd's argv (without argv[0]), like pflag."""
     out: list[tuple[str, str | None]] = []
