@@ -37,9 +37,14 @@ def render(res: Any, extra_notes: list[str], extra_warnings: list[str],
         return
     # The engine transactions name their engine in config_reason ("containerd engine").
     who = res.config_reason[: -len(" engine")] if res.config_reason.endswith(" engine") else "dockerd"
-    if not res.changed:
+    acted = "reloaded" if who == "dockerd" else "restarted"
+    if not res.changed and res.reload != "none":  # the engine was not running the file yet
+        out.append(f"unchanged: {res.config} already says that; nothing written, {who} {acted} "
+                   "to run it")
+        out.append("verified: " + (f"yes, {who} reports the change" if res.verified else "no"))
+    elif not res.changed:
         out.append(f"unchanged: {res.config} already says that; nothing written, {who} not "
-                   + ("reloaded" if who == "dockerd" else "restarted"))
+                   + acted)
     else:
         for c in res.changes:
             if not c.changed:

@@ -164,10 +164,11 @@ class Service:
         return a warning when it does but its taking the files is not proven (reference §8)."""
         return None
 
-    def settle(self, ctx: "Context", expect: Any) -> bool:
-        """For a change already in the files: make the engine run them when an interrupted
-        earlier run left it behind; True when that was done and verified."""
-        return False
+    def settle(self, ctx: "Context", expect: Any) -> bool | None:
+        """For a change already in the files: make the engine run them when an earlier run
+        left it behind (interrupted, or told not to reload); None when nothing was done, else
+        whether the engine was then seen running them."""
+        return None
 
     def mark(self) -> Any:
         """Where the engine's log stands before the write (for `rejected_hint`)."""

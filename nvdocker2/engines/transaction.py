@@ -263,14 +263,15 @@ def _primary(ctx: Context, plan: Plan) -> FileEdit | None:
 
 
 def _result(ctx: Context, action: str, plan: Plan, *, backup: Backup | None = None,
-            verified: bool = False, diff: str | None = None) -> Result:
+            verified: bool = False, diff: str | None = None, settled: bool = False) -> Result:
+    """`settled`: the files were unchanged and the engine was made to run them (`settle`)."""
     main = _primary(ctx, plan)
     changed = plan.changed
     return Result(
         action=action, changed=changed, config=str(ctx.engine.config),
         config_reason=ctx.engine.config_reason, backup=backup.id if backup else None,
         backup_file=str(backup.file) if backup and backup.existed else None,
-        reload=ctx.service.strategy if changed and not ctx.dry_run else "none",
+        reload=ctx.service.strategy if (changed or settled) and not ctx.dry_run else "none",
         verified=verified, warnings=tuple(ctx.warnings) + plan.warnings,
         notes=tuple(ctx.notes) + plan.notes, changes=plan.changes, dry_run=ctx.dry_run,
         diff=diff, style=plan.style, unchecked=tuple(ctx.unchecked),
@@ -301,9 +302,9 @@ def _attempt(ctx: Context, action: str, plan: Plan) -> Result:
     if not plan.changed:
         if plan.journal is not None and plan.journal != journal.load():
             journal.write(plan.journal)  # nothing to change in the files; the record is stale
-        verified = ctx.service.settle(ctx, plan.expect)
+        settled = ctx.service.settle(ctx, plan.expect)
         _remove_dirs(plan.remove_dirs)
-        return _result(ctx, action, plan, verified=verified)
+        return _result(ctx, action, plan, verified=bool(settled), settled=settled is not None)
     made_dirs = _make_dirs(ctx, plan)
     try:
         return _apply(ctx, action, plan, journal, _checked(ctx, plan, None))

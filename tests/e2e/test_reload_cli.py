@@ -177,3 +177,31 @@ def test_install_reloads_a_file_dockerd_is_not_running_yet(dockerd):
 def uninstalled(daemon) -> bool:
     out = nvdocker2(daemon, "uninstall", "--reload", "signal")
     return out.returncode == 0 and "nvidia" not in daemon.info()["Runtimes"]
+
+
+def test_after_reload_none_the_next_install_reloads_and_says_so_without_inventing_a_cause(
+        dockerd):
+    """Issue 38 (13): the second install printed "unchanged … not reloaded" and then "an
+    earlier run was interrupted: reloaded", though it had reloaded and nothing was
+    interrupted."""
+    daemon = dockerd
+    first = nvdocker2(daemon, *INSTALL, "--reload", "none")
+    assert first.returncode == 0, first.stderr
+    assert "nvidia" not in daemon.info()["Runtimes"]
+    count = reloads(daemon)
+    second = nvdocker2(daemon, *INSTALL, "--reload", "signal")
+    assert second.returncode == 0, second.stderr
+    cfg = daemon.config_file
+    assert second.stdout.splitlines()[1:] == [
+        f"unchanged: {cfg} already says that; nothing written, dockerd reloaded to run it",
+        "verified: yes, dockerd reports the change",
+        "note: dockerd was not running this file yet (an earlier run with --reload none or an"
+        " interrupted one wrote it, or a hand edit): reloaded it",
+    ]
+    assert "interrupted:" not in second.stdout and "not reloaded" not in second.stdout
+    assert daemon.info()["Runtimes"]["nvidia"] == {"path": RUNTIME}
+    assert reloads(daemon) == count + 1
+    third = nvdocker2(daemon, *INSTALL, "--reload", "signal", "--json")
+    result = json.loads(third.stdout)
+    assert (result["changed"], result["reload"], result["notes"]) == (False, "none", [])
+    assert reloads(daemon) == count + 1

@@ -169,17 +169,18 @@ class DaemonService(Service):
     def verify(self, expect: Any, timeout: float) -> str | None:
         return self.daemon.verify(expect, timeout)
 
-    def settle(self, ctx: Any, expect: Any) -> bool:
-        """Reload an unchanged file that dockerd is not running; True when that was done.
+    def settle(self, ctx: Any, expect: Any) -> bool | None:
+        """Reload an unchanged file that dockerd is not running (None: it runs it already, or
+        this run may not reload); else whether dockerd was then seen running it.
 
-        An earlier run stopped between its rename and its reload (SIGKILL, power cut) leaves
-        the file right and dockerd on the old one: the next run writes nothing, so it must
-        reload."""
+        An earlier run with --reload none, one stopped between its rename and its reload
+        (SIGKILL, power cut) or a hand edit leaves the file right and dockerd on the old one:
+        the next run writes nothing, so it must reload. Which of those it was is not known."""
         lags = getattr(self.daemon, "lags_behind", None)
         if lags is None or not lags(expect):
-            return False
-        ctx.notes.append(
-            "dockerd was not running this file (an earlier run was interrupted): reloaded")
+            return None
+        ctx.notes.append("dockerd was not running this file yet (an earlier run with --reload "
+                         "none or an interrupted one wrote it, or a hand edit): reloaded it")
         self.daemon.reload()
         unproven = self.daemon.verify(expect, ctx.timeout)
         if unproven:
