@@ -12,6 +12,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Callable
+
 PROG = "nvidia-container-cli"
 EXIT_FAILURE = 1
 MAX_REQUIREMENTS = 32  # the size of NVIDIA's ctx->reqs
@@ -156,7 +160,7 @@ def _help(prog: str, opts: tuple[Opt, ...], args_doc: str, doc: str, commands: b
     return "\n".join(lines)
 
 
-def _match(opts: tuple[Opt, ...], name: str, prog: str) -> Opt:
+def _match(opts: tuple[Opt, ...], name: str, prog: str, arg: str) -> Opt:
     exact = [o for o in opts if o.name == name]
     if exact:
         return exact[0]
@@ -166,7 +170,7 @@ def _match(opts: tuple[Opt, ...], name: str, prog: str) -> Opt:
     if found:
         names = " ".join(f"'--{o.name}'" for o in found)
         raise UsageError(f"option '--{name}' is ambiguous; possibilities: {names}", prog)
-    raise UsageError(f"unrecognized option '--{name}'", prog)
+    raise UsageError(f"unrecognized option '{arg}'", prog)  # as getopt: the whole word
 
 
 _BUILTIN = (Opt("help", "?"), Opt("usage"), Opt("version", "V"))
@@ -198,18 +202,11 @@ def _parse_level(argv: list[str], opts: tuple[Opt, ...], prog: str, in_order: bo
             break
         if arg.startswith("--"):
             name, eq, value = arg[2:].partition("=")
-            o = _match(every, name, prog)
-            if not o.value:
-                if eq:
-                    raise UsageError(f"option '--{o.name}' doesn't allow an argument", prog)
-                take(o, None)
-            elif eq or o.optional:
-                take(o, value if eq else None)
-            elif i < len(argv):
-                take(o, argv[i])
-                i += 1
-            else:
-                raise UsageError(f"option '--{o.name}' requires an argument", prog)
+            o = _match(every, name, prog, arg)
+            if not o.value and eq:
+                raise UsageError(f"option '--{o.name}' doesn't allow an argument", prog)
+            i = _value(o, value if eq else None, argv, i, take,
+                       f"option '--{o.name}' requires an argument", prog)
             continue
         if arg.startswith("-") and arg != "-":
             j = 1
@@ -222,14 +219,8 @@ def _parse_level(argv: list[str], opts: tuple[Opt, ...], prog: str, in_order: bo
                 if not o.value:
                     take(o, None)
                     continue
-                rest = arg[j:]
-                if rest or o.optional:
-                    take(o, rest or None)
-                elif i < len(argv):
-                    take(o, argv[i])
-                    i += 1
-                else:
-                    raise UsageError(f"option requires an argument -- '{letter}'", prog)
+                i = _value(o, arg[j:] or None, argv, i, take,
+                           f"option requires an argument -- '{letter}'", prog)
                 break
             continue
         if in_order:
@@ -238,6 +229,22 @@ def _parse_level(argv: list[str], opts: tuple[Opt, ...], prog: str, in_order: bo
             break
         args.append(arg)
     return values, args
+
+
+def _value(o: Opt, attached: str | None, argv: list[str], i: int,
+           take: Callable[[Opt, str | None], None], missing: str, prog: str) -> int:
+    """Give `o` its value: `attached` (after `=` or the letter), else for a required value
+    the next word; the index of the word after what was used."""
+    if not o.value:
+        take(o, None)
+    elif attached is not None or o.optional:
+        take(o, attached)
+    elif i < len(argv):
+        take(o, argv[i])
+        return i + 1
+    else:
+        raise UsageError(missing, prog)
+    return i
 
 
 class ShownError(Exception):
