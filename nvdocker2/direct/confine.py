@@ -100,7 +100,7 @@ class _Libc:
     def __init__(self) -> None:
         from nvdocker2.host.load import Libc
 
-        libc = Libc(("unshare", "mount", "umount2", "prctl", "capset"))
+        libc = Libc(("unshare", "setns", "mount", "umount2", "prctl", "capset"))
         self._errno = libc.errno
         self._ulong = libc.ulong
         self._call = libc.call
@@ -112,6 +112,9 @@ class _Libc:
 
     def unshare(self, flags: int) -> None:
         self._check(self._call["unshare"](flags), "unshare(CLONE_NEWNS)")
+
+    def setns(self, fd: int, nstype: int, what: str) -> None:
+        self._check(self._call["setns"](fd, nstype), what)
 
     def mount(self, source: bytes | None, target: str, fstype: bytes | None, flags: int,
               data: bytes | None, what: str) -> None:
@@ -153,6 +156,12 @@ def _libc() -> _Libc:
     if not _LIBC:
         _LIBC.append(_Libc())
     return _LIBC[0]
+
+
+def libc_calls() -> _Libc:
+    """The libc calls the standard library lacks (unshare, setns, mount, umount2, prctl,
+    capset), bound once for this process; raises ImportError, AttributeError or OSError."""
+    return _libc()
 
 
 def bind_libc() -> None:

@@ -169,8 +169,9 @@ def host_path(driver_root: str, path: str) -> str:
     return os.path.join(driver_root, path.lstrip("/")) if driver_root != "/" else path
 
 
-def discover(driver_root: str = "/") -> Discovery:
-    """Read what the driver under `driver_root` offers; raise `DirectError` if there is none."""
+def discover(driver_root: str = "/", ldcache: str = "/etc/ld.so.cache") -> Discovery:
+    """Read what the driver under `driver_root` offers; raise `DirectError` if there is none.
+    `ldcache` is the loader's cache to find libraries in (a path inside the driver root)."""
     root = os.path.abspath(driver_root)
     gpus_dir = host_path(root, "/proc/driver/nvidia/gpus")
     if not os.path.isdir(gpus_dir):
@@ -182,7 +183,7 @@ def discover(driver_root: str = "/") -> Discovery:
     gpus = _read_gpus(gpus_dir)
     nodes, problems = _read_nodes(root, gpus)
     version = _driver_version(root)
-    files, source = _driver_files(root, version)
+    files, source = _driver_files(root, version, ldcache)
     return Discovery(
         driver_root=root,
         driver_version=version,
@@ -284,9 +285,10 @@ def _library_dirs(compat32: bool) -> tuple[str, ...]:
     return (f"/usr/lib/{triplet}", "/usr/lib64", f"/lib/{triplet}", "/lib64", "/usr/lib", "/lib")
 
 
-def _candidates(root: str) -> tuple[list[tuple[str, str, bool]], str]:
+def _candidates(root: str, ldcache: str = "/etc/ld.so.cache"
+                ) -> tuple[list[tuple[str, str, bool]], str]:
     """(name, in-root path, is 32-bit) in the loader's order, and where they came from."""
-    cache_path = host_path(root, "/etc/ld.so.cache")
+    cache_path = host_path(root, ldcache)
     try:
         with open(cache_path, "rb") as f:
             entries = parse_ld_cache(f.read())
@@ -323,8 +325,9 @@ def _cache_kind(entry: CacheEntry, native: int | None) -> bool | None:
     return None
 
 
-def _driver_files(root: str, version: str | None) -> tuple[tuple[DriverFile, ...], str]:
-    candidates, source = _candidates(root)
+def _driver_files(root: str, version: str | None, ldcache: str = "/etc/ld.so.cache"
+                  ) -> tuple[tuple[DriverFile, ...], str]:
+    candidates, source = _candidates(root, ldcache)
     by_base: dict[str, list[tuple[str, str, bool]]] = {}
     for cand in candidates:
         head, sep, _ = cand[0].partition(".so")

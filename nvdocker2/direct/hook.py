@@ -268,6 +268,15 @@ def run(argv: list[str], stdin: IO[str]) -> None:
     """Do the hook's work or raise `DirectError`."""
     ldconfig, links, folders = parse_args(argv)
     rootfs, spec = read_state(stdin)
+    update_ldcache(rootfs, ldconfig, links, folders, lambda found: driver_files(spec, found))
+
+
+def update_ldcache(rootfs: str, ldconfig: str, links: list[tuple[str, str]],
+                   folders: list[str],
+                   driver_files_in: Callable[[list[str]], set[tuple[int, int]]]) -> None:
+    """Make the soname `links` and refresh the ld cache of `rootfs` for `folders` with the
+    host's `ldconfig`, confined as the module says; `driver_files_in(folders found)` names the
+    driver's read-only files ldconfig may see there. Raises `DirectError`."""
     check = _same_mount_as_root(rootfs)
     folders = _folders_in_image(rootfs, folders, check)
     for parent, entries in _by_directory(links):
@@ -279,7 +288,7 @@ def run(argv: list[str], stdin: IO[str]) -> None:
         # rights alone.)
         from nvdocker2.direct.confine import bind_libc, drop_privileges, private_view
 
-        keep = driver_files(spec, folders)
+        keep = driver_files_in(folders)
         bind_libc()
 
         def prepare() -> None:

@@ -17,7 +17,7 @@ import os
 import stat
 
 from nvdocker2.direct.errors import DirectError
-from nvdocker2.host.files import symlink_at
+from nvdocker2.host.files import make_dir_at, symlink_at
 
 TYPE_CHECKING = False  # typing itself costs the hook's start a few milliseconds
 if TYPE_CHECKING:
@@ -107,6 +107,32 @@ def open_dir_in_root(root: str, resolved: str) -> int:
             nxt = os.open(comp, flags, dir_fd=fd)
             os.close(fd)
             fd = nxt
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def make_dir_in_root(root: str, resolved: str, mode: int = 0o755) -> int:
+    """Open the directory at a symlink-free in-root path as `open_dir_in_root` does, creating
+    each missing component (with `mode`) on the way; the caller closes the descriptor."""
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for comp in _components(resolved):
+            try:
+                nxt = os.open(comp, flags, dir_fd=fd)
+            except FileNotFoundError:
+                make_dir_at(comp, mode, fd)
+                nxt = os.open(comp, flags, dir_fd=fd)
+            os.close(fd)
+            fd = nxt
+    except OSError as err:
+        os.close(fd)
+        if err.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise UnsafePath(f"{resolved} in the container image changed under us; refusing"
+                             ) from err
+        raise
     except BaseException:
         os.close(fd)
         raise

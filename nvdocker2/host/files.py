@@ -167,6 +167,20 @@ def symlink_at(target: str, name: str, dir_fd: int) -> None:
     os.symlink(target, name, dir_fd=dir_fd)
 
 
+def make_dir_at(name: str, mode: int, dir_fd: int) -> None:
+    """Create the directory `name` with exactly `mode` in the directory open as `dir_fd` (a
+    container's rootfs, opened by the caller without following the image's symlinks)."""
+    if not name or "/" in name or name in (".", ".."):
+        raise ValueError(f"not an entry name: {name!r}")
+    os.mkdir(name, mode & 0o7777, dir_fd=dir_fd)
+    fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
+                 dir_fd=dir_fd)
+    try:
+        os.fchmod(fd, mode & 0o7777)  # the umask took bits off what mkdir was given
+    finally:
+        os.close(fd)
+
+
 class Untrusted(OSError):
     """A file that another user could have written; the message says who and how."""
 
