@@ -51,9 +51,10 @@ def cdi_generate(
         res = generate_cdi(output, driver_root=driver_root, runtime_path=path, ldconfig=ldconfig)
         if _Out.json:
             _emit_json({"output": res.output, "gpus": res.gpus, "mounts": res.mounts,
-                        "driver_root": res.driver_root})
+                        "driver_root": res.driver_root, "wsl": res.wsl})
         else:
-            sys.stdout.write(f"wrote {res.output}: {res.gpus} GPU(s), {res.mounts} driver "
+            gpus = "WSL2, every GPU through /dev/dxg" if res.wsl else f"{res.gpus} GPU(s)"
+            sys.stdout.write(f"wrote {res.output}: {gpus}, {res.mounts} driver "
                              f"files, driver root {res.driver_root}\n")
         return 0
 

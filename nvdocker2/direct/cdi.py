@@ -2,8 +2,9 @@
 
 Runtimes with CDI support (containerd, CRI-O, podman, Docker >= 25) can then give GPUs with
 `--device nvidia.com/gpu=0` and need neither libnvidia-container nor this runtime's `create`
-path. The spec names each GPU by index and by UUID, plus `all`; the driver files, control
-nodes and the ld-cache hook (this runtime in its hook role) are common edits. The output is
+path. The spec names each GPU by index and by UUID, plus `all` (on WSL2 only `all`, with
+/dev/dxg); the driver files, control nodes and the ld-cache hook (this runtime in its hook
+role) are common edits. The output is
 YAML (written here, no YAML library) or JSON when the file name ends in `.json`; CDI reads
 both. Stdlib only, like the rest of direct mode.
 """
@@ -48,7 +49,12 @@ def cdi_spec(
         edits = {"deviceNodes": [_node(by_path[g.node_path], root)]}
         devices.append({"name": str(g.index), "containerEdits": edits})
         devices.append({"name": g.uuid, "containerEdits": edits})
-    if plan.gpus:
+    if discovery.wsl is not None:
+        # WSL2: every GPU through /dev/dxg, one device `all` (NVIDIA's WSL spec).
+        gpu_paths = {n.path for n in plan.nodes}
+        devices.append({"name": "all", "containerEdits": {
+            "deviceNodes": [_node(n, root) for n in plan.nodes]}})
+    elif plan.gpus:
         devices.append(
             {
                 "name": "all",
@@ -69,11 +75,14 @@ def cdi_spec(
             if folder not in folders:
                 folders.append(folder)
             links.extend(f"{folder}/{n}::{os.path.basename(f.path)}" for n in f.links)
+    links.extend(f"{link}::{target}" for link, target in plan.links)
     common: dict[str, Any] = {
         "env": ["NVIDIA_VISIBLE_DEVICES=void"],
         "deviceNodes": [_node(n, root) for n in plan.nodes if n.path not in gpu_paths],
         "mounts": mounts,
     }
+    if not common["deviceNodes"]:
+        del common["deviceNodes"]  # WSL2: /dev/dxg is device `all`'s
     if folders:
         hook = hook_entry(runtime_path, ldconfig, links, folders)
         common["hooks"] = [{"hookName": "createContainer", **hook}]

@@ -65,6 +65,7 @@ class CdiResult:
     gpus: int
     mounts: int
     driver_root: str
+    wsl: bool = False  # WSL2: one device `all`, /dev/dxg
 
 
 def generate_cdi(
@@ -84,4 +85,6 @@ def generate_cdi(
         gpus=sum(1 for d in spec["devices"] if d["name"].isdigit()),
         mounts=len(spec["containerEdits"]["mounts"]),
         driver_root=os.path.abspath(root),
+        wsl=any(n.get("path") == "/dev/dxg" for d in spec["devices"]
+                for n in d["containerEdits"].get("deviceNodes", ())),
     )

@@ -25,6 +25,10 @@ from nvdocker2.direct.ldcache import (
 )
 from nvdocker2.direct.rootfs import resolve_in_root
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from nvdocker2.direct.wsl import WslDriver
+
 ALL_CAPABILITIES = ("compat32", "compute", "display", "graphics", "ngx", "utility", "video")
 
 # Libraries per capability, as the loader names them (file names start with "NAME.").
@@ -133,7 +137,8 @@ class DriverFile:
 
 @dataclass(frozen=True)
 class Discovery:
-    """Everything found under `driver_root`; `problems` maps a node path to what is wrong."""
+    """Everything found under `driver_root`; `problems` maps a node path to what is wrong.
+    `wsl` is set on a WSL2 guest (nvdocker2.direct.wsl), which has no GPUs to list."""
 
     driver_root: str
     driver_version: str | None
@@ -142,6 +147,7 @@ class Discovery:
     files: tuple[DriverFile, ...]
     problems: tuple[tuple[str, str], ...]
     library_source: str
+    wsl: WslDriver | None = None
 
     def node(self, path: str) -> DeviceNode | None:
         for n in self.nodes:
@@ -175,6 +181,9 @@ def discover(driver_root: str = "/", ldcache: str = "/etc/ld.so.cache") -> Disco
     root = os.path.abspath(driver_root)
     gpus_dir = host_path(root, "/proc/driver/nvidia/gpus")
     if not os.path.isdir(gpus_dir):
+        wsl = _wsl_discovery(root)
+        if wsl is not None:
+            return wsl
         raise DirectError(
             f"no NVIDIA driver found: {gpus_dir} does not exist",
             "load the NVIDIA kernel module (modprobe nvidia), or set driver-root in the"
@@ -193,6 +202,13 @@ def discover(driver_root: str = "/", ldcache: str = "/etc/ld.so.cache") -> Disco
         problems=problems,
         library_source=source,
     )
+
+
+def _wsl_discovery(root: str) -> Discovery | None:
+    """WSL2's driver (/dev/dxg and the Windows driver store) where `root` is a WSL2 guest."""
+    from nvdocker2.direct.wsl import discover_wsl, is_wsl
+
+    return discover_wsl(root) if is_wsl(root) else None
 
 
 def parse_information(text: str) -> dict[str, str]:

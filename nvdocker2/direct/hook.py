@@ -63,7 +63,7 @@ def parse_args(argv: list[str]) -> tuple[str, list[tuple[str, str]], list[str]]:
             ldconfig = value
         elif arg == "--link":
             link, sep, target = value.partition("::")
-            if not sep or not link.startswith("/") or not target or "/" in target:
+            if not sep or not link.startswith("/") or not _good_target(target):
                 raise DirectError(f"direct-hook: bad --link {value!r}", USAGE)
             links.append((link, target))
         elif arg == "--folder":
@@ -75,6 +75,15 @@ def parse_args(argv: list[str]) -> tuple[str, list[tuple[str, str]], list[str]]:
     if not os.path.isabs(ldconfig):
         raise DirectError("direct-hook: --ldconfig must be an absolute path on the host", USAGE)
     return ldconfig, links, folders
+
+
+def _good_target(target: str) -> bool:
+    """A name in the link's own folder (a soname link), or an absolute path without `.` or
+    `..` (WSL2's /usr/bin/nvidia-smi into the driver store); the hook never follows it."""
+    if "/" not in target:
+        return bool(target)
+    parts = target.split("/")
+    return parts[0] == "" and all(p not in ("", ".", "..") for p in parts[1:])
 
 
 def read_state(stdin: IO[str]) -> tuple[str, dict]:
@@ -280,6 +289,8 @@ def update_ldcache(rootfs: str, ldconfig: str, links: list[tuple[str, str]],
     check = _same_mount_as_root(rootfs)
     folders = _folders_in_image(rootfs, folders, check)
     for parent, entries in _by_directory(links):
+        if entries[0][1].startswith("/") and _folders_in_image(rootfs, [parent], check) == []:
+            continue  # a convenience link (nvidia-smi on PATH) where the image has no folder
         links_in_root(rootfs, parent, entries, check)
     _refuse_a_mounted_cache(rootfs, check)
     prepare = None

@@ -42,11 +42,13 @@ Devices = Union[str, Sequence[str]]
 
 @dataclass(frozen=True)
 class Plan:
-    """What a container gets: GPUs, device nodes (GPU and control), driver files."""
+    """What a container gets: GPUs, device nodes (GPU and control), driver files, and links
+    as (link, absolute target) beside the soname links (WSL2's /usr/bin/nvidia-smi)."""
 
     gpus: tuple[Gpu, ...]
     nodes: tuple[DeviceNode, ...]
     files: tuple[DriverFile, ...]
+    links: tuple[tuple[str, str], ...] = ()
 
 
 def host_ldconfig(setting: str | None) -> str:
@@ -118,6 +120,10 @@ def _find_gpu(discovery: Discovery, ident: str) -> Gpu:
 def make_plan(discovery: Discovery, devices: Devices, capabilities: Iterable[str]) -> Plan:
     """Resolve the request against the discovery; raise `DirectError` on anything missing."""
     caps = frozenset(capabilities)
+    if discovery.wsl is not None:
+        from nvdocker2.direct.wsl import wsl_plan
+
+        return wsl_plan(discovery, devices, caps)
     gpus = select_gpus(discovery, devices)
     nodes = [_node(discovery, g.node_path, required=True) for g in gpus]
     for name in CONTROL_NODES:
@@ -220,6 +226,7 @@ def edit_spec(
             if folder not in folders:
                 folders.append(folder)
             links.extend(f"{folder}/{name}::{os.path.basename(dest)}" for name in f.links)
+    links.extend(f"{link}::{target}" for link, target in plan.links)
 
     if folders:
         hooks = _obj(new, "hooks", "hooks")

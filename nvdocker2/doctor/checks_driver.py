@@ -46,12 +46,14 @@ def kernel_version(ctx: Context) -> str | None:
 def wsl(ctx: Context) -> Outcome:
     if not ctx.is_wsl():
         return skip("not WSL2 (no /dev/dxg)")
-    if not ctx.root.path(f"{WSL_LIB_DIR}/libnvidia-ml.so.1").exists():
-        return warn(
-            f"WSL2, but {WSL_LIB_DIR}/libnvidia-ml.so.1 is missing",
-            "install or update the NVIDIA driver on the Windows side",
-        )
-    return ok(f"WSL2: GPU through /dev/dxg, driver libraries in {WSL_LIB_DIR}")
+    from nvdocker2.direct.wsl import WSL_HINT, missing, nvidia_driver_store
+
+    root = str(ctx.root.path("/"))
+    gaps = missing(root)
+    if gaps:
+        return warn(f"WSL2, but direct and CDI mode would miss: {'; '.join(gaps)}", WSL_HINT)
+    return ok(f"WSL2: GPU through /dev/dxg, libdxcore.so in {WSL_LIB_DIR}, NVIDIA driver store"
+              f" {nvidia_driver_store(root)}")
 
 
 @check("driver.kernel", "NVIDIA kernel driver (/proc/driver/nvidia/version)")

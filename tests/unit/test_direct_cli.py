@@ -71,7 +71,7 @@ def test_cdi_generate_yaml_takes_driver_root_from_config_toml(driver, tmp_path):
                   env={"NVIDIA_CONTAINER_RUNTIME_CONFIG": str(toml)})
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout) == {"output": str(out), "gpus": 2, "mounts": 7,
-                                    "driver_root": str(driver.root)}
+                                    "driver_root": str(driver.root), "wsl": False}
     assert out.read_text().startswith('cdiVersion: "0.5.0"\nkind: "nvidia.com/gpu"\n')
 
 

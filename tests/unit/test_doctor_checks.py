@@ -16,6 +16,7 @@ import time
 from pathlib import Path, PurePosixPath
 
 import pytest
+from fixtures.fake_driver import WSL_STORE, build_fake_wsl
 
 import nvdocker2
 from nvdocker2.doctor.context import Context, EngineUnreachable
@@ -892,10 +893,14 @@ def test_wsl2_skips_native_driver_checks(host):
     shutil.rmtree(host.path("/proc/driver"))
     host.chardev("/dev/dxg", 10, 63)
     results = host.run()
-    assert_status(results, "wsl", WARN, "/usr/lib/wsl/lib/libnvidia-ml.so.1")
-    host.file("/usr/lib/wsl/lib/libnvidia-ml.so.1", "")
+    assert_status(results, "wsl", WARN, "/usr/lib/wsl/lib/libdxcore.so is missing; no NVIDIA"
+                  " driver store with libcuda.so.1.1 (no /usr/lib/wsl/drivers/nv*.inf_amd64_*")
+    wsl = build_fake_wsl(host.path("/"), dxg=False, skip=(f"{WSL_STORE}/nvidia-smi",))
+    assert_status(host.run(), "wsl", WARN, f"{WSL_STORE}/nvidia-smi is missing")
+    (wsl.path(WSL_STORE) / "nvidia-smi").write_text("")
     results = host.run()
-    assert_status(results, "wsl", OK, "/dev/dxg")
+    assert_status(results, "wsl", OK, f"/dev/dxg, libdxcore.so in /usr/lib/wsl/lib, NVIDIA"
+                  f" driver store {WSL_STORE}")
     for i in ("driver.kernel", "driver.modules", "driver.devices", "driver.libraries"):
         assert_status(results, i, SKIP, "WSL2")
 

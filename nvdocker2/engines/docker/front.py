@@ -58,6 +58,10 @@ class DockerFront:
         if action == "rollback":
             return self._rollback(o, reporter)
         cfg, why = _resolve_config(o["config"])
+        if action == "install":
+            from nvdocker2.engines.docker import desktop
+
+            desktop.refuse_on_desktop(o["docker_host"], str(cfg))  # before anything is written
         if mode == "cdi":
             return self._cdi(action, cfg, why, o, reporter)
         if action == "uninstall" and mode is not None:

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import contextlib
-import os
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -114,6 +113,11 @@ def report(cfg: Path, why: str, docker_host: Optional[str],
     lines.append(f"backups: {info['backups']}" + (f" (newest {newest})" if newest else ""))
     lines.append(f"runtime beside nvdocker2: {own}" + ("" if own_exists else " (missing)"))
     lines.append(_describe_dockerd(info["dockerd"], cfg))
+    if info["dockerd"]["desktop"]:
+        from nvdocker2.engines.docker.desktop import WHAT_WORKS
+
+        lines.append(f"Docker Desktop: {info['dockerd']['desktop']}; install refuses it. "
+                     f"{WHAT_WORKS}")
     return Report(info, lines, list(info["warnings"]), code)
 
 
@@ -140,22 +144,16 @@ def _mode_status(state: Path, cfg: Path, runtime_installed: bool) -> dict:
 
 def _query_dockerd(docker_host: Optional[str], runtimes: dict, default: Any) -> dict:
     """What the running dockerd reports (GET /info) and whether it matches the file."""
-    from nvdocker2.engines.docker.service.api import (
-        EngineClient,
-        EngineError,
-        EngineUnavailable,
-        parse_docker_host,
-    )
+    from nvdocker2.engines.docker.desktop import desktop_reason, engine_host
+    from nvdocker2.engines.docker.service.api import EngineClient, EngineError, EngineUnavailable
 
-    if docker_host is None and not os.environ.get("DOCKER_HOST"):
-        # A rootless Docker's user asks its own dockerd, as install does (locations).
-        sock = locations.rootless_socket()
-        docker_host = f"unix://{sock}" if sock is not None else None
-    host = parse_docker_host(docker_host)
+    # A rootless Docker's user asks its own dockerd, as install does.
+    host = engine_host(docker_host)
     try:
         data = EngineClient(host, timeout=5.0).info()
     except (EngineUnavailable, EngineError) as e:
-        return {"host": host.url, "reachable": False, "error": str(e)}
+        return {"host": host.url, "reachable": False, "error": str(e),
+                "desktop": desktop_reason(None, host.socket_path)}
     running = {
         name: entry.get("path")
         for name, entry in (data.get("Runtimes") or {}).items()
@@ -177,6 +175,7 @@ def _query_dockerd(docker_host: Optional[str], runtimes: dict, default: Any) -> 
         "default_runtime": default_running,
         "agrees_with_file": not differs,
         "differs": differs,
+        "desktop": desktop_reason(data, host.socket_path),
     }
 
 

@@ -49,6 +49,24 @@ def dockerd_reachable(ctx: Context) -> Outcome:
     return ok(f"Docker {info.get('ServerVersion', '?')} at {host.url}")
 
 
+@check("dockerd.desktop", "the daemon is not Docker Desktop's")
+def dockerd_desktop(ctx: Context) -> Outcome:
+    """Desktop's daemon reads its own daemon.json (in Desktop's settings), never this host's."""
+    from nvdocker2.engines.docker.desktop import WHAT_WORKS, desktop_reason
+    from nvdocker2.engines.docker.service.api import parse_docker_host
+    from nvdocker2.errors import BadInput
+
+    host = ctx.docker_host()
+    try:
+        socket_path = parse_docker_host(host.url).socket_path
+    except BadInput:  # an address the client does not speak: no socket path to tell
+        socket_path = None
+    why = desktop_reason(ctx.info().info, socket_path)
+    if why is None:
+        return ok("not Docker Desktop")
+    return warn(f"{host.url} is Docker Desktop's daemon ({why}): install refuses it", WHAT_WORKS)
+
+
 @check("dockerd.trusted", "the process serving the Engine API is a trusted dockerd")
 def dockerd_trusted(ctx: Context) -> Outcome:
     """reference §8: dockerd is the process behind the API socket, owned by root (or, rootless, by
