@@ -246,3 +246,35 @@ def test_the_legacy_hook_refuses_a_hostile_imex_id_in_one_line(tmp_path):
     assert proc.returncode != 0 and argv is None
     assert proc.stderr.count("\n") == 1 and "NVIDIA_IMEX_CHANNELS: invalid IMEX channel" in \
         proc.stderr
+
+
+def _nvdocker2(*args):
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "nvdocker2", *args], capture_output=True,
+                          text=True, timeout=60)
+
+
+def test_cdi_generate_writes_both_classes_and_they_validate(driver, tmp_path):
+    gpu, imex = tmp_path / "gpu.json", tmp_path / "imex.json"
+    r = _nvdocker2("cdi", "generate", "--driver-root", str(driver.root), "--output", str(gpu))
+    assert r.returncode == 0, r.stderr
+    r = _nvdocker2("cdi", "generate", "--driver-root", str(driver.root), "--output", str(imex),
+                   "--class", "imex-channel")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == f"wrote {imex}: 2 IMEX channel(s), driver root {driver.root}\n"
+    for path in (gpu, imex):
+        jsonschema.validate(json.loads(path.read_text()), SCHEMA)
+    names = [d["name"] for d in json.loads(gpu.read_text())["devices"]]
+    assert {"0:0", "0:1", "0:2", MIG_A, MIG_B, MIG_C} <= set(names)
+    assert json.loads(imex.read_text())["kind"] == "nvidia.com/imex-channel"
+
+
+def test_cdi_generate_imex_without_channels_fails_in_one_line(tmp_path):
+    fake = build_fake_driver(tmp_path / "plain")
+    out = tmp_path / "imex.yaml"
+    r = _nvdocker2("cdi", "generate", "--driver-root", str(fake.root), "--output", str(out),
+                   "--class", "imex-channel")
+    assert r.returncode != 0 and not out.exists()
+    assert r.stderr.startswith("error: no IMEX channels under ")
