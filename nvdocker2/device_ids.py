@@ -86,3 +86,26 @@ def parse_device_list(value: str, source: str) -> Devices:
         if item not in ids:
             ids.append(item)
     return tuple(ids)
+
+
+MAX_IMEX_CHANNEL = (1 << 20) - 1  # a channel is the minor of a dev_t (NVIDIA's bound)
+
+
+def parse_imex_channels(value: str, source: str) -> Devices:
+    """`NVIDIA_IMEX_CHANNELS`: "all", "none" or a tuple of decimal channel numbers (ASCII
+    digits, at most 2^20 - 1, written without leading zeros), de-duplicated."""
+    if len(value) > MAX_DEVICE_IDS * 8:
+        raise RequestError(f"{source}: channel list too long ({len(value)} characters)")
+    items = [item.strip() for item in value.split(",")]
+    if items in (["all"], ["none"]):
+        return items[0]
+    channels: list[str] = []
+    for item in items:
+        if not (item.isascii() and item.isdigit() and int(item) <= MAX_IMEX_CHANNEL):
+            raise RequestError(
+                f"{source}: invalid IMEX channel {item!r:.40} (expected all, none, or channel"
+                f" numbers 0 to {MAX_IMEX_CHANNEL} separated by commas)"
+            )
+        if str(int(item)) not in channels:
+            channels.append(str(int(item)))
+    return tuple(channels)

@@ -40,18 +40,28 @@ def cdi_generate(
         None, "--ldconfig", metavar="PATH",
         help="The host's ldconfig [default: [nvidia-container-cli] ldconfig, else /sbin/ldconfig].",
     ),
+    device_class: str = typer.Option(
+        "gpu", "--class", metavar="CLASS",
+        help="gpu: nvidia.com/gpu (GPUs and MIG devices); imex-channel: "
+        "nvidia.com/imex-channel=N, written to /etc/cdi/nvidia-imex-channel.yaml by default.",
+    ),
     json_: bool = install_option("json"),
 ) -> None:
-    """Write a CDI spec (nvidia.com/gpu=INDEX|UUID|all) from what direct mode discovers."""
+    """Write a CDI spec (nvidia.com/gpu=INDEX|UUID|GPU:MIG|MIG-UUID|all, or with --class
+    imex-channel nvidia.com/imex-channel=N|all) from what direct mode discovers."""
 
     def go() -> int:
         from nvdocker2.direct.commands import generate_cdi
 
         path = runtime_path or locations.default_runtime_path()[0]
-        res = generate_cdi(output, driver_root=driver_root, runtime_path=path, ldconfig=ldconfig)
+        res = generate_cdi(output, driver_root=driver_root, runtime_path=path, ldconfig=ldconfig,
+                           device_class=device_class)
         if _Out.json:
             _emit_json({"output": res.output, "gpus": res.gpus, "mounts": res.mounts,
                         "driver_root": res.driver_root, "wsl": res.wsl})
+        elif device_class == "imex-channel":
+            sys.stdout.write(f"wrote {res.output}: {res.gpus} IMEX channel(s), driver root "
+                             f"{res.driver_root}\n")
         else:
             gpus = "WSL2, every GPU through /dev/dxg" if res.wsl else f"{res.gpus} GPU(s)"
             sys.stdout.write(f"wrote {res.output}: {gpus}, {res.mounts} driver "

@@ -2,9 +2,11 @@
 
 Runtimes with CDI support (containerd, CRI-O, podman, Docker >= 25) can then give GPUs with
 `--device nvidia.com/gpu=0` and need neither libnvidia-container nor this runtime's `create`
-path. The spec names each GPU by index and by UUID, plus `all` (on WSL2 only `all`, with
-/dev/dxg); the driver files, control nodes and the ld-cache hook (this runtime in its hook
-role) are common edits. The output is
+path. The spec names each GPU by index and by UUID, each MIG device as NVIDIA does (`0:1`,
+`MIG-<uuid>`: the parent GPU's node and the caps nodes of its GPU and compute instance), plus
+`all` (on WSL2 only `all`, with /dev/dxg); the driver files, control nodes and the ld-cache
+hook (this runtime in its hook role) are common edits. IMEX channels are a spec of their own
+kind, `nvidia.com/imex-channel=N` (`imex_spec`). The output is
 YAML (written here, no YAML library) or JSON when the file name ends in `.json`; CDI reads
 both. Stdlib only, like the rest of direct mode.
 """
@@ -17,11 +19,20 @@ from collections.abc import Iterable
 from typing import Any
 
 from nvdocker2.direct.cdi_versions import GENERATED_FLOOR, minimum_version
-from nvdocker2.direct.discover import ALL_CAPABILITIES, DeviceNode, Discovery
-from nvdocker2.direct.spec import MOUNT_OPTIONS, hook_entry, make_plan
+from nvdocker2.direct.discover import (
+    ALL_CAPABILITIES,
+    DeviceNode,
+    Discovery,
+    MigLayout,
+    imex_channels,
+)
+from nvdocker2.direct.spec import MOUNT_OPTIONS, hook_entry, make_plan, name_migs
 
 CDI_KIND = "nvidia.com/gpu"
+IMEX_KIND = "nvidia.com/imex-channel"
+CLASSES = {"gpu": CDI_KIND, "imex-channel": IMEX_KIND}  # NVIDIA's `--class` names
 DEFAULT_OUTPUT = "/etc/cdi/nvidia.yaml"
+IMEX_OUTPUT = "/etc/cdi/nvidia-imex-channel.yaml"
 
 
 def _node(node: DeviceNode, driver_root: str) -> dict[str, Any]:
@@ -42,26 +53,29 @@ def cdi_spec(
     """The CDI spec as a dict; raises `DirectError` where `create` would fail too."""
     plan = make_plan(discovery, "all", capabilities)
     root = discovery.driver_root
-    gpu_paths = {g.node_path for g in plan.gpus}
     by_path = {n.path: n for n in plan.nodes}
+    gpu_paths = {g.node_path for g in plan.gpus}
+    for m in plan.migs:
+        gpu_paths.update(n.path for n in m.nodes)
     devices = []
     for g in plan.gpus:
         edits = {"deviceNodes": [_node(by_path[g.node_path], root)]}
         devices.append({"name": str(g.index), "containerEdits": edits})
         devices.append({"name": g.uuid, "containerEdits": edits})
+    all_nodes = [by_path[g.node_path] for g in plan.gpus]
+    for m in name_migs(discovery, MigLayout(plan.migs, None, None, ())):
+        nodes = [by_path[m.gpu.node_path], *m.nodes]
+        edits = {"deviceNodes": [_node(n, root) for n in nodes]}
+        devices.append({"name": f"{m.gpu.index}:{m.index}", "containerEdits": edits})
+        devices.append({"name": str(m.uuid), "containerEdits": edits})
+        all_nodes.extend(n for n in nodes if n not in all_nodes)
     if discovery.wsl is not None:
         # WSL2: every GPU through /dev/dxg, one device `all` (NVIDIA's WSL spec).
         gpu_paths = {n.path for n in plan.nodes}
-        devices.append({"name": "all", "containerEdits": {
-            "deviceNodes": [_node(n, root) for n in plan.nodes]}})
-    elif plan.gpus:
+        all_nodes = list(plan.nodes)
+    if all_nodes:
         devices.append(
-            {
-                "name": "all",
-                "containerEdits": {
-                    "deviceNodes": [_node(by_path[g.node_path], root) for g in plan.gpus]
-                },
-            }
+            {"name": "all", "containerEdits": {"deviceNodes": [_node(n, root) for n in all_nodes]}}
         )
     mounts = []
     links = []
@@ -88,6 +102,23 @@ def cdi_spec(
         common["hooks"] = [{"hookName": "createContainer", **hook}]
     spec = {"cdiVersion": "", "kind": CDI_KIND, "devices": devices, "containerEdits": common}
     # The lowest version that defines what is written: older readers refuse newer ones.
+    spec["cdiVersion"] = minimum_version(spec, GENERATED_FLOOR)
+    return spec
+
+
+def imex_spec(discovery: Discovery) -> dict[str, Any]:
+    """The `nvidia.com/imex-channel` CDI spec: one device per channel node there is (named by
+    its number, as NVIDIA's `--class imex-channel` does), plus `all`."""
+    root = discovery.driver_root
+    channels = imex_channels(root)
+    devices = [
+        {"name": str(number), "containerEdits": {"deviceNodes": [_node(node, root)]}}
+        for number, node in channels
+    ]
+    if channels:
+        devices.append({"name": "all", "containerEdits": {
+            "deviceNodes": [_node(node, root) for _, node in channels]}})
+    spec = {"cdiVersion": "", "kind": IMEX_KIND, "devices": devices}
     spec["cdiVersion"] = minimum_version(spec, GENERATED_FLOOR)
     return spec
 

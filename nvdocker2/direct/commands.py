@@ -74,16 +74,31 @@ def generate_cdi(
     driver_root: str | None,
     runtime_path: str,
     ldconfig: str | None,
+    device_class: str = "gpu",
 ) -> CdiResult:
-    """Write the CDI spec for this host's driver (defaults from config.toml)."""
-    out = output or cdi.DEFAULT_OUTPUT
-    spec, root = cdi_document(driver_root=driver_root, runtime_path=runtime_path,
-                              ldconfig=ldconfig)
+    """Write the CDI spec for this host's driver (defaults from config.toml): of its GPUs
+    (`device_class` "gpu") or of its IMEX channels ("imex-channel")."""
+    if device_class not in cdi.CLASSES:
+        raise BadInput(f"--class {device_class!r:.40}: not a device class",
+                       f"give one of {', '.join(cdi.CLASSES)}")
+    if device_class == "imex-channel":
+        out = output or cdi.IMEX_OUTPUT
+        root = driver_root or _settings().runtime.driver_root
+        spec = cdi.imex_spec(discover(root))
+        if not spec["devices"]:
+            raise EnvironmentProblem(
+                f"no IMEX channels under {os.path.join(root, 'dev/nvidia-caps-imex-channels')}",
+                "IMEX channels appear once the nvidia-caps-imex-channels driver made them"
+                " (NVreg_CreateImexChannel0=1, or mknod from /proc/devices)")
+    else:
+        out = output or cdi.DEFAULT_OUTPUT
+        spec, root = cdi_document(driver_root=driver_root, runtime_path=runtime_path,
+                                  ldconfig=ldconfig)
     _write(Path(out), cdi.render(spec, out))
     return CdiResult(
         output=os.path.abspath(out),
         gpus=sum(1 for d in spec["devices"] if d["name"].isdigit()),
-        mounts=len(spec["containerEdits"]["mounts"]),
+        mounts=len(spec.get("containerEdits", {}).get("mounts", [])),
         driver_root=os.path.abspath(root),
         wsl=any(n.get("path") == "/dev/dxg" for d in spec["devices"]
                 for n in d["containerEdits"].get("deviceNodes", ())),

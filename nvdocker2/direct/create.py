@@ -41,12 +41,6 @@ def edit_for_create(
         raise DirectError(err.message) from None
     if request is None:
         return None
-    if request.mig_config is not None or request.mig_monitor is not None:
-        raise DirectError(
-            "NVIDIA_MIG_CONFIG_DEVICES / NVIDIA_MIG_MONITOR_DEVICES are not supported in"
-            " direct mode",
-            'use mode = "legacy" in config.toml for MIG management',
-        )
     return direct_edit(
         spec,
         bundle,
@@ -55,4 +49,7 @@ def edit_for_create(
         driver_root=config.runtime.driver_root,
         runtime_path=runtime_self_path(self_path),
         ldconfig=config.cli.ldconfig,
+        mig_config=request.mig_config,
+        mig_monitor=request.mig_monitor,
+        imex=request.imex_channels,
     )

@@ -254,30 +254,35 @@ def _read_nodes(
     problems = []
     paths = [g.node_path for g in gpus] + [f"/dev/{name}" for name in CONTROL_NODES]
     for path in paths:
-        where = host_path(root, path)
-        try:
-            st = os.stat(where)
-        except FileNotFoundError:
-            problems.append((path, f"{where} does not exist"))
-            continue
-        except OSError as err:
-            problems.append((path, f"cannot stat {where}: {err.strerror}"))
-            continue
-        if not stat.S_ISCHR(st.st_mode):
-            problems.append((path, f"{where} is not a character device"))
-            continue
-        nodes.append(
-            DeviceNode(
-                path=path,
-                host_path=where,
-                major=os.major(st.st_rdev),
-                minor=os.minor(st.st_rdev),
-                file_mode=stat.S_IMODE(st.st_mode),
-                uid=st.st_uid,
-                gid=st.st_gid,
-            )
-        )
+        node, problem = char_node(root, path)
+        if node is None:
+            problems.append((path, problem))
+        else:
+            nodes.append(node)
     return tuple(nodes), tuple(problems)
+
+
+def char_node(root: str, path: str) -> tuple[DeviceNode | None, str]:
+    """The character device at `path` under `root`, or (None, what is wrong)."""
+    where = host_path(root, path)
+    try:
+        st = os.stat(where)
+    except FileNotFoundError:
+        return None, f"{where} does not exist"
+    except OSError as err:
+        return None, f"cannot stat {where}: {err.strerror}"
+    if not stat.S_ISCHR(st.st_mode):
+        return None, f"{where} is not a character device"
+    node = DeviceNode(
+        path=path,
+        host_path=where,
+        major=os.major(st.st_rdev),
+        minor=os.minor(st.st_rdev),
+        file_mode=stat.S_IMODE(st.st_mode),
+        uid=st.st_uid,
+        gid=st.st_gid,
+    )
+    return node, ""
 
 
 def _driver_version(root: str) -> str | None:
@@ -425,3 +430,137 @@ def _binary(root: str, capability: str, name: str) -> DriverFile | None:
                 path=path, host_path=real_host, links=(), kind="bin", capability=capability
             )
     return None
+
+
+# MIG (Multi-Instance GPU): the driver lists each GPU instance and compute instance as a
+# capability under /proc/driver/nvidia/capabilities (gpuN, N the GPU's minor), and the minor of
+# the /dev/nvidia-caps/nvidia-capM node that grants it in /proc/driver/nvidia-caps/mig-minors.
+CAPABILITIES_DIR = "/proc/driver/nvidia/capabilities"
+MIG_MINORS = "/proc/driver/nvidia-caps/mig-minors"
+CAPS_NODE = "/dev/nvidia-caps/nvidia-cap{}"
+IMEX_DIR = "/dev/nvidia-caps-imex-channels"
+MAX_IMEX_CHANNEL = (1 << 20) - 1  # a channel is the minor of a dev_t (NVIDIA's bound)
+_INSTANCE_RE = re.compile(r"(gi|ci)(\d+)")
+
+
+@dataclass(frozen=True)
+class MigDevice:
+    """A compute instance `ci` of GPU instance `gi` on `gpu`: `nodes` are the caps nodes of
+    both (empty with `problem` set when one is missing); `index` and `uuid` are NVIDIA's
+    names (`GPU:index`, `MIG-...`), known once NVML was asked (`nvdocker2.direct.nvml`)."""
+
+    gpu: Gpu
+    gi: int
+    ci: int
+    nodes: tuple[DeviceNode, ...]
+    problem: str = ""
+    index: int | None = None
+    uuid: str | None = None
+
+    @property
+    def name(self) -> str:
+        return f"gpu{self.gpu.minor}/gi{self.gi}/ci{self.ci}"
+
+
+@dataclass(frozen=True)
+class MigLayout:
+    """Every MIG device of the host, and the `mig/config` and `mig/monitor` caps nodes."""
+
+    devices: tuple[MigDevice, ...]
+    config: DeviceNode | None
+    monitor: DeviceNode | None
+    problems: tuple[str, ...]
+
+
+def read_mig_minors(root: str) -> dict[str, int]:
+    """`/proc/driver/nvidia-caps/mig-minors` as {capability: minor}; {} when there is none."""
+    try:
+        with open(host_path(root, MIG_MINORS), encoding="ascii", errors="replace") as f:
+            text = f.read()
+    except OSError:
+        return {}
+    minors = {}
+    for line in text.splitlines():
+        name, _, minor = line.strip().partition(" ")
+        if minor.isascii() and minor.isdigit():
+            minors[name] = int(minor)
+    return minors
+
+
+def discover_mig(discovery: Discovery) -> MigLayout:
+    """The MIG devices of the discovered GPUs (a listing per GPU, no NVML)."""
+    root = discovery.driver_root
+    minors = read_mig_minors(root)
+    problems: list[str] = []
+    devices: list[MigDevice] = []
+    for gpu in discovery.gpus:
+        mig_dir = f"{CAPABILITIES_DIR}/gpu{gpu.minor}/mig"
+        for gi in _instances(root, mig_dir, "gi"):
+            gi_cap = f"gpu{gpu.minor}/gi{gi}/access"
+            for ci in _instances(root, f"{mig_dir}/gi{gi}", "ci"):
+                nodes = []
+                problem = ""
+                for cap in (gi_cap, f"gpu{gpu.minor}/gi{gi}/ci{ci}/access"):
+                    node, problem = _caps_node(root, minors, cap)
+                    if node is None:
+                        break
+                    nodes.append(node)
+                if problem:
+                    problems.append(problem)
+                    nodes = []
+                devices.append(MigDevice(gpu=gpu, gi=gi, ci=ci, nodes=tuple(nodes),
+                                         problem=problem))
+    shared = []
+    for cap in ("config", "monitor"):
+        node = None
+        if os.path.isfile(host_path(root, f"{CAPABILITIES_DIR}/mig/{cap}")):
+            node, problem = _caps_node(root, minors, cap)
+            if problem:
+                problems.append(problem)
+        shared.append(node)
+    return MigLayout(devices=tuple(devices), config=shared[0], monitor=shared[1],
+                     problems=tuple(problems))
+
+
+def _instances(root: str, folder: str, prefix: str) -> list[int]:
+    """The ids of `giN`/`ciN` entries of `folder` that have an `access` file, in order."""
+    try:
+        names = os.listdir(host_path(root, folder))
+    except OSError:
+        return []
+    ids = []
+    for name in names:
+        m = _INSTANCE_RE.fullmatch(name)
+        if m and m.group(1) == prefix and os.path.isfile(
+                host_path(root, f"{folder}/{name}/access")):
+            ids.append(int(m.group(2)))
+    return sorted(ids)
+
+
+def _caps_node(root: str, minors: dict[str, int], cap: str) -> tuple[DeviceNode | None, str]:
+    if cap not in minors:
+        return None, f"MIG capability {cap} is not in {host_path(root, MIG_MINORS)}"
+    minor = minors[cap]
+    node, problem = char_node(root, CAPS_NODE.format(minor))
+    if node is None:
+        return None, f"MIG capability {cap}: {problem}"
+    if node.minor != minor:
+        return None, (f"MIG capability {cap}: {node.host_path} has minor {node.minor},"
+                      f" not {minor} as {MIG_MINORS} says")
+    return node, ""
+
+
+def imex_channels(root: str) -> tuple[tuple[int, DeviceNode], ...]:
+    """The IMEX channel nodes `/dev/nvidia-caps-imex-channels/channelN` there are, by N."""
+    try:
+        names = os.listdir(host_path(root, IMEX_DIR))
+    except OSError:
+        return ()
+    found = []
+    for name in names:
+        number = name[len("channel"):]
+        if name.startswith("channel") and number.isascii() and number.isdigit():
+            node, _ = char_node(root, f"{IMEX_DIR}/channel{int(number)}")
+            if node is not None and node.path == f"{IMEX_DIR}/{name}":
+                found.append((int(number), node))
+    return tuple(sorted(found, key=lambda item: item[0]))

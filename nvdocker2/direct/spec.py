@@ -15,17 +15,23 @@ from __future__ import annotations
 import copy
 import os
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Union
 
 from nvdocker2.direct.discover import (
     CONTROL_NODES,
+    IMEX_DIR,
     REQUIRED_NODES,
     DeviceNode,
     Discovery,
     DriverFile,
     Gpu,
+    MigDevice,
+    MigLayout,
+    char_node,
     discover,
+    discover_mig,
+    imex_channels,
 )
 from nvdocker2.direct.errors import DirectError
 from nvdocker2.direct.hook import HOOK_ACTION, HOOK_ENV, HOOK_SUBCOMMAND
@@ -42,13 +48,15 @@ Devices = Union[str, Sequence[str]]
 
 @dataclass(frozen=True)
 class Plan:
-    """What a container gets: GPUs, device nodes (GPU and control), driver files, and links
-    as (link, absolute target) beside the soname links (WSL2's /usr/bin/nvidia-smi)."""
+    """What a container gets: GPUs, device nodes (GPU, MIG caps, IMEX, control), driver
+    files, the MIG devices whose nodes are among them, and links as (link, absolute target)
+    beside the soname links (WSL2's /usr/bin/nvidia-smi)."""
 
     gpus: tuple[Gpu, ...]
     nodes: tuple[DeviceNode, ...]
     files: tuple[DriverFile, ...]
     links: tuple[tuple[str, str], ...] = ()
+    migs: tuple[MigDevice, ...] = ()
 
 
 def host_ldconfig(setting: str | None) -> str:
@@ -70,7 +78,7 @@ def select_gpus(discovery: Discovery, devices: Devices) -> tuple[Gpu, ...]:
     """The GPUs named by `devices`: "all", or ids (index, GPU UUID or unique UUID prefix).
 
     Indices count GPUs in PCI bus order, as NVML and nvidia-smi do. "none" and an empty list
-    select no GPU. MIG devices are not handled by direct mode and are refused by name.
+    select no GPU. MIG ids (`MIG-...`, `GPU:MIG`) are `select_migs`'s and refused here.
     """
     ids = [devices] if isinstance(devices, str) else list(devices)
     if "all" in ids:
@@ -90,11 +98,9 @@ def _find_gpu(discovery: Discovery, ident: str) -> Gpu:
     gpus = discovery.gpus
     listing = ", ".join(f"{g.index} ({g.uuid})" for g in gpus) or "none"
     hint = f"this host's GPUs: {listing}"
-    if ident.upper().startswith("MIG-") or (":" in ident and not ident.upper().startswith("GPU-")):
-        raise DirectError(
-            f"NVIDIA_VISIBLE_DEVICES: MIG device {ident!r} is not supported in direct mode",
-            'use mode = "legacy" in config.toml for MIG devices',
-        )
+    if is_mig_id(ident):
+        raise DirectError(f"NVIDIA_VISIBLE_DEVICES: {ident!r} names a MIG device, not a GPU",
+                          hint)
     if ident.isdigit():
         index = int(ident)
         if index < len(gpus):
@@ -117,15 +123,142 @@ def _find_gpu(discovery: Discovery, ident: str) -> Gpu:
     raise DirectError(f"NVIDIA_VISIBLE_DEVICES: invalid device id {ident!r}", hint)
 
 
-def make_plan(discovery: Discovery, devices: Devices, capabilities: Iterable[str]) -> Plan:
-    """Resolve the request against the discovery; raise `DirectError` on anything missing."""
+def is_mig_id(ident: str) -> bool:
+    """A MIG device id: a `MIG-` UUID or `GPU:MIG` indices."""
+    return ident.upper().startswith("MIG-") or (
+        ":" in ident and not ident.upper().startswith("GPU-"))
+
+
+def select_migs(discovery: Discovery, layout: MigLayout, ids: Sequence[str],
+                source: str = "NVIDIA_VISIBLE_DEVICES") -> tuple[MigDevice, ...]:
+    """The MIG devices named by `ids` (`MIG-` UUIDs, `GPU:MIG` as NVML numbers them), named
+    by NVML; raise `DirectError` for one that does not exist or lacks its caps nodes."""
+    named = name_migs(discovery, layout)
+    listing = ", ".join(f"{d.gpu.index}:{d.index} ({d.uuid})" for d in named) or "none"
+    chosen: list[MigDevice] = []
+    for ident in ids:
+        gpu, colon, mig = ident.partition(":")
+        if colon:
+            found = [d for d in named if str(d.gpu.index) == gpu and str(d.index) == mig]
+        else:
+            found = [d for d in named if (d.uuid or "").lower() == ident.lower()]
+        if not found:
+            raise DirectError(f"{source}: unknown MIG device {ident!r}",
+                              f"this host's MIG devices: {listing}")
+        if found[0].problem:
+            raise DirectError(
+                f"{source}: MIG device {ident!r} ({found[0].name}): {found[0].problem}",
+                "nvidia-modprobe -f creates the /dev/nvidia-caps nodes; check the NVIDIA"
+                " driver installation",
+            )
+        if found[0] not in chosen:
+            chosen.append(found[0])
+    return tuple(chosen)
+
+
+def name_migs(discovery: Discovery, layout: MigLayout) -> tuple[MigDevice, ...]:
+    """The layout's MIG devices with NVIDIA's index and UUID (asked of libnvidia-ml), in
+    NVIDIA's order; one NVML does not report is left out."""
+    if not layout.devices:
+        return ()
+    from nvdocker2.direct.nvml import mig_names
+
+    libs = [f for f in discovery.files_for({"utility"})
+            if os.path.basename(f.path).startswith("libnvidia-ml.so.") and not f.compat32]
+    if not libs:
+        raise DirectError(
+            f"libnvidia-ml.so not found under driver root {discovery.driver_root}: MIG devices"
+            " are named through it",
+            "install the NVIDIA driver's user-space libraries, or fix driver-root in config.toml",
+        )
+    names = mig_names(libs[0].host_path)
+    named = []
+    for d in layout.devices:
+        index_uuid = names.get((d.gpu.minor, d.gi, d.ci))
+        if index_uuid is not None:
+            named.append(replace(d, index=index_uuid[0], uuid=index_uuid[1]))
+    return tuple(sorted(named, key=lambda d: (d.gpu.index, d.index)))
+
+
+def _mig_nodes(discovery: Discovery, migs: Iterable[MigDevice]) -> list[DeviceNode]:
+    nodes: list[DeviceNode] = []
+    for d in migs:
+        if d.problem:
+            raise DirectError(f"MIG device {d.name}: {d.problem}",
+                              "nvidia-modprobe -f creates the /dev/nvidia-caps nodes")
+        parent = _node(discovery, d.gpu.node_path, required=True)
+        nodes.extend(n for n in (parent, *d.nodes) if n is not None)
+    return nodes
+
+
+def _mig_admin_nodes(discovery: Discovery, layout: MigLayout | None, which: str,
+                     devices: Devices) -> list[DeviceNode]:
+    """The `mig/config` or `mig/monitor` caps node and the GPUs it is asked for."""
+    node = getattr(layout, which) if layout is not None else None
+    env = {"config": "NVIDIA_MIG_CONFIG_DEVICES", "monitor": "NVIDIA_MIG_MONITOR_DEVICES"}[which]
+    if node is None:
+        problems = "; ".join(layout.problems) if layout is not None else ""
+        raise DirectError(f"{env}: this host has no MIG {which} capability"
+                          + (f" ({problems})" if problems else ""),
+                          "MIG needs a MIG-capable GPU and driver; nvidia-smi mig -lgi shows it")
+    ids = [devices] if isinstance(devices, str) else list(devices)
+    gpus = select_gpus(discovery, ids)
+    return [node, *(n for n in (_node(discovery, g.node_path, required=True) for g in gpus)
+                    if n is not None)]
+
+
+def _imex_nodes(discovery: Discovery, channels: Devices) -> list[DeviceNode]:
+    root = discovery.driver_root
+    if channels == "all":
+        return [node for _, node in imex_channels(root)]
+    if isinstance(channels, str):  # "none"
+        return []
+    nodes = []
+    for channel in channels:
+        node, problem = char_node(root, f"{IMEX_DIR}/channel{channel}")
+        if node is None:
+            there = ", ".join(str(n) for n, _ in imex_channels(root)) or "none"
+            raise DirectError(f"NVIDIA_IMEX_CHANNELS: no IMEX channel {channel} ({problem})",
+                              f"this host's IMEX channels: {there}")
+        nodes.append(node)
+    return nodes
+
+
+def make_plan(
+    discovery: Discovery,
+    devices: Devices,
+    capabilities: Iterable[str],
+    *,
+    mig_config: Devices | None = None,
+    mig_monitor: Devices | None = None,
+    imex: Devices | None = None,
+) -> Plan:
+    """Resolve the request against the discovery; raise `DirectError` on anything missing.
+
+    MIG devices are looked for only when `devices` is "all", names one, or `mig_config` /
+    `mig_monitor` is asked; NVML only when one is named. IMEX channels only when `imex` is.
+    """
     caps = frozenset(capabilities)
     if discovery.wsl is not None:
         from nvdocker2.direct.wsl import wsl_plan
 
         return wsl_plan(discovery, devices, caps)
-    gpus = select_gpus(discovery, devices)
+    ids = [devices] if isinstance(devices, str) else list(devices)
+    mig_ids = [i for i in ids if is_mig_id(i)]
+    gpus = select_gpus(discovery, [i for i in ids if not is_mig_id(i)])
     nodes = [_node(discovery, g.node_path, required=True) for g in gpus]
+    migs: tuple[MigDevice, ...] = ()
+    layout = None
+    if "all" in ids or mig_ids or mig_config is not None or mig_monitor is not None:
+        layout = discover_mig(discovery)
+        migs = layout.devices if "all" in ids else select_migs(discovery, layout, mig_ids)
+        nodes.extend(_mig_nodes(discovery, migs))
+    if mig_config is not None:
+        nodes.extend(_mig_admin_nodes(discovery, layout, "config", mig_config))
+    if mig_monitor is not None:
+        nodes.extend(_mig_admin_nodes(discovery, layout, "monitor", mig_monitor))
+    if imex is not None:
+        nodes.extend(_imex_nodes(discovery, imex))
     for name in CONTROL_NODES:
         node = _node(discovery, f"/dev/{name}", required=name in REQUIRED_NODES)
         if node is not None:
@@ -142,7 +275,11 @@ def make_plan(discovery: Discovery, devices: Devices, capabilities: Iterable[str
                 "install the NVIDIA driver's user-space libraries, or fix driver-root in"
                 " config.toml",
             )
-    return Plan(gpus=gpus, nodes=tuple(n for n in nodes if n is not None), files=files)
+    unique: dict[str, DeviceNode] = {}
+    for n in nodes:
+        if n is not None and n.path not in unique:
+            unique[n.path] = n
+    return Plan(gpus=gpus, nodes=tuple(unique.values()), files=files, migs=migs)
 
 
 def _node(discovery: Discovery, path: str, *, required: bool) -> DeviceNode | None:
@@ -244,9 +381,13 @@ def direct_edit(
     driver_root: str = "/",
     runtime_path: str,
     ldconfig: str | None = None,
+    mig_config: Devices | None = None,
+    mig_monitor: Devices | None = None,
+    imex: Devices | None = None,
 ) -> dict[str, Any]:
     """Discover, resolve, and return the edited spec (or raise `DirectError`, changing nothing)."""
-    plan = make_plan(discover(driver_root), devices, capabilities)
+    plan = make_plan(discover(driver_root), devices, capabilities, mig_config=mig_config,
+                     mig_monitor=mig_monitor, imex=imex)
     return edit_spec(
         spec,
         plan,

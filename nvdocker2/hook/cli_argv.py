@@ -96,6 +96,9 @@ def argv_before_pid(cli: str, request: Request, config: ToolkitConfig) -> list[s
     mig_monitor = _device_arg(request.mig_monitor)
     if mig_monitor:
         argv.append(f"--mig-monitor={mig_monitor}")
+    channels = _device_arg(request.imex_channels)
+    if channels:
+        argv.append(f"--imex-channel={channels}")  # one flag, the list as NVIDIA's hook gives it
     argv.extend(f"--{cap}" for cap in request.capabilities)
     argv.extend(f"--require={req}" for req in request.requirements)
     return argv

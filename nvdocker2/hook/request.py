@@ -22,6 +22,7 @@ from nvdocker2.device_ids import (  # noqa: F401 - re-exported: the hook's one v
     RequestError,
     is_void,
     parse_device_list,
+    parse_imex_channels,
     validate_id,
 )
 from nvdocker2.toolkit_config import ALL_CAPABILITIES, Record, ToolkitConfig
@@ -40,6 +41,7 @@ REQUIRE_PREFIX = "NVIDIA_REQUIRE_"
 REQUIRE_CUDA = "NVIDIA_REQUIRE_CUDA"
 MIG_CONFIG = "NVIDIA_MIG_CONFIG_DEVICES"
 MIG_MONITOR = "NVIDIA_MIG_MONITOR_DEVICES"
+IMEX_CHANNELS = "NVIDIA_IMEX_CHANNELS"
 CUDA_VERSION = "CUDA_VERSION"
 DEFAULT_CAPABILITIES = ("utility", "compute")
 DEVICE_MOUNT_ROOT = "/var/run/nvidia-container-devices/"
@@ -56,7 +58,8 @@ class Request(Record):
     index, `N:M` (a MIG device by GPU and instance index) or a `GPU-`/`MIG-` UUID.
     `capabilities` are in the order of nvidia-container-cli's flags; `requirements` are
     expressions for `--require`; `mig_config`/`mig_monitor` are device lists like `devices`,
-    or None, and appear only for privileged containers.
+    or None, and appear only for privileged containers. `imex_channels` is "all", "none" or
+    a tuple of channel numbers (decimal strings), None when not asked.
     """
 
     devices: Devices
@@ -64,6 +67,7 @@ class Request(Record):
     requirements: tuple[str, ...] = ()
     mig_config: Devices | None = None
     mig_monitor: Devices | None = None
+    imex_channels: Devices | None = None
     privileged: bool = False
     legacy_image: bool = False
 
@@ -212,6 +216,8 @@ def container_request(
                 f"{name} is only allowed in privileged containers (CAP_SYS_ADMIN)"
             )
         mig[name] = parse_device_list(value, name)
+    imex = envs.get(IMEX_CHANNELS)
+    channels = parse_imex_channels(imex, IMEX_CHANNELS) if imex and imex.strip() else None
 
     return Request(
         devices=devices,
@@ -219,6 +225,7 @@ def container_request(
         requirements=_requirements(envs, legacy, config),
         mig_config=mig[MIG_CONFIG],
         mig_monitor=mig[MIG_MONITOR],
+        imex_channels=channels,
         privileged=privileged,
         legacy_image=legacy,
     )

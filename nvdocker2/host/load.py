@@ -93,3 +93,77 @@ def own_module(name: str) -> ModuleType:
     sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
+
+
+class DriverLibrary:
+    """Functions of a driver's shared library (libnvidia-ml), loaded from its absolute path.
+
+    The file must pass the check a program root runs passes (`unsafe_to_run`): loading a
+    library runs its constructors as this process. Nothing is searched for: the path is
+    given to dlopen as it is, so neither `LD_LIBRARY_PATH` nor the loader's cache picks it.
+
+    `signatures` maps a function name to its arguments, one letter each: `u` an unsigned int
+    given, `p` an opaque handle given (an int from an earlier call), `U` an unsigned int and
+    `P` a handle the function writes, `sN` a buffer of N bytes it writes (a C string). Every
+    function returns a C int. `call(name, *given)` returns (that int, *written values), the
+    strings as str. Raises ImportError (no ctypes, or the file is refused), OSError
+    (dlopen failed) or AttributeError (a name the library lacks).
+    """
+
+    def __init__(self, path: str, signatures: dict[str, str]) -> None:
+        from nvdocker2.host.run import unsafe_to_run
+
+        if not os.path.isabs(path) or not os.path.isfile(path):
+            raise ImportError(f"not loading {path}: not an absolute path to a file")
+        why = unsafe_to_run(path)
+        if why is not None:
+            raise ImportError(f"not loading {path}: {why}")
+        import ctypes
+
+        self._ctypes = ctypes
+        lib = ctypes.CDLL(path, mode=os.RTLD_NOW | os.RTLD_LOCAL)
+        self._functions = {}
+        for name, letters in signatures.items():
+            function = getattr(lib, name)
+            function.restype = ctypes.c_int
+            function.argtypes = [self._argtype(kind) for kind in _kinds(letters)]
+            self._functions[name] = (function, _kinds(letters))
+
+    def _argtype(self, kind: str) -> Any:
+        c = self._ctypes
+        return {"u": c.c_uint, "p": c.c_void_p, "U": c.POINTER(c.c_uint),
+                "P": c.POINTER(c.c_void_p)}.get(kind, c.c_char_p)
+
+    def call(self, name: str, *given: int) -> tuple[Any, ...]:
+        c = self._ctypes
+        function, kinds = self._functions[name]
+        args: list[Any] = []
+        written: list[Any] = []
+        values = iter(given)
+        for kind in kinds:
+            if kind in ("u", "p"):
+                args.append(next(values))
+            elif kind == "U":
+                written.append(c.c_uint(0))
+                args.append(c.byref(written[-1]))
+            elif kind == "P":
+                written.append(c.c_void_p(None))
+                args.append(c.byref(written[-1]))
+            else:
+                written.append(c.create_string_buffer(int(kind[1:])))
+                args.append(written[-1])
+        rc = function(*args)
+        out = [w.value.decode("ascii", "replace") if isinstance(w, c.Array) else w.value
+               for w in written]
+        return (rc, *out)
+
+
+def _kinds(letters: str) -> list[str]:
+    """`"pUs96u"` → ["p", "U", "s96", "u"]."""
+    kinds: list[str] = []
+    for ch in letters:
+        if ch.isdigit() and kinds and kinds[-1][0] == "s":
+            kinds[-1] += ch
+        else:
+            kinds.append(ch)
+    return kinds

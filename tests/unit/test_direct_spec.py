@@ -78,8 +78,8 @@ def test_all_none_and_duplicates(driver, bundle):
         ("2", "NVIDIA_VISIBLE_DEVICES: unknown GPU index 2 (this host has 2)"),
         ("GPU-ffffffff", "NVIDIA_VISIBLE_DEVICES: unknown GPU UUID 'GPU-ffffffff'"),
         ("GPU-0000000", "NVIDIA_VISIBLE_DEVICES: GPU UUID prefix 'GPU-0000000' is ambiguous"),
-        ("0:1", "NVIDIA_VISIBLE_DEVICES: MIG device '0:1' is not supported in direct mode"),
-        ("MIG-abc", "NVIDIA_VISIBLE_DEVICES: MIG device 'MIG-abc' is not supported in direct mode"),
+        ("0:1", "NVIDIA_VISIBLE_DEVICES: unknown MIG device '0:1'"),
+        ("MIG-abc", "NVIDIA_VISIBLE_DEVICES: unknown MIG device 'MIG-abc'"),
     ],
 )
 def test_unknown_ids_fail_with_one_line_and_leave_the_spec_alone(driver, bundle, ident, message):
