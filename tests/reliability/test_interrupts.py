@@ -19,7 +19,7 @@ ORIGINAL = b'{\n    "debug": true\n}\n'
 def _paused(cfg, steps: str) -> subprocess.Popen:
     return subprocess.Popen(
         [str(NVDOCKER2), "install", "--config", str(cfg), "--reload", "none", "--no-verify",
-         "--runtime-path", RT],
+         "--runtime-path", RT, "--allow-missing-runtime"],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env=dict(os.environ, NVDOCKER2_TEST_PAUSE_AT=steps),
     )

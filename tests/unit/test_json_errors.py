@@ -15,8 +15,8 @@ PROMISED = {"changed", "config", "backup", "reload", "verified", "warnings", "no
 def test_a_refused_file_answers_every_promised_key(tmp_path):
     cfg = tmp_path / "daemon.json"
     cfg.write_bytes(b'{"debug": true,}')
-    code, out, err = cli("install", "--config", str(cfg), "--runtime-path", RT, "--reload",
-                         "none", "--json")
+    code, out, err = cli("install", "--config", str(cfg), "--runtime-path", RT,
+                         "--allow-missing-runtime", "--reload", "none", "--json")
     obj = json.loads(out)
     assert code == 2 and PROMISED <= set(obj)
     assert (obj["changed"], obj["config"], obj["backup"], obj["exit_code"]) == (
