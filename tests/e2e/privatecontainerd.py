@@ -27,6 +27,10 @@ BUSYBOX = "/bin/busybox"
 IMAGE = "docker.io/library/nvd2-busybox:latest"
 NS = "nvd2"
 PAUSE = "registry.k8s.io/pause:3.6"  # CONFIG's sandbox_image
+# The releases the e2e tests run: this machine's containerd, and those of the trixie and sid
+# trees; $NVD2_CONTAINERD_BINS (colon-separated containerd executables) replaces the list.
+BINS = [b for b in os.environ.get("NVD2_CONTAINERD_BINS", "").split(":") if b] or [
+    "containerd", "trixie", "sid"]
 
 CONFIG = """version = 2
 # A private containerd for nvdocker2's tests.

@@ -20,12 +20,13 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-pytest.importorskip("grpc", reason="python3-grpcio (scripts/setup.sh tests)") \
-    if os.environ.get("CI") != "true" else None
+if os.environ.get("CI") != "true":  # under CI a missing grpcio fails the import below
+    pytest.importorskip("grpc", reason="python3-grpcio (scripts/setup.sh tests)")
 
 from cri import Cri  # noqa: E402
 from fixtures.fake_driver import build_fake_driver  # noqa: E402
 from privatecontainerd import (  # noqa: E402
+    BINS,
     CONFIG,
     IMAGE,
     PrivateContainerd,
@@ -37,8 +38,6 @@ from nvdocker2.engines.containerd import service  # noqa: E402
 from nvdocker2.runtime.launcher import write_launchers  # noqa: E402
 
 NVDOCKER2 = [sys.executable, "-m", "nvdocker2"]
-BINS = [b for b in os.environ.get("NVD2_CONTAINERD_BINS", "").split(":") if b] or [
-    "containerd", "trixie", "sid"]
 PROBE = ("for n in nvidia0 nvidia1 nvidiactl nvidia-uvm; do"
          " if [ -c /dev/$n ]; then echo \"$n present\"; else echo \"$n absent\"; fi; done"
          " > /out/devices")
