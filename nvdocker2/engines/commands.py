@@ -86,7 +86,8 @@ class TransactionFront:
         else:
             own, _ = locations.default_runtime_path()
             path = o.get("runtime_path") or own
-            req = Request(o["runtime_name"], path, bool(o.get("set_default")), (own,))
+            req = Request(o["runtime_name"], path, bool(o.get("set_default")), (own,),
+                          {"cdi": True} if o.get("cdi") else {})
             res = txn.run(eng, action, req, service=svc, **common)
         return Outcome(res, notes if res.changed and not res.dry_run else [])
 

@@ -26,6 +26,11 @@ FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 BUSYBOX = "/bin/busybox"
 IMAGE = "docker.io/library/nvd2-busybox:latest"
 NS = "nvd2"
+PAUSE = "registry.k8s.io/pause:3.6"  # CONFIG's sandbox_image
+# The releases the e2e tests run: this machine's containerd, and those of the trixie and sid
+# trees; $NVD2_CONTAINERD_BINS (colon-separated containerd executables) replaces the list.
+BINS = [b for b in os.environ.get("NVD2_CONTAINERD_BINS", "").split(":") if b] or [
+    "containerd", "trixie", "sid"]
 
 CONFIG = """version = 2
 # A private containerd for nvdocker2's tests.
@@ -50,6 +55,7 @@ state = "{d}/state"
     path = "{d}/opt"
   [plugins."io.containerd.grpc.v1.cri"]
     sandbox_image = "registry.k8s.io/pause:3.6"  # pinned
+    restrict_oom_score_adj = true  # pods here: no CAP_SYS_RESOURCE to lower oom_score_adj
     disable_tcp_service = true
     [plugins."io.containerd.grpc.v1.cri".cni]
       bin_dir = "{d}/cni/bin"
@@ -75,15 +81,15 @@ def missing_prerequisites(exe: str = "containerd") -> list[str]:
     return out
 
 
-def oci_archive(dest: Path) -> Path:
-    """An OCI image archive of busybox-static with sh and sleep linked, named IMAGE."""
+def oci_archive(dest: Path, name: str = IMAGE, cmd: tuple[str, ...] = ("/bin/sh",)) -> Path:
+    """An OCI image archive of busybox-static with sh and sleep linked, named `name`."""
     layer = io.BytesIO()
     with tarfile.open(fileobj=layer, mode="w") as t:
         info = tarfile.TarInfo("bin")
         info.type, info.mode = tarfile.DIRTYPE, 0o755
         t.addfile(info)
         t.add(BUSYBOX, "bin/busybox")
-        for applet in ("sh", "sleep", "cat", "true"):
+        for applet in ("sh", "sleep", "cat", "true", "ls", "stat"):
             link = tarfile.TarInfo(f"bin/{applet}")
             link.type, link.linkname = tarfile.SYMTYPE, "busybox"
             t.addfile(link)
@@ -98,7 +104,7 @@ def oci_archive(dest: Path) -> Path:
 
     ld = blob(gz)
     config = json.dumps({"architecture": "amd64", "os": "linux",
-                         "config": {"Cmd": ["/bin/sh"]},
+                         "config": {"Cmd": list(cmd)},
                          "rootfs": {"type": "layers",
                                     "diff_ids": ["sha256:" + hashlib.sha256(raw).hexdigest()]}}
                         ).encode()
@@ -113,7 +119,7 @@ def oci_archive(dest: Path) -> Path:
     md = blob(manifest)
     index = json.dumps({"schemaVersion": 2, "manifests": [{
         "mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": f"sha256:{md}",
-        "size": len(manifest), "annotations": {"org.opencontainers.image.ref.name": IMAGE}}]})
+        "size": len(manifest), "annotations": {"org.opencontainers.image.ref.name": name}}]})
     with tarfile.open(dest, "w") as t:
         def add(name: str, data: bytes) -> None:
             i = tarfile.TarInfo(name)
@@ -155,7 +161,7 @@ class PrivateContainerd:
     """One containerd in its own directory; `env()` is what nvdocker2 runs with."""
 
     def __init__(self, exe: str = "containerd", config: str | None = None,
-                 config_name: str = "config.toml") -> None:
+                 config_name: str = "config.toml", unit_env: dict | None = None) -> None:
         self.dir = Path(tempfile.mkdtemp(prefix="nvd2cd-", dir="/tmp"))
         self.exe = shutil.which(exe) or exe
         self.config = self.dir / config_name  # a path below dir (the agent's node root)
@@ -171,7 +177,7 @@ class PrivateContainerd:
         self.path = os.pathsep.join([str(self.bin), exe_dir, os.environ.get("PATH", "")])
         (self.dir / "containerd.json").write_text(json.dumps({
             "argv": [self.exe, "--config", str(self.config)], "log": str(self.log),
-            "address": self.address}))
+            "address": self.address, "env": unit_env or {}}))
 
     def env(self, **extra: str) -> dict:
         env = dict(os.environ, PATH=self.path, NVD2_CONTAINERD_ROOT=str(self.dir))
@@ -204,6 +210,16 @@ class PrivateContainerd:
 
     def import_busybox(self) -> None:
         self.ctr("image", "import", str(oci_archive(self.dir / "busybox.tar")))
+
+    def import_for_cri(self) -> None:
+        """busybox as IMAGE and as the CRI's sandbox (pause) image, in the CRI's namespace."""
+        for name, cmd, tar in ((IMAGE, ("/bin/sh",), "busybox.tar"),
+                               (PAUSE, ("/bin/sleep", "100000"), "pause.tar")):
+            p = subprocess.run(["ctr", "--address", self.address, "-n", "k8s.io", "image",
+                                "import", str(oci_archive(self.dir / tar, name, cmd))],
+                               capture_output=True, text=True, timeout=120, env=self.env())
+            if p.returncode != 0:
+                raise RuntimeError(f"ctr image import {name}: {p.stderr.strip()}")
 
     def task_pid(self, cid: str) -> int | None:
         for line in self.ctr("task", "ls").stdout.splitlines()[1:]:

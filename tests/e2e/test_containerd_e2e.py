@@ -22,6 +22,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 
 from privatecontainerd import (  # noqa: E402
+    BINS,
     IMAGE,
     PrivateContainerd,
     missing_prerequisites,
@@ -32,8 +33,6 @@ from nvdocker2.engines.containerd import service  # noqa: E402
 from nvdocker2.engines.containerd.document import tomllib  # noqa: E402
 
 NVDOCKER2 = [sys.executable, "-m", "nvdocker2"]
-BINS = [b for b in os.environ.get("NVD2_CONTAINERD_BINS", "").split(":") if b] or [
-    "containerd", "trixie", "sid"]
 
 
 def _require(exe: str) -> None:

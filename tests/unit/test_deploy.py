@@ -69,7 +69,7 @@ def render(values: dict | None = None, namespace: str = NAMESPACE) -> str:
     ctx = {"Values": vals, "Release": {"Namespace": namespace},
            "Chart": {"AppVersion": chart["appVersion"], "Version": chart["version"]}}
     docs = []
-    for name in ("namespace.yaml", "serviceaccount.yaml", "daemonset.yaml"):
+    for name in ("namespace.yaml", "serviceaccount.yaml", "daemonset.yaml", "runtimeclass.yaml"):
         body = render_template((CHART / "templates" / name).read_text(), ctx).strip()
         if body:
             docs.append(f"# Source: nvdocker2-agent/templates/{name}\n{body}\n")
@@ -78,6 +78,12 @@ def render(values: dict | None = None, namespace: str = NAMESPACE) -> str:
 
 def _docs(text: str) -> dict:
     return {d["kind"]: d for d in yaml.safe_load_all(text) if d}
+
+
+def _runtime_classes(text: str) -> dict:
+    """name -> handler of each RuntimeClass."""
+    return {d["metadata"]["name"]: d["handler"] for d in yaml.safe_load_all(text)
+            if d and d["kind"] == "RuntimeClass"}
 
 
 def _validate(path: Path, version: str) -> subprocess.CompletedProcess:
@@ -90,11 +96,11 @@ def _validate(path: Path, version: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=300)
 
 
-def _passed_three(p: subprocess.CompletedProcess, version: str) -> None:
+def _passed(p: subprocess.CompletedProcess, version: str, count: int = 4) -> None:
     assert p.returncode == 0, p.stdout + p.stderr
     short = version.rsplit(".", 1)[0]
-    assert p.stdout.count("passed for resource") == 3, p.stdout
-    assert p.stdout.count(f"against version {short}") == 3, p.stdout
+    assert p.stdout.count("passed for resource") == count, p.stdout
+    assert p.stdout.count(f"against version {short}") == count, p.stdout
 
 
 def test_the_plain_manifest_is_the_charts_rendering_with_a_namespace():
@@ -113,7 +119,7 @@ def test_chart_renders_to_valid_objects_for_each_engine(tmp_path, engine, versio
                            "keepOnExit": True, "config": "/etc/x/y.conf",
                            "runtimePath": "/usr/local/bin/nvidia-container-runtime"}))
     p = _validate(out, version)
-    _passed_three(p, version)
+    _passed(p, version)
     args = _docs(out.read_text())["DaemonSet"]["spec"]["template"]["spec"]["containers"][0]["args"]
     assert args[args.index("--engine") + 1] == engine
     assert {"--set-default", "--keep-on-exit"} <= set(args)
@@ -123,7 +129,27 @@ def test_chart_renders_to_valid_objects_for_each_engine(tmp_path, engine, versio
 @pytest.mark.parametrize("version", KUBERNETES)
 def test_plain_manifest_validates(version):
     p = _validate(MANIFEST, version)
-    _passed_three(p, version)
+    _passed(p, version)
+    assert _runtime_classes(MANIFEST.read_text()) == {"nvidia": "nvidia"}
+
+
+@pytest.mark.parametrize("version", KUBERNETES)
+def test_the_operators_runtime_classes_render_valid_and_bound_to_their_handlers(tmp_path,
+                                                                                version):
+    out = tmp_path / "operator.yaml"
+    out.write_text(render({"createNamespace": True, "operatorRuntimeClasses": True}))
+    _passed(_validate(out, version), version, 6)
+    assert _runtime_classes(out.read_text()) == {
+        "nvidia": "nvidia", "nvidia-cdi": "nvidia-cdi", "nvidia-legacy": "nvidia-legacy"}
+    without = render({"runtimeClass": False})
+    assert _runtime_classes(without) == {} and "RuntimeClass" not in without
+
+
+def test_a_wrong_runtime_class_field_is_caught_by_the_validation(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(MANIFEST.read_text().replace("handler: nvidia", "handlers: nvidia"))
+    p = _validate(bad, KUBERNETES[-1])
+    assert p.returncode != 0 and "handler" in p.stdout + p.stderr
 
 
 def test_a_wrong_field_is_caught_by_the_validation(tmp_path):

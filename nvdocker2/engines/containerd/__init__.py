@@ -26,7 +26,8 @@ class ContainerdEngine(EngineBase):
                  check: bool = True) -> None:
         super().__init__(config)
         self.exe = exe if exe is not None else service.binary()
-        self.major = service.major_version(self.exe)
+        self.release = service.release(self.exe)
+        self.major = self.release[0] if self.release else None
         self.check = check
         self._dropin: Path | None = None  # our drop-in (on 1.x: an older nvdocker2's), if any
         self._legacy: Path | None = None  # where an older nvdocker2 put its drop-in on 1.x
@@ -87,7 +88,8 @@ class ContainerdEngine(EngineBase):
         if edit.implicit_default(root, imported, self.major):
             implicit = service.builtin_runtime(self._current_dump(root.raw)) if (
                 self.exe and self.check) else {"runtime_type": document.RUNC_V2}
-        plan = edit.plan_install(root, imported, own, self.major, req, journal, implicit)
+        cdi = self._cdi(root, req) if req.extra.get("cdi") else None
+        plan = edit.plan_install(root, imported, own, self.major, req, journal, implicit, cdi)
         made = ((journal.get("runtimes") or {}).get(req.runtime_name) or {}).get("dropin_dir")
         if own is not None and own.path == self._legacy and made:
             plan = dataclasses.replace(plan, remove_dirs=(Path(made),))
@@ -100,6 +102,29 @@ class ContainerdEngine(EngineBase):
             rec = dict(rec, runtimes=rts)
         return dataclasses.replace(plan, journal=rec, check=(req, False),
                                    files=self._owned(plan.files))
+
+    def _cdi(self, root: document.Config, req: Request) -> str:
+        """What `--cdi` asks of this containerd: ENABLE_CDI on 1.7, CDI_ON on 2.x where its
+        effective configuration has CDI on; BadInput (nothing written) where it cannot."""
+        if self.release is None:
+            raise BadInput("--cdi: containerd's version is unknown (containerd is not on PATH)",
+                           "install on the node that runs containerd, or leave out --cdi")
+        shown = "%d.%d" % self.release
+        if self.release < (1, 7):
+            raise BadInput(f"--cdi: containerd {shown} has no CDI (it came in containerd 1.7)",
+                           "upgrade containerd to 1.7 or later, or install without --cdi; "
+                           "nothing was changed")
+        if self.release < (2, 0):
+            return edit.ENABLE_CDI
+        if self.check and self.exe:
+            dump = self._current_dump(root.raw)
+            key = service.dump_cri(dump)[:2] + ("enable_cdi",)
+            if service._get(dump, key) is not True:
+                raise BadInput(f"--cdi: containerd {shown} runs with {document.dotted(key)} "
+                               f"off ({self.config} or an import turns it off)",
+                               "set it to true (or take out the line that turns it off), "
+                               "then run again; nothing was changed")
+        return edit.CDI_ON
 
     def _owned(self, files: Sequence[FileEdit]) -> tuple[FileEdit, ...]:
         """A file the plan creates beside config.toml gets its mode, owner and group: it is
@@ -158,7 +183,9 @@ class ContainerdEngine(EngineBase):
                          f"containerd runs {self.config}'s own CRI section again, where "
                          + ", ".join(hidden) + " differ")
         problems = service.compare_dumps(before, after, req.runtime_name, req.runtime_path,
-                                         req.set_default, removing)
+                                         req.set_default, removing,
+                                         cdi=bool(plan.expect.get("cdi")),
+                                         cdi_keys=tuple(edit.CDI_KEYS))
         if problems:
             raise BadInput(f"{self.config}: containerd's effective configuration would be wrong: "
                            + "; ".join(problems),

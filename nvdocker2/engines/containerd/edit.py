@@ -40,6 +40,13 @@ from nvdocker2.engines.containerd.text import (
 from nvdocker2.errors import BadInput
 
 OWN_DROPIN = "99-nvidia.toml"
+# What `--cdi` turns on in the CRI plugin's own table on containerd 1.7 (2.x has it on by
+# default), and the annotations the runtime entry then lets through to the runtime: those the
+# device plugin's cdi-annotations strategy sets (cdi.k8s.io/<name> = <device>).
+CDI_KEYS = {"enable_cdi": True, "cdi_spec_dirs": ["/etc/cdi", "/var/run/cdi"]}
+CDI_ANNOTATIONS = ["cdi.k8s.io/*"]
+ENABLE_CDI = "enable"  # plan_install's `cdi`: write CDI_KEYS (1.7)
+CDI_ON = "on"          # CDI is on already (2.x): only the runtime entry's annotations
 MARK = "# Written by nvdocker2; `nvdocker2 uninstall --engine containerd` removes this file.\n"
 
 
@@ -103,15 +110,21 @@ def default_name(data: dict, cri: tuple[str, ...]) -> str:
     return d if isinstance(d, str) and d else "runc"
 
 
-def runtime_table(data: dict, cri: tuple[str, ...], name: str, path: str, where: str) -> dict:
-    """The runtime entry: runc v2 with BinaryName, plus the default runc runtime's options."""
+def runtime_table(data: dict, cri: tuple[str, ...], name: str, path: str, where: str,
+                  cdi: bool = False) -> dict:
+    """The runtime entry: runc v2 with BinaryName, plus the default runc runtime's options;
+    with `cdi` also the container annotations containerd passes on to it (CDI_ANNOTATIONS)."""
     src = default_name(data, cri)
     if src == name:
         src = "runc"
     base = _runtimes(data, cri, where).get(src, {})
     opts = base.get("options", {}) if isinstance(base, dict) else {}
     copied = {k: v for k, v in opts.items() if k != "BinaryName"} if isinstance(opts, dict) else {}
-    return {"runtime_type": D.RUNC_V2, "options": {**copied, "BinaryName": path}}
+    table: dict = {"runtime_type": D.RUNC_V2}
+    if cdi:
+        table["container_annotations"] = list(CDI_ANNOTATIONS)
+    table["options"] = {**copied, "BinaryName": path}
+    return table
 
 
 def _set_in(data: dict, keys: tuple[str, ...], value: Any) -> None:
@@ -219,11 +232,13 @@ def implicit_default(root: D.Config, imported: list[D.Config], major: int | None
 
 def plan_install(root: D.Config, imported: list[D.Config], dropin: D.Config | None,
                  major: int | None, req: Request, journal: dict,
-                 implicit: dict | None = None) -> Plan:
+                 implicit: dict | None = None, cdi: str | None = None) -> Plan:
     """The files install ends with. `imported`: the root's imports in order, without ours;
     `dropin`: our drop-in file as it is now (None: none; on 1.x the drop-in an older nvdocker2
     wrote, which goes); `implicit`: containerd's built-in `runc` table to write beside ours,
-    where writing ours alone would drop it (see `implicit_default`)."""
+    where writing ours alone would drop it (see `implicit_default`); `cdi`: ENABLE_CDI
+    (containerd 1.7: CDI_KEYS go into config.toml's CRI plugin table) or CDI_ON (2.x), either
+    of which gives the runtime entry CDI_ANNOTATIONS."""
     lay = layout(root, major)
     cri = root.cri()
     where = str(root.path)
@@ -231,7 +246,7 @@ def plan_install(root: D.Config, imported: list[D.Config], dropin: D.Config | No
     eff = D.merged(root, imported, lay.deep_merge)
     if name == "runc":
         implicit = None
-    table = runtime_table(eff, cri, name, path, where)
+    table = runtime_table(eff, cri, name, path, where, cdi is not None)
     before_rt = _runtimes(eff, cri, where).get(name, ABSENT)  # what uninstall puts back
     # What containerd runs now, our drop-in included: what the change list and a put-back
     # compare with.
@@ -246,7 +261,16 @@ def plan_install(root: D.Config, imported: list[D.Config], dropin: D.Config | No
         changes.append(Change(f"{D.dotted(cri)}.default_runtime_name",
                               "unchanged" if before_default == name else "replaced",
                               before_default, name))
+    plugin = cri[:2]
+    turn_on = {} if cdi != ENABLE_CDI else {
+        k: v for k, v in CDI_KEYS.items() if _get_in(eff, plugin + (k,)) != v}
+    for k, v in turn_on.items():
+        was = _get_in(eff, plugin + (k,))
+        changes.append(Change(D.dotted(plugin + (k,)), "added" if was is ABSENT else "replaced",
+                              was, v))
     expect = {"present": {name: path}, "absent": [], "default": name if req.set_default else None}
+    if cdi is not None:
+        expect["cdi"] = True
     expect_old = {"present": {}, "absent": [name] if running is ABSENT else [],
                   "default": before_default if req.set_default else None}
     hiding = [] if lay.deep_merge else cri_imports(imported)
@@ -264,7 +288,7 @@ def plan_install(root: D.Config, imported: list[D.Config], dropin: D.Config | No
     files: list[FileEdit] = []
     notes: list[str] = []
     if lay.dropin is None:
-        new_text, entry = _install_in_place(root, table, req, entry, implicit)
+        new_text, entry = _install_in_place(root, table, req, entry, implicit, turn_on)
         files.append(FileEdit(root.path, root.raw, new_text))
         if dropin is not None:
             # An older nvdocker2's drop-in: it held a copy of the whole CRI section, which
@@ -310,7 +334,8 @@ def plan_install(root: D.Config, imported: list[D.Config], dropin: D.Config | No
 
 
 def _install_in_place(root: D.Config, table: dict, req: Request, entry: dict,
-                      implicit: dict | None = None) -> tuple[bytes, dict]:
+                      implicit: dict | None = None, turn_on: dict | None = None
+                      ) -> tuple[bytes, dict]:
     cri = root.cri()
     name = req.runtime_name
     text, nl = root.text, root.newline
@@ -333,10 +358,11 @@ def _install_in_place(root: D.Config, table: dict, req: Request, entry: dict,
             entry.setdefault("implicit_default", implicit)
         appended += render_table(cri + ("runtimes", name), table, indent, nl)
     elif cur != {**cur, **table, "options": {**(cur.get("options") or {}), **table["options"]}}:
-        merged = {**cur, "runtime_type": table["runtime_type"],
-                  "options": {**(cur.get("options") or {}), **table["options"]}}
+        merged = {**cur, **table, "options": {**(cur.get("options") or {}), **table["options"]}}
         _set_in(expected, cri + ("runtimes", name), merged)
-        text = _tk_set(text, cri + ("runtimes", name, "runtime_type"), table["runtime_type"])
+        for k, v in table.items():
+            if k != "options" and (k == "runtime_type" or cur.get(k) != v):
+                text = _tk_set(text, cri + ("runtimes", name, k), v)
         for k, v in table["options"].items():
             text = _tk_set(text, cri + ("runtimes", name, "options", k), v)
     if req.set_default and _get_in(root.data, cri + ("default_runtime_name",)) != name:
@@ -351,6 +377,8 @@ def _install_in_place(root: D.Config, table: dict, req: Request, entry: dict,
             else:
                 sep = "" if not text or text.endswith("\n") else nl
                 appended = sep + (nl if text.strip() else "") + block
+    if turn_on:
+        text, appended = _turn_on_cdi(root, text, appended, expected, entry, turn_on)
     if appended:
         # After what an earlier install appended (still the file's end), the two are one block
         # for uninstall to take off; after other lines, the earlier block is what it looks for.
@@ -360,6 +388,65 @@ def _install_in_place(root: D.Config, table: dict, req: Request, entry: dict,
         elif text.endswith(before):
             entry["appended"] = before + appended
     return _checked(root.path, text + appended, expected), entry
+
+
+def _turn_on_cdi(root: D.Config, text: str, appended: str, expected: dict, entry: dict,
+                 turn_on: dict) -> tuple[str, str]:
+    """`turn_on` (CDI_KEYS that differ) set in the CRI plugin's table: in place where the file
+    has that table, else as a table of its own appended; what they held is recorded once."""
+    plugin = root.cri()[:2]
+    nl = root.newline
+    entry.setdefault("previous_cdi", {k: _slot(_get_in(root.data, plugin + (k,)))
+                                      for k in CDI_KEYS})
+    for k, v in turn_on.items():
+        _set_in(expected, plugin + (k,), v)
+    if _has_header(text, plugin) or any(
+            _get_in(root.data, plugin + (k,)) is not ABSENT for k in turn_on):
+        for k, v in turn_on.items():
+            text = _tk_set(text, plugin + (k,), v)
+        return text, appended
+    block = render_table(plugin, turn_on, _header_indent(text, plugin[:1]), nl)
+    if appended:
+        return text, appended + nl + block
+    sep = "" if not text or text.endswith("\n") else nl
+    return text, sep + (nl if text.strip() else "") + block
+
+
+def _put_back_runtime(text: str, keys: tuple[str, ...], cur: dict, prev: dict, expected: dict,
+                      changes: list[Change]) -> str:
+    """The runtime table at `keys` from `cur` back to `prev`. Only what differs is written: a
+    key rewritten by tomlkit loses its layout, and on containerd 2 config.toml's own runtime
+    is not install's (as it was)."""
+    for k in list(cur):
+        if k not in prev:
+            text = _tk_set(text, keys + (k,), ABSENT)
+    for k, v in prev.items():
+        if cur.get(k) != v:
+            text = _tk_set(text, keys + (k,), v)
+    if cur != prev:
+        _set_in(expected, keys, prev)
+        changes.append(Change(D.dotted(keys), "replaced", cur, prev))
+    return text
+
+
+def _put_back_cdi(root: D.Config, text: str, expected: dict, entry: dict,
+                  changes: list[Change]) -> str:
+    """CDI_KEYS install set that still hold its values go back to what they held before (a
+    value someone changed since stays theirs)."""
+    plugin = root.cri()[:2]
+    prev = entry.get("previous_cdi")
+    if not isinstance(prev, dict):
+        return text
+    for k, want in CDI_KEYS.items():
+        now = _get_in(expected, plugin + (k,))
+        was = _unslot(prev.get(k))
+        if now != want or was == now:
+            continue
+        text = _tk_set(text, plugin + (k,), was)
+        _set_in(expected, plugin + (k,), was)
+        changes.append(Change(D.dotted(plugin + (k,)), "removed" if was is ABSENT else
+                              "replaced", now, was))
+    return text
 
 
 def plan_uninstall(root: D.Config, dropin: D.Config | None, req: Request,
@@ -394,25 +481,23 @@ def plan_uninstall(root: D.Config, dropin: D.Config | None, req: Request,
             expected = _loads_or(text, {"<error>": "unparsable"})
             # What they held: our runtime, or (where it was there before) only the default.
             # Whole tables that were not there before: taking them off only removes keys.
-            for key, was in ((("runtimes", name), cur), (("default_runtime_name",),
-                             _get_in(root.data, cri + ("default_runtime_name",)))):
-                if was is not ABSENT and _get_in(expected, cri + key) is ABSENT:
-                    changes.append(Change(D.dotted(cri + key), "removed", was, ABSENT))
+            for full in [cri + ("runtimes", name), cri + ("default_runtime_name",)] + [
+                    cri[:2] + (k,) for k in CDI_KEYS]:
+                was = _get_in(root.data, full)
+                if was is not ABSENT and _get_in(expected, full) is ABSENT:
+                    changes.append(Change(D.dotted(full), "removed", was, ABSENT))
+            # A runtime that was there before, changed in place (the bytes held only the CDI
+            # table or the default).
+            left = _get_in(expected, cri + ("runtimes", name))
+            prev = _unslot(entry.get("previous"))
+            if isinstance(left, dict) and isinstance(prev, dict):
+                text = _put_back_runtime(text, cri + ("runtimes", name), left, prev, expected,
+                                         changes)
         else:
             prev = _unslot(entry.get("previous"))
             if prev is not ABSENT and isinstance(prev, dict):
-                # Only what differs is written: a key rewritten by tomlkit loses its layout,
-                # and on containerd 2 config.toml's own runtime is not install's (as it was).
-                for k in list(cur):
-                    if k not in prev:
-                        text = _tk_set(text, cri + ("runtimes", name, k), ABSENT)
-                for k, v in prev.items():
-                    if cur.get(k) != v:
-                        text = _tk_set(text, cri + ("runtimes", name, k), v)
-                if cur != prev:
-                    _set_in(expected, cri + ("runtimes", name), prev)
-                    changes.append(Change(f"{D.dotted(cri)}.runtimes.{name}", "replaced", cur,
-                                          prev))
+                text = _put_back_runtime(text, cri + ("runtimes", name), cur, prev, expected,
+                                         changes)
             else:
                 text = _drop_table(text, cri + ("runtimes", name))
                 _set_in(expected, cri + ("runtimes", name), ABSENT)
@@ -425,6 +510,7 @@ def plan_uninstall(root: D.Config, dropin: D.Config | None, req: Request,
                         and list(rest) == ["runc"]):
                     text = _drop_table(text, cri + ("runtimes", "runc"))
                     _set_in(expected, cri + ("runtimes", "runc"), ABSENT)
+    text = _put_back_cdi(root, text, expected, entry, changes)
     # A runtime that was there before install (put back) or is not ours (left) stays.
     gone = _get_in(expected, cri + ("runtimes", name)) is ABSENT
     now_default = _get_in(_loads_or(text, expected), cri + ("default_runtime_name",))

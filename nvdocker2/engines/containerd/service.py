@@ -40,7 +40,8 @@ def binary() -> str | None:
     return safe_which("containerd")
 
 
-def major_version(exe: str | None) -> int | None:
+def release(exe: str | None) -> tuple[int, int] | None:
+    """containerd's (major, minor) as `containerd --version` prints it, or None."""
     if not exe:
         return None
     try:
@@ -48,7 +49,12 @@ def major_version(exe: str | None) -> int | None:
     except OSError:
         return None
     m = re.search(r"\sv?(\d+)\.(\d+)\.\d+", out)
-    return int(m.group(1)) if m else None
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def major_version(exe: str | None) -> int | None:
+    found = release(exe)
+    return found[0] if found else None
 
 
 def config_dump(exe: str, config: Path, what: str = "the candidate configuration") -> dict:
@@ -81,11 +87,15 @@ def _get(d: Any, keys: tuple[str, ...]) -> Any:
 
 
 def compare_dumps(before: dict, after: dict, name: str, path: str, set_default: bool,
-                  removing: bool | None = False) -> list[str]:
-    """What differs between the effective configs besides our runtime (and default).
-    `removing` None: an uninstall that puts back, or leaves, a runtime of that name."""
+                  removing: bool | None = False, cdi: bool = False,
+                  cdi_keys: tuple[str, ...] = ()) -> list[str]:
+    """What differs between the effective configs besides our runtime (and default) and the
+    CRI plugin's `cdi_keys`. `removing` None: an uninstall that puts back, or leaves, a runtime
+    of that name; `cdi`: the change must leave CDI on."""
     cri = dump_cri(after)
     problems = []
+    if cdi and _get(after, cri[:2] + ("enable_cdi",)) is not True:
+        problems.append("enable_cdi would not be on in the CRI plugin")
     rt = _get(after, cri + ("runtimes", name))
     if removing:
         if rt is not None:
@@ -97,16 +107,21 @@ def compare_dumps(before: dict, after: dict, name: str, path: str, set_default: 
         if set_default and _get(after, cri + ("default_runtime_name",)) != name:
             problems.append(f'default_runtime_name would not be "{name}"')
     problems += [f"{k} would change" for k in changed_keys(
-        before, after, name, set_default or removing is not False)]
+        before, after, name, set_default or removing is not False, cdi_keys)]
     return problems
 
 
-def changed_keys(before: dict, after: dict, name: str, default_too: bool = True) -> list[str]:
+def changed_keys(before: dict, after: dict, name: str, default_too: bool = True,
+                 plugin_keys: tuple[str, ...] = ()) -> list[str]:
     """The keys (the first five) whose values differ between two dumps, leaving out the
-    runtime `name` and (`default_too`) default_runtime_name."""
+    runtime `name`, (`default_too`) default_runtime_name and the CRI plugin's `plugin_keys`."""
     b, a = json.loads(json.dumps(before)), json.loads(json.dumps(after))
     for d in (a, b):
         d.pop("imports", None)
+        plugin = _get(d, dump_cri(d)[:2])
+        if isinstance(plugin, dict):
+            for k in plugin_keys:
+                plugin.pop(k, None)
         rts = _get(d, dump_cri(d) + ("runtimes",))
         if isinstance(rts, dict):
             rts.pop(name, None)
@@ -241,6 +256,23 @@ def runtimes_from_log(text: str) -> tuple[dict[str, str], str] | None:
     return found
 
 
+def cdi_from_log(text: str) -> bool | None:
+    """Whether the last CRI start line says CDI is on (EnableCDI / enableCDI), or None."""
+    found = None
+    for line in text.splitlines():
+        if "starting cri plugin" in line or "Start cri plugin with config" in line:
+            m = re.search(r'EnableCDI:(true|false)|\\*"enableCDI\\*":(true|false)', line)
+            found = None if m is None else "true" in (m.group(1), m.group(2))
+    return found
+
+
+def cdi_problem(expect: Any, cdi: bool | None) -> list[str]:
+    """What the CRI's report of CDI (`cdi`: on, off, None unreported) lacks for `expect`."""
+    if not (isinstance(expect, dict) and expect.get("cdi")) or cdi is True:
+        return []
+    return ["CDI is off" if cdi is False else "it does not say that CDI is on"]
+
+
 class SystemdContainerd(Service):
     """Restart through systemd, verify on the socket and in the journal."""
 
@@ -264,16 +296,18 @@ class SystemdContainerd(Service):
         if p.returncode != 0:
             raise VerifyFailed(systemctl_failure(self.unit, p.stderr))
 
-    def _cri_state(self) -> tuple[dict[str, str], str] | None:
+    def _cri_state(self) -> tuple[dict[str, str], str, bool | None] | None:
+        """(runtimes, default runtime, CDI on) as the CRI reports them."""
         crictl = safe_which("crictl")
         if crictl:
             try:
                 p = run.run([crictl, "--runtime-endpoint", f"unix://{self.address}",
                              "info", "-o", "json"], timeout=15)
-                ctd = json.loads(p.stdout).get("config", {}).get("containerd", {})
+                cfg = json.loads(p.stdout).get("config", {})
+                ctd = cfg.get("containerd", {})
                 rts = {n: str((r.get("options") or {}).get("BinaryName", ""))
                        for n, r in (ctd.get("runtimes") or {}).items()}
-                return rts, ctd.get("defaultRuntimeName") or "runc"
+                return rts, ctd.get("defaultRuntimeName") or "runc", cfg.get("enableCDI")
             except (OSError, ValueError, AttributeError):
                 pass
         try:
@@ -281,7 +315,8 @@ class SystemdContainerd(Service):
                          "--since", f"@{int(self._since)}"], timeout=30, text=True)
         except OSError:
             return None
-        return runtimes_from_log(p.stdout)
+        found = runtimes_from_log(p.stdout)
+        return None if found is None else found + (cdi_from_log(p.stdout),)
 
     def verify(self, expect: Any, timeout: float) -> None:
         def probe() -> str | None:
@@ -292,7 +327,7 @@ class SystemdContainerd(Service):
             state = self._cri_state()
             if state is None:
                 return "containerd is back, but its CRI plugin's configuration was not seen"
-            bad = runtime_mismatches(expect, *state)
+            bad = runtime_mismatches(expect, *state[:2]) + cdi_problem(expect, state[2])
             return "containerd's CRI plugin reports: " + "; ".join(bad) if bad else None
 
         poll(probe, timeout, "containerd did not answer on " + self.address)

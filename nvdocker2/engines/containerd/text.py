@@ -70,7 +70,8 @@ def _tk_set(text: str, keys: tuple[str, ...], value: Any) -> str:
 def _line_set(text: str, keys: tuple[str, ...], value: Any) -> str | None:
     """`_tk_set` as a line edit (adding a key, or deleting a one-line key), or None when
     tomlkit must do it."""
-    if value is not ABSENT and not isinstance(value, (str, bool, int)):
+    if value is not ABSENT and not isinstance(value, (str, bool, int)) and not (
+            isinstance(value, list) and all(isinstance(v, str) for v in value)):
         return None
     lines = text.splitlines(keepends=True)
     start = next((i for i, line in enumerate(lines)
@@ -104,7 +105,9 @@ def _line_set(text: str, keys: tuple[str, ...], value: Any) -> str | None:
     siblings = [re.match(r"[ \t]*", lines[i]).group(0)
                 for i in range(start + 1, end) if lines[i].strip()
                 and not lines[i].lstrip().startswith("#")]
-    indent = siblings[0] if siblings else ""
+    # Without siblings, the key goes one step in from an indented header (containerd's style).
+    head = re.match(r"[ \t]*", lines[start]).group(0)
+    indent = siblings[0] if siblings else (head + "  " if head else "")
     if lines[last].endswith("\n"):
         lines.insert(last + 1, indent + rendered + nl)
     else:
