@@ -48,22 +48,29 @@ def desktop_reason(info: Optional[dict], socket_path: Optional[str]) -> Optional
     return None
 
 
-def detect(docker_host: Optional[str]) -> tuple[Any, Optional[str]]:
-    """(the host, why it is Docker Desktop or None); a daemon that does not answer is not
-    taken for Desktop unless its socket path says so."""
-    from nvdocker2.engines.docker.service.api import EngineClient, EngineError, EngineUnavailable
-
+def detect(docker_host: Optional[str], ask: bool = True) -> tuple[Any, Optional[str]]:
+    """(the host, why it is Docker Desktop or None); a daemon that does not answer, or is not
+    asked (`ask` False), is not taken for Desktop unless its socket path says so."""
     host = engine_host(docker_host)
-    try:
-        info = EngineClient(host, timeout=INFO_TIMEOUT).info()
-    except (EngineUnavailable, EngineError):
-        info = None
+    info = None
+    if ask:
+        from nvdocker2.engines.docker.service.api import (
+            EngineClient,
+            EngineError,
+            EngineUnavailable,
+        )
+
+        try:
+            info = EngineClient(host, timeout=INFO_TIMEOUT).info()
+        except (EngineUnavailable, EngineError):
+            pass
     return host, desktop_reason(info, host.socket_path)
 
 
-def refuse_on_desktop(docker_host: Optional[str], config: str) -> None:
-    """Raise `BadInput` (exit 2) when the daemon is Docker Desktop's: nothing is written."""
-    host, why = detect(docker_host)
+def refuse_on_desktop(docker_host: Optional[str], config: str, ask: bool = True) -> None:
+    """Raise `BadInput` (exit 2) when the daemon is Docker Desktop's: nothing is written.
+    `ask`: whether the Engine API may be asked (`--reload none` asks dockerd nothing)."""
+    host, why = detect(docker_host, ask)
     if why is not None:
         raise BadInput(
             f"{host.describe()} is Docker Desktop's daemon ({why}); it never reads {config},"

@@ -61,7 +61,10 @@ class DockerFront:
         if action == "install":
             from nvdocker2.engines.docker import desktop
 
-            desktop.refuse_on_desktop(o["docker_host"], str(cfg))  # before anything is written
+            # before anything is written; `--reload none` asks dockerd nothing, so there only
+            # the socket's path can tell
+            desktop.refuse_on_desktop(o["docker_host"], str(cfg),
+                                      ask=o["reload"].value != "none")
         if mode == "cdi":
             return self._cdi(action, cfg, why, o, reporter)
         if action == "uninstall" and mode is not None:
