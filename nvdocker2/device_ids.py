@@ -20,6 +20,12 @@ MAX_DEVICE_IDS = 1024
 MAX_ID_LENGTH = 128
 
 _HEX = frozenset("0123456789abcdefABCDEF-")
+# CDI's name grammar (vendor/class=name), ASCII only; each part starts with a letter or digit.
+MAX_CDI_NAME = 256
+_ALNUM = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789")
+CDI_VENDOR_CHARS = _ALNUM | frozenset(".-")
+CDI_CLASS_CHARS = _ALNUM | frozenset("_-")
+CDI_DEVICE_CHARS = _ALNUM | frozenset("_.:-")
 
 
 class RequestError(Exception):
@@ -109,3 +115,28 @@ def parse_imex_channels(value: str, source: str) -> Devices:
         if str(int(item)) not in channels:
             channels.append(str(int(item)))
     return tuple(channels)
+
+
+def is_cdi_word(text: str, allowed: frozenset) -> bool:
+    """A part of a CDI name: characters of `allowed`, the first a letter or digit."""
+    return bool(text) and text[0] in _ALNUM and all(c in allowed for c in text)
+
+
+def is_kind(kind: str) -> bool:
+    """`vendor/class` in CDI's grammar (nvidia.com/gpu)."""
+    vendor, slash, cls = kind.partition("/")
+    return bool(slash) and is_cdi_word(vendor, CDI_VENDOR_CHARS) and is_cdi_word(
+        cls, CDI_CLASS_CHARS)
+
+
+def parse_cdi_name(device: str, source: str) -> str:
+    """`device` when it is a fully qualified CDI device name (`vendor/class=name`), else
+    refuse it: no option, path, separator or control character passes."""
+    kind, eq, name = device.partition("=")
+    if not (eq and len(device) <= MAX_CDI_NAME and is_kind(kind)
+            and is_cdi_word(name, CDI_DEVICE_CHARS)):
+        raise RequestError(
+            f"{source}: invalid CDI device name {device!r:.80} (expected vendor/class=name:"
+            " vendor of letters, digits, '.' and '-', class of letters, digits, '_' and '-',"
+            " name of letters, digits, '_', '.', ':' and '-')")
+    return device

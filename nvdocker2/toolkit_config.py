@@ -41,14 +41,15 @@ MAX_CONFIG_BYTES = 1024 * 1024
 ALL_CAPABILITIES = ("compute", "utility", "video", "graphics", "display", "compat32", "ngx")
 DEFAULT_SUPPORTED_CAPABILITIES = "compat32,compute,display,graphics,ngx,utility,video"
 DEFAULT_RUNTIMES = ("docker-runc", "runc", "crun")
+CDI_SPEC_DIRS = ("/etc/cdi", "/var/run/cdi")  # NVIDIA's and CDI's defaults, in CDI's order
 LOG_LEVELS = ("debug", "info", "warning", "error")
 # logrus's level names, which NVIDIA's runtime accepts, as the level this runtime logs at.
 NVIDIA_LOG_LEVELS = {"trace": "debug", "warn": "warning", "fatal": "error", "panic": "error"}
 MODES = ("legacy", "direct")  # what `nvdocker2 install --mode` writes
 # Every mode some NVIDIA release knows, and ours. jit-cdi is read as direct; auto is resolved
-# per container (nvdocker2.runtime.mode); cdi and csv are refused at `create`.
+# per container (nvdocker2.runtime.mode); csv is refused at `create`.
 CONFIG_MODES = ("auto", "legacy", "direct", "jit-cdi", "cdi", "csv")
-SERVED_MODES = ("legacy", "direct")
+SERVED_MODES = ("legacy", "direct", "cdi")
 HOOK_NAME = "nvidia-container-runtime-hook"
 
 STR, BOOL, STRS, TABLE = "a string", "true or false", "a list of strings", "a table"
@@ -105,13 +106,9 @@ NVIDIA_KEYS = {
 }
 OWN_KEYS = {"nvidia-container-runtime.driver-root": STR}
 
-_CDI_WHY = "CDI mode is not served by nvdocker2 (its CDI specs come from `nvdocker2 cdi generate`)"
 _FEATURE_WHY = "a feature of NVIDIA's CDI and jit-cdi modifiers; nvdocker2's modes do not have it"
 # The keys nvdocker2 reads but does not act on, and why (doctor lists the ones a file sets).
 NOT_USED = {
-    "nvidia-container-runtime.modes.cdi.annotation-prefixes": _CDI_WHY,
-    "nvidia-container-runtime.modes.cdi.default-kind": _CDI_WHY,
-    "nvidia-container-runtime.modes.cdi.spec-dirs": _CDI_WHY,
     "nvidia-container-runtime.modes.csv.compat-container-root":
         "csv mode (Tegra) is not served; on Tegra, auto resolves to legacy",
     "nvidia-container-runtime.modes.csv.mount-spec-path":
@@ -223,6 +220,14 @@ class RuntimeSettings(Record):
     mode_given: str = "legacy"
 
 
+class CdiSettings(Record):
+    """`[nvidia-container-runtime.modes.cdi]`, with NVIDIA's defaults."""
+
+    spec_dirs: tuple[str, ...] = CDI_SPEC_DIRS
+    default_kind: str = "nvidia.com/gpu"
+    annotation_prefixes: tuple[str, ...] = ("cdi.k8s.io/",)
+
+
 class HookSettings(Record):
     """`[nvidia-container-runtime-hook]`."""
 
@@ -261,6 +266,7 @@ class ToolkitConfig(Record):
     accept_volume_mounts: bool = False
     swarm_resource: str = ""
     runtime: RuntimeSettings = RuntimeSettings()
+    cdi: CdiSettings = CdiSettings()
     hook: HookSettings = HookSettings()
     cli: CliSettings = CliSettings()
     path: str = DEFAULT_CONFIG_PATH
@@ -431,6 +437,7 @@ def _build(doc: dict, path: str, from_env: bool, source: str | None) -> ToolkitC
             " knows; read as \"auto\""
         )
         mode = "auto"
+    cdi = _cdi_settings(r, runtime, path)
     environment = r.string_list(cli, "nvidia-container-cli.environment", ())
     for entry in environment:
         if "=" not in entry or entry.startswith("=") or "\0" in entry:
@@ -472,6 +479,7 @@ def _build(doc: dict, path: str, from_env: bool, source: str | None) -> ToolkitC
             driver_root=driver_root or cli_root or "/",
             mode_given=mode_given,
         ),
+        cdi=cdi,
         hook=HookSettings(path=hook_path),
         cli=CliSettings(
             path=cli_path,
@@ -491,6 +499,31 @@ def _build(doc: dict, path: str, from_env: bool, source: str | None) -> ToolkitC
         warnings=tuple(sorted(warnings)),
         unused=unused,
     )
+
+
+def _cdi_settings(r: _Reader, runtime: dict, path: str) -> CdiSettings:
+    """`[nvidia-container-runtime.modes.cdi]`: absolute spec directories, a `vendor/class`
+    default kind and non-empty annotation prefixes, else refused naming the key."""
+    from nvdocker2.device_ids import is_kind
+
+    key = "nvidia-container-runtime.modes.cdi"
+    modes = runtime.get("modes") if isinstance(runtime.get("modes"), dict) else {}
+    table = modes.get("cdi") if isinstance(modes.get("cdi"), dict) else {}
+    default = CdiSettings()
+    dirs = r.string_list(table, key + ".spec-dirs", default.spec_dirs)
+    if any(not d.startswith("/") for d in dirs):
+        raise ConfigError(f"{path}: key '{key}.spec-dirs' must list absolute paths, got"
+                          f" {list(dirs)!r:.80}")
+    kind = r.string(table, key + ".default-kind", default.default_kind)
+    if not is_kind(kind):
+        raise ConfigError(f"{path}: key '{key}.default-kind' must be a CDI kind like"
+                          f" nvidia.com/gpu, got {kind!r:.60}")
+    prefixes = r.string_list(table, key + ".annotation-prefixes", default.annotation_prefixes)
+    if any(not p for p in prefixes):
+        raise ConfigError(f"{path}: key '{key}.annotation-prefixes' may not hold an empty"
+                          " prefix (it would take every annotation as a CDI request)")
+    return CdiSettings(spec_dirs=tuple(os.path.normpath(d) for d in dirs), default_kind=kind,
+                       annotation_prefixes=prefixes)
 
 
 _TYPES = {STR: str, BOOL: bool, STRS: list, TABLE: dict}

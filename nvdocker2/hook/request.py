@@ -166,21 +166,12 @@ def _requirements(env: Mapping[str, str], legacy: bool, config: ToolkitConfig
     return tuple(reqs)
 
 
-def container_request(
-    env: Iterable[str],
-    privileged: bool,
-    mounts: Sequence[Mapping],
-    config: ToolkitConfig,
-) -> Request | None:
-    """Decide what a container asks for (docs/reference.md §4 rules 3–5).
-
-    `env` is the OCI `process.env` list, `privileged` whether the bounding set holds
-    CAP_SYS_ADMIN, `mounts` the OCI `mounts` list. Returns None for a container that is not a
-    GPU container (the hook then does nothing); raises RequestError for a refused request.
-    """
-    envs = env_map(env)
-    legacy = CUDA_VERSION in envs and REQUIRE_CUDA not in envs
-
+def _visible_devices(envs: Mapping[str, str], privileged: bool, mounts: Sequence[Mapping],
+                     config: ToolkitConfig, legacy: bool) -> tuple[str | None, str]:
+    """(the device list the container asks for, where it was read), None for no list or one
+    that the trust rules ignore: volume mounts where config.toml accepts them, else the
+    environment (`swarm-resource`'s names, then NVIDIA_VISIBLE_DEVICES, `all` for a legacy
+    CUDA image), ignored for an unprivileged container unless config.toml accepts it."""
     raw: str | None = None
     source = VISIBLE_DEVICES
     if config.accept_volume_mounts:
@@ -198,10 +189,43 @@ def container_request(
         if raw is None and legacy:
             raw = "all"
         if raw is not None and not (privileged or config.accept_envvar_unprivileged):
-            return None
+            return None, source
     if raw is None or not raw.strip():
-        return None
-    if is_void(raw):
+        return None, source
+    return raw, source
+
+
+def request_source(spec: Mapping, config: ToolkitConfig) -> tuple[str | None, str]:
+    """`_visible_devices` of an OCI spec: what cdi mode reads its bare and qualified names
+    from, under the same trust rules as every other mode."""
+    process = spec.get("process")
+    if not isinstance(process, Mapping):
+        raise RequestError("config.json: 'process' must be an object")
+    env = process.get("env") or []
+    mounts = spec.get("mounts") or []
+    if not isinstance(env, list) or not isinstance(mounts, list):
+        raise RequestError("config.json: 'process.env' and 'mounts' must be lists")
+    envs = env_map(env)
+    legacy = CUDA_VERSION in envs and REQUIRE_CUDA not in envs
+    return _visible_devices(envs, is_privileged(spec), mounts, config, legacy)
+
+
+def container_request(
+    env: Iterable[str],
+    privileged: bool,
+    mounts: Sequence[Mapping],
+    config: ToolkitConfig,
+) -> Request | None:
+    """Decide what a container asks for (docs/reference.md §4 rules 3–5).
+
+    `env` is the OCI `process.env` list, `privileged` whether the bounding set holds
+    CAP_SYS_ADMIN, `mounts` the OCI `mounts` list. Returns None for a container that is not a
+    GPU container (the hook then does nothing); raises RequestError for a refused request.
+    """
+    envs = env_map(env)
+    legacy = CUDA_VERSION in envs and REQUIRE_CUDA not in envs
+    raw, source = _visible_devices(envs, privileged, mounts, config, legacy)
+    if raw is None or is_void(raw):
         return None
     devices = parse_device_list(raw, source)
 

@@ -176,6 +176,8 @@ def _prepare_bundle(config, bundle: str, self_path: str, log_path: str | None) -
             _log(log_path, f"mode: {why}")
         if mode == "direct":
             changed = _direct_mode(spec, bundle, config, self_path)
+        elif mode == "cdi":
+            changed = _cdi_mode(spec, config, log_path)
         else:
             changed = _legacy_mode(spec, spec_path, bundle, config)
         if changed:
@@ -201,6 +203,27 @@ def _direct_mode(spec: dict, bundle: str, config, self_path: str) -> bool:
         return False
     spec.clear()
     spec.update(new)
+    return True
+
+
+def _cdi_mode(spec: dict, config, log_path: str | None) -> bool:
+    """The CDI devices the container names, resolved in `spec-dirs` and applied to `spec`
+    (nvdocker2.runtime.cdi); a name no spec defines fails `create`. True when changed."""
+    from nvdocker2.device_ids import RequestError
+    from nvdocker2.runtime import cdi
+
+    try:
+        names, source = cdi.requested(spec, config)
+    except RequestError as e:
+        raise RuntimeFailure(e.message, prog=HOOK_NAME) from None
+    if not names:
+        return False
+    registry = cdi.Registry(config.cdi.spec_dirs, lambda w: _log(log_path, f"warning: {w}"))
+    try:
+        cdi.inject(spec, registry.resolve(names, source))
+    except cdi.CdiRefusal as e:
+        raise RuntimeFailure(e.message, e.hint) from None
+    _log(log_path, f"cdi: {', '.join(names)[:200]} ({source})")
     return True
 
 

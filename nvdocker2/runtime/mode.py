@@ -5,9 +5,9 @@ NVIDIA's rule at main (internal/info/auto.go): a request naming only fully quali
 devices is cdi; a Tegra board without NVML (or with an integrated GPU) is csv; anything else
 is jit-cdi (legacy before v1.18). nvdocker2 follows it with the modes it serves: jit-cdi is
 direct mode; where direct mode cannot serve the host or the request (WSL, Tegra, MIG
-devices), auto is legacy, which libnvidia-container serves there. Only a request of CDI names
-alone resolves to cdi, which nvdocker2 does not serve, so an ordinary NVIDIA_VISIBLE_DEVICES
-request never resolves to a mode that is refused.
+devices), auto is legacy, which libnvidia-container serves there. A request of CDI names
+alone (in NVIDIA_VISIBLE_DEVICES, or in annotations under `annotation-prefixes`) resolves to
+cdi, which nvdocker2.runtime.cdi serves; only csv is refused.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ WSL_NODE = "dev/dxg"
 
 
 class UnservedMode(Exception):
-    """The mode that serves this container is one nvdocker2 does not serve (cdi, csv)."""
+    """The mode that serves this container is one nvdocker2 does not serve (csv)."""
 
     def __init__(self, message: str, hint: str) -> None:
         super().__init__(message)
@@ -102,7 +102,7 @@ def resolve_auto(env: Mapping[str, str], config: Any, driver_root: str | None = 
 
 
 def container_mode(spec: Mapping, config: Any) -> tuple[str, str]:
-    """(mode, why) that serves the container of OCI `spec`; raises UnservedMode for cdi/csv."""
+    """(mode, why) that serves the container of OCI `spec`; raises UnservedMode for csv."""
     given = config.runtime.mode_given
     mode = config.runtime.mode
     if mode == "auto":
@@ -114,16 +114,23 @@ def container_mode(spec: Mapping, config: Any) -> tuple[str, str]:
             env = env_map(env_list if isinstance(env_list, list) else ())
         except RequestError:
             env = {}  # the request itself refuses this environment, in either mode
-        mode, why = resolve_auto(env, config)
+        annotations = spec.get("annotations")
+        prefixes = tuple(config.cdi.annotation_prefixes)
+        asked = [k for k in annotations if isinstance(k, str) and k.startswith(prefixes)
+                 ] if isinstance(annotations, dict) else []
+        if asked:
+            mode, why = "cdi", "the container has CDI annotations (" + ",".join(
+                sorted(asked))[:80] + ")"
+        else:
+            mode, why = resolve_auto(env, config)
         why = f"auto resolves to {mode}: {why}"
     else:
         why = f'{given!r} in {config.path}'
-    if mode in ("cdi", "csv"):
+    if mode == "csv":
         raise UnservedMode(
             f"{config.path}: key '{MODE_KEY}' is {given!r}"
             + (f", which resolves to {mode!r} here ({why})" if given != mode else "")
             + f": nvdocker2 does not serve {mode} mode",
-            'set mode = "auto", "legacy" or "jit-cdi" (direct); for CDI device names use the'
-            " engine's own CDI support with `nvdocker2 cdi generate`",
+            'set mode = "auto", "legacy" or "jit-cdi" (direct); on Tegra, auto is legacy',
         )
     return mode, why

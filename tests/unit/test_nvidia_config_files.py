@@ -108,23 +108,22 @@ def test_auto_resolves_an_ordinary_request_to_a_served_mode(tmp_path, files, env
     assert got == mode and why in reason and reason.startswith(f"auto resolves to {mode}: ")
 
 
-def test_auto_with_cdi_names_only_is_refused_in_one_line_naming_key_and_mode(tmp_path):
+def test_auto_with_cdi_names_only_resolves_to_cdi(tmp_path):
     cfg = config(tmp_path, "auto", driver(tmp_path / "driver", GPU))
-    with pytest.raises(UnservedMode) as raised:
-        container_mode(spec("NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=0"), cfg)
-    message = str(raised.value)
-    assert "\n" not in message
-    assert "key 'nvidia-container-runtime.mode' is 'auto', which resolves to 'cdi'" in message
-    assert "does not serve cdi mode" in message
+    mode, why = container_mode(spec("NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=0"), cfg)
+    assert (mode, why) == ("cdi", "auto resolves to cdi: the container asks only for CDI"
+                                  " devices (nvidia.com/gpu=0)")
+    annotated = {**spec("NVIDIA_VISIBLE_DEVICES=0"), "annotations": {"cdi.k8s.io/a": "x/y=z"}}
+    assert container_mode(annotated, cfg) == (
+        "cdi", "auto resolves to cdi: the container has CDI annotations (cdi.k8s.io/a)")
 
 
-@pytest.mark.parametrize("mode", ["cdi", "csv"])
-def test_explicit_unserved_mode_is_refused_for_every_container(tmp_path, mode):
-    cfg = config(tmp_path, mode, "/")
+def test_explicit_csv_is_refused_for_every_container_and_cdi_served(tmp_path):
     with pytest.raises(UnservedMode) as raised:
-        container_mode(spec(), cfg)
-    assert f"key 'nvidia-container-runtime.mode' is '{mode}': nvdocker2 does not serve" \
+        container_mode(spec(), config(tmp_path, "csv", "/"))
+    assert "key 'nvidia-container-runtime.mode' is 'csv': nvdocker2 does not serve" \
         in str(raised.value)
+    assert container_mode(spec(), config(tmp_path, "cdi", "/"))[0] == "cdi"
 
 
 def test_jit_cdi_is_direct_mode(tmp_path):

@@ -468,10 +468,7 @@ def test_direct_hook_role_is_dispatched_not_passed_to_runc(setup):
 
 
 @pytest.mark.parametrize("mode, env, said", [
-    ("cdi", "NVIDIA_VISIBLE_DEVICES=0", "is 'cdi': nvdocker2 does not serve cdi mode"),
-    ("auto", "NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=0",
-     "is 'auto', which resolves to 'cdi' here (auto resolves to cdi: the container asks only"
-     " for CDI devices (nvidia.com/gpu=0)): nvdocker2 does not serve cdi mode"),
+    ("csv", "NVIDIA_VISIBLE_DEVICES=0", "is 'csv': nvdocker2 does not serve csv mode"),
 ])
 def test_an_unserved_mode_fails_create_in_one_line_naming_key_and_mode(setup, mode, env, said):
     setup.write_config(f'[nvidia-container-runtime]\nmode = "{mode}"\n')
