@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import Optional
 
-from nvdocker2.agent import apply
+from nvdocker2.agent import apply, toolkit
 from nvdocker2.agent.loop import Agent, CannotStart, Options
 
 __all__ = ["CannotStart", "Options", "options", "run"]
@@ -22,10 +22,16 @@ LOCK_NAME = "agent.lock"
 def options(engine: str, config: Optional[str], host_root: str, reload: str, verify: bool,
             set_default: bool, runtime_name: str, runtime_path: Optional[str],
             address: Optional[str], timeout: float, ready_file: Optional[str],
-            healthz: Optional[int], keep_on_exit: bool, poll: float, backoff: float) -> Options:
+            healthz: Optional[int], keep_on_exit: bool, poll: float, backoff: float,
+            install_toolkit: Optional[str] = None) -> Options:
     """The agent's options from its flags: --config and the state directory are node paths,
-    found under --host-root (ValueError: a --config that cannot be shown at its node path)."""
+    found under --host-root (ValueError: a --config that cannot be shown at its node path).
+    With `install_toolkit` (a node directory) the engine's runtime is the launcher there."""
     seen, node, state = apply.resolve(engine, config, host_root)
+    kit = toolkit.Toolkit(dir=install_toolkit, host_root=os.path.abspath(host_root)) \
+        if install_toolkit else None
+    if kit is not None:
+        runtime_path = kit.runtime
     lock_dir = state or os.environ.get("NVDOCKER2_STATE_DIR") or apply.STATE_DIR
     target = apply.Target(engine=engine, config=node, reload=reload, verify=verify,
                           set_default=set_default, runtime_name=runtime_name,
@@ -33,7 +39,8 @@ def options(engine: str, config: Optional[str], host_root: str, reload: str, ver
                           state_dir=state, host_root=os.path.abspath(host_root))
     return Options(target=target, config=Path(seen), lock=Path(lock_dir) / LOCK_NAME,
                    ready_file=Path(os.path.abspath(ready_file)) if ready_file else None,
-                   healthz_port=healthz, keep_on_exit=keep_on_exit, poll=poll, backoff=backoff)
+                   healthz_port=healthz, keep_on_exit=keep_on_exit, poll=poll, backoff=backoff,
+                   toolkit=kit)
 
 
 def run(opts: Options) -> int:

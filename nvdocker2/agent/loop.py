@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
-from nvdocker2.agent import apply
+from nvdocker2.agent import apply, toolkit
 from nvdocker2.host import files
 from nvdocker2.agent.serve import Readiness, serve_healthz
 from nvdocker2.agent.watch import Watcher, fingerprint
@@ -47,6 +47,7 @@ class Options:
     keep_on_exit: bool = False
     poll: float = 5.0
     backoff: float = 10.0
+    toolkit: Optional[toolkit.Toolkit] = None  # --install-toolkit: copied before the engine
 
 
 def log(message: str) -> None:
@@ -127,6 +128,12 @@ class Agent:
                                   f"{e.strerror or e}", "pick a free port for --healthz") from None
             self.say(f"/healthz on http://127.0.0.1:{server.server_address[1]}")
         self.readiness.set(False, "starting")
+        if self.o.toolkit is not None:
+            try:
+                toolkit.check(self.o.toolkit)
+            except toolkit.Refused as e:
+                raise CannotStart(f"--install-toolkit {self.o.toolkit.dir}: {e}", e.hint
+                                  ) from None
         try:
             fd = self._lock()
         except OSError as e:
@@ -156,7 +163,7 @@ class Agent:
             fp = self._settled(known)
             now = time.monotonic()
             if fp != known and now >= next_try:
-                out = apply.run("install", self.o.target)
+                out = self._install()
                 if self.stopping is not None and not out.ok:
                     return  # a signal may have cut it short: the exit path decides
                 if out.ok:
@@ -181,6 +188,41 @@ class Agent:
             watcher.rearm()
             self._sleep(max(0.0, next_try - time.monotonic()) if fp != known else
                         self.o.poll, watcher)
+
+    def _install(self) -> apply.Outcome:
+        """The toolkit into its directory (when asked), verified, then the engine's install;
+        a toolkit this call copied is removed again when the engine's install fails."""
+        kit = self.o.toolkit
+        placed = None
+        if kit is not None:
+            try:
+                placed = toolkit.install(kit)
+                if placed.changed:
+                    self.say(placed.summary)
+                if self.o.target.verify:
+                    toolkit.verify(kit, self.o.target.timeout)
+            except (toolkit.Refused, OSError) as e:
+                hint = getattr(e, "hint", "see that the node's directory is root's and has room")
+                if placed is not None and placed.new:
+                    self._remove_toolkit()
+                return apply.Outcome(2, {"error": f"--install-toolkit {kit.dir}: {e}",
+                                         "hint": hint})
+        out = apply.run("install", self.o.target)
+        if not out.ok and placed is not None and placed.new:
+            self._remove_toolkit()
+        return out
+
+    def _remove_toolkit(self) -> bool:
+        """Remove the toolkit's directory (False, said, when that fails)."""
+        kit = self.o.toolkit
+        assert kit is not None
+        try:
+            if toolkit.remove(kit):
+                self.say(f"toolkit removed from {kit.dir}")
+            return True
+        except (toolkit.Refused, OSError) as e:
+            self.say(f"cannot remove the toolkit from {kit.dir}: {e}")
+            return False
 
     def _settled(self, known: Optional[str]) -> str:
         """The files' fingerprint once another writer is done: a change is read again after
@@ -230,6 +272,8 @@ class Agent:
         out = apply.run("uninstall", self.o.target)
         if out.ok:
             self.say(f"stopping on {self.stopping}: uninstall: {out.summary()}")
+            if self.o.toolkit is not None and not self._remove_toolkit():
+                return 1
             return 0
         self.say(f"stopping on {self.stopping}: uninstall failed: {out.summary()}")
         return out.code or 1

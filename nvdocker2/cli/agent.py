@@ -55,6 +55,12 @@ def agent(
     poll: float = typer.Option(5.0, "--poll", metavar="SECONDS", min=0.1,
                                help="Check the config at least this often (inotify, where "
                                "available, notices a rewrite at once)."),
+    install_toolkit: Optional[str] = typer.Option(
+        None, "--install-toolkit", metavar="DIR", show_default=False,
+        help="For a node without packages: copy the runtime and hook from this image into "
+        "DIR on the host (NVIDIA's operator uses /usr/local/nvidia/toolkit), run by the host's "
+        "python3 (3.9 or later), point the engine at DIR/nvidia-container-runtime, and remove "
+        "DIR on uninstall."),
     backoff: float = typer.Option(10.0, "--backoff", metavar="SECONDS", min=0.1,
                                   help="First wait when the same drift comes back or install "
                                   "fails; doubled each time, up to 32 times this."),
@@ -69,6 +75,9 @@ def agent(
         if engine not in names:
             raise BadInput(f"--engine {engine} is not an engine nvdocker2 knows",
                            f"use --engine {', '.join(names[:-1])} or {names[-1]}")
+        if install_toolkit and runtime_path:
+            raise BadInput("--install-toolkit and --runtime-path both name the runtime",
+                           "drop --runtime-path: the engine runs DIR/nvidia-container-runtime")
         if not os.path.isdir(host_root):
             raise BadInput(f"--host-root {host_root} is not a directory",
                            "mount the host's / there, or drop --host-root")
@@ -76,7 +85,7 @@ def agent(
             opts = node_agent.options(
                 engine, config, host_root, reload.value, not no_verify, set_default,
                 runtime_name, runtime_path, containerd_address, timeout, ready_file, healthz,
-                keep_on_exit, poll, backoff)
+                keep_on_exit, poll, backoff, install_toolkit)
         except ValueError as e:
             raise BadInput(str(e), "put the config in its own directory, e.g. "
                            "/etc/containerd/config.toml") from None

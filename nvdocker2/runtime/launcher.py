@@ -196,7 +196,7 @@ set -f
 prog=nvidia-container-runtime
 py=@PYTHON@
 code=@CODE@
-@DOOR@
+@CONFIG@@DOOR@
 slow=
 case ${1-} in direct-hook|--version|-v) slow=1 ;; esac
 for arg do
@@ -357,7 +357,8 @@ PIP_HOOK_CODE = PIP_PATHS + "from nvdocker2.hook import main\nsys.exit(main(sys.
 
 def render_pip() -> dict[str, str]:
     """{executable name: file text} of the launchers a pip install puts on PATH."""
-    runtime = (RUNTIME_TEMPLATE.replace("@PYTHON@", "").replace("@DOOR@", DOOR)
+    runtime = (RUNTIME_TEMPLATE.replace("@PYTHON@", "").replace("@CONFIG@", "")
+               .replace("@DOOR@", DOOR)
                .replace("@CODE@", shlex.quote(PIP_RUNTIME_CODE)).replace("@FIND@", FIND_PYTHON))
     hook = (PIP_HOOK_TEMPLATE.replace("@CODE@", shlex.quote(PIP_HOOK_CODE))
             .replace("@DOOR@", DOOR).replace("@FIND@", FIND_PYTHON))
@@ -378,16 +379,21 @@ def package_paths() -> list[str]:
     return paths
 
 
-def render(python: str, paths: list[str]) -> dict[str, str]:
+def render(python: str, paths: list[str], config: str | None = None) -> dict[str, str]:
     """{executable name: file text} of both launchers.
 
     Both hold the line `sys.path[len(sys.path):] = [...]` with the directories as a JSON list
-    (also a Python literal), which `nvdocker2 doctor` reads to find the package's version."""
+    (also a Python literal), which `nvdocker2 doctor` reads to find the package's version.
+    `config`: the runtime reads that config.toml, whatever its environment says (a toolkit
+    directory's own, nvdocker2.agent.toolkit); it passes it on to the hook as `--config`."""
     import json
 
     listed = json.dumps(list(paths))
     code = RUNTIME_CODE.format(paths=listed)
+    pinned = (f"NVIDIA_CONTAINER_RUNTIME_CONFIG={shlex.quote(config)}\n"
+              "export NVIDIA_CONTAINER_RUNTIME_CONFIG\n") if config else ""
     runtime = (RUNTIME_TEMPLATE.replace("@PYTHON@", shlex.quote(python))
+               .replace("@CONFIG@", pinned)
                .replace("@DOOR@", DOOR).replace("@CODE@", shlex.quote(code))
                .replace("@FIND@", SELF + CHECK_PYTHON))
     return {

@@ -127,6 +127,22 @@ def test_chart_renders_to_valid_objects_for_each_engine(tmp_path, engine, versio
 
 
 @pytest.mark.parametrize("version", KUBERNETES)
+def test_install_toolkit_renders_valid_with_the_flag_and_no_runtime_path(tmp_path, version):
+    out = tmp_path / "toolkit.yaml"
+    out.write_text(render({"createNamespace": True,
+                           "installToolkit": "/usr/local/nvidia/toolkit"}))
+    _passed(_validate(out, version), version)
+    spec = _docs(out.read_text())["DaemonSet"]["spec"]["template"]["spec"]
+    args = spec["containers"][0]["args"]
+    assert args[args.index("--install-toolkit") + 1] == "/usr/local/nvidia/toolkit"
+    assert "--runtime-path" not in args
+    # DIR is reached through the node's / at --host-root /host
+    assert {"name": "host-root", "hostPath": {"path": "/", "type": "Directory"}} in \
+        spec["volumes"]
+    assert "--install-toolkit" not in render({"createNamespace": True})
+
+
+@pytest.mark.parametrize("version", KUBERNETES)
 def test_plain_manifest_validates(version):
     p = _validate(MANIFEST, version)
     _passed(p, version)
