@@ -33,6 +33,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from typing import Any, Mapping
 
 DEFAULT_CONFIG_PATH = "/etc/nvidia-container-runtime/config.toml"
+# [nvidia-container-runtime.modes.csv] mount-spec-path: where csv mode's CSV files are
+CSV_MOUNT_SPEC_PATH = "/etc/nvidia-container-runtime/host-files-for-container.d"
 USER_CONFIG = "nvidia-container-runtime/config.toml"  # under $XDG_CONFIG_HOME or ~/.config
 CONFIG_ENV = "NVIDIA_CONTAINER_RUNTIME_CONFIG"
 MAX_CONFIG_BYTES = 1024 * 1024
@@ -46,9 +48,9 @@ LOG_LEVELS = ("debug", "info", "warning", "error")
 NVIDIA_LOG_LEVELS = {"trace": "debug", "warn": "warning", "fatal": "error", "panic": "error"}
 MODES = ("legacy", "direct")  # what `nvdocker2 install --mode` writes
 # Every mode some NVIDIA release knows, and ours. jit-cdi is read as direct; auto is resolved
-# per container (nvdocker2.runtime.mode); cdi and csv are refused at `create`.
+# per container (nvdocker2.runtime.mode); cdi is refused at `create`.
 CONFIG_MODES = ("auto", "legacy", "direct", "jit-cdi", "cdi", "csv")
-SERVED_MODES = ("legacy", "direct")
+SERVED_MODES = ("legacy", "direct", "csv")
 HOOK_NAME = "nvidia-container-runtime-hook"
 
 STR, BOOL, STRS, TABLE = "a string", "true or false", "a list of strings", "a table"
@@ -113,9 +115,8 @@ NOT_USED = {
     "nvidia-container-runtime.modes.cdi.default-kind": _CDI_WHY,
     "nvidia-container-runtime.modes.cdi.spec-dirs": _CDI_WHY,
     "nvidia-container-runtime.modes.csv.compat-container-root":
-        "csv mode (Tegra) is not served; on Tegra, auto resolves to legacy",
-    "nvidia-container-runtime.modes.csv.mount-spec-path":
-        "csv mode (Tegra) is not served; on Tegra, auto resolves to legacy",
+        "NVIDIA's csv mode sets up CUDA's forward-compatibility libraries there; nvdocker2's"
+        " mounts the CSV files' paths only",
     "nvidia-container-runtime.modes.jit-cdi.nvcdi-disable-hooks":
         "jit-cdi is direct mode here, which discovers the driver itself, without nvcdi",
     "nvidia-container-runtime.modes.jit-cdi.nvcdi-feature-flags":
@@ -221,6 +222,7 @@ class RuntimeSettings(Record):
     mode: str = "legacy"
     driver_root: str = "/"
     mode_given: str = "legacy"
+    csv_mount_spec_path: str = CSV_MOUNT_SPEC_PATH
 
 
 class HookSettings(Record):
@@ -471,6 +473,9 @@ def _build(doc: dict, path: str, from_env: bool, source: str | None) -> ToolkitC
             mode=mode,
             driver_root=driver_root or cli_root or "/",
             mode_given=mode_given,
+            csv_mount_spec_path=r.string(
+                _modes_csv(runtime), "nvidia-container-runtime.modes.csv.mount-spec-path",
+                CSV_MOUNT_SPEC_PATH),
         ),
         hook=HookSettings(path=hook_path),
         cli=CliSettings(
@@ -491,6 +496,11 @@ def _build(doc: dict, path: str, from_env: bool, source: str | None) -> ToolkitC
         warnings=tuple(sorted(warnings)),
         unused=unused,
     )
+
+
+def _modes_csv(runtime: dict) -> dict:
+    """`[nvidia-container-runtime.modes.csv]` (check_keys checked both tables' types)."""
+    return runtime.get("modes", {}).get("csv", {})
 
 
 _TYPES = {STR: str, BOOL: bool, STRS: list, TABLE: dict}

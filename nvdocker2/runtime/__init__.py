@@ -176,6 +176,8 @@ def _prepare_bundle(config, bundle: str, self_path: str, log_path: str | None) -
             _log(log_path, f"mode: {why}")
         if mode == "direct":
             changed = _direct_mode(spec, bundle, config, self_path)
+        elif mode == "csv":
+            changed = _csv_mode(spec, bundle, config, self_path)
         else:
             changed = _legacy_mode(spec, spec_path, bundle, config)
         if changed:
@@ -197,6 +199,24 @@ def _direct_mode(spec: dict, bundle: str, config, self_path: str) -> bool:
         raise RuntimeFailure(e.message, e.hint) from None
     except RecursionError:
         raise RuntimeFailure(f"{bundle}/config.json nests too deeply to be edited") from None
+    if new is None:
+        return False
+    spec.clear()
+    spec.update(new)
+    return True
+
+
+def _csv_mode(spec: dict, bundle: str, config, self_path: str) -> bool:
+    """Tegra's mount-spec CSV files, applied as direct mode applies its plan
+    (nvdocker2.direct.csv_mode); `spec` changes only when all of it resolved."""
+    from nvdocker2.direct.create import runtime_self_path
+    from nvdocker2.direct.csv_mode import csv_edit_for_create
+    from nvdocker2.direct.errors import DirectError
+
+    try:
+        new = csv_edit_for_create(spec, bundle, config, runtime_self_path(self_path))
+    except DirectError as e:
+        raise RuntimeFailure(e.message, e.hint) from None
     if new is None:
         return False
     spec.clear()

@@ -999,7 +999,7 @@ def test_nvidias_own_file_is_valid_its_unused_keys_listed_and_auto_resolved(host
     import shutil
 
     shutil.rmtree(host.path("/drv/proc/driver/nvidia/gpus"))
-    assert_status(host.run(), "toolkit.mode", OK, "resolves to legacy", "Tegra", "csv")
+    assert_status(host.run(), "toolkit.mode", OK, "resolves to csv", "Tegra")
 
 
 def test_unknown_keys_warn_and_an_unserved_mode_fails(host):

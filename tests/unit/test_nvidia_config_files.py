@@ -97,8 +97,8 @@ GPU = "proc/driver/nvidia/gpus/0000:01:00.0/information"
     ((), ("NVIDIA_VISIBLE_DEVICES=all",), "direct", "no GPU"),
     ((GPU,), ("NVIDIA_VISIBLE_DEVICES=0:1",), "legacy", "MIG"),
     ((GPU,), ("NVIDIA_VISIBLE_DEVICES=MIG-4a2b",), "legacy", "MIG"),
-    (("etc/nv_tegra_release",), ("NVIDIA_VISIBLE_DEVICES=all",), "legacy", "csv"),
-    (("sys/devices/soc0/family",), ("NVIDIA_VISIBLE_DEVICES=0",), "legacy", "Tegra"),
+    (("etc/nv_tegra_release",), ("NVIDIA_VISIBLE_DEVICES=all",), "csv", "Tegra"),
+    (("sys/devices/soc0/family",), ("NVIDIA_VISIBLE_DEVICES=0",), "csv", "CSV files"),
     (("dev/dxg", GPU), ("NVIDIA_VISIBLE_DEVICES=all",), "legacy", "WSL"),
     ((GPU,), ("NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=0,0",), "direct", "jit-cdi"),
 ])
@@ -118,7 +118,7 @@ def test_auto_with_cdi_names_only_is_refused_in_one_line_naming_key_and_mode(tmp
     assert "does not serve cdi mode" in message
 
 
-@pytest.mark.parametrize("mode", ["cdi", "csv"])
+@pytest.mark.parametrize("mode", ["cdi"])
 def test_explicit_unserved_mode_is_refused_for_every_container(tmp_path, mode):
     cfg = config(tmp_path, mode, "/")
     with pytest.raises(UnservedMode) as raised:

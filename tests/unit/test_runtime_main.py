@@ -494,6 +494,7 @@ def test_unknown_keys_are_warnings_in_the_log_and_auto_says_what_it_resolved_to(
     (tegra / "etc" / "nv_tegra_release").write_text("# R36 (release)\n")
     setup.config.write_text(
         f'colour = "blue"\n[nvidia-container-runtime]\nmode = "auto"\ndebug = "{log}"\n'
+        f'[nvidia-container-runtime.modes.csv]\nmount-spec-path = "{tegra}/csv"\n'
         f'[nvidia-container-cli]\npath = "{setup.cli}"\nroot = "{tegra}"\n'
         f'environment = ["FIXTURE_RECORD_DIR={setup.record}"]\n')
     proc = setup.run("create", "--bundle", str(setup.bundle), "ctr")
@@ -501,8 +502,8 @@ def test_unknown_keys_are_warnings_in_the_log_and_auto_says_what_it_resolved_to(
     lines = [line.split(": ", 1)[1] for line in log.read_text().splitlines()]
     assert f"warning: {setup.config}: key 'colour' is not one any NVIDIA release knows; ignored" \
         in lines
-    assert f"mode: auto resolves to legacy: a Tegra board without a GPU in {tegra}/proc/driver/" \
-        "nvidia/gpus: NVIDIA's auto says csv, which nvdocker2 does not serve; libnvidia-container" \
-        " serves Tegra's CSV files in legacy mode" in lines
-    assert setup.spec()["hooks"]["prestart"][-1]["args"][5:8] == [
-        str(setup.cli), f"--root={tegra}", "--load-kmods"]
+    assert f"mode: auto resolves to csv: a Tegra board without a GPU in {tegra}/proc/driver/" \
+        "nvidia/gpus: NVIDIA's auto says csv: the mount-spec CSV files" in lines
+    spec = setup.spec()
+    assert not spec.get("hooks", {}).get("prestart")  # csv mode, not libnvidia-container
+    assert spec["mounts"][-1]["destination"] == "/etc/nv_tegra_release"
