@@ -33,6 +33,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from typing import Any, Mapping
 
 DEFAULT_CONFIG_PATH = "/etc/nvidia-container-runtime/config.toml"
+# [nvidia-container-runtime.modes.csv] mount-spec-path: where csv mode's CSV files are
+CSV_MOUNT_SPEC_PATH = "/etc/nvidia-container-runtime/host-files-for-container.d"
 USER_CONFIG = "nvidia-container-runtime/config.toml"  # under $XDG_CONFIG_HOME or ~/.config
 CONFIG_ENV = "NVIDIA_CONTAINER_RUNTIME_CONFIG"
 MAX_CONFIG_BYTES = 1024 * 1024
@@ -47,9 +49,9 @@ LOG_LEVELS = ("debug", "info", "warning", "error")
 NVIDIA_LOG_LEVELS = {"trace": "debug", "warn": "warning", "fatal": "error", "panic": "error"}
 MODES = ("legacy", "direct")  # what `nvdocker2 install --mode` writes
 # Every mode some NVIDIA release knows, and ours. jit-cdi is read as direct; auto is resolved
-# per container (nvdocker2.runtime.mode); csv is refused at `create`.
+# per container (nvdocker2.runtime.mode); every one of them is served.
 CONFIG_MODES = ("auto", "legacy", "direct", "jit-cdi", "cdi", "csv")
-SERVED_MODES = ("legacy", "direct", "cdi")
+SERVED_MODES = ("legacy", "direct", "cdi", "csv")
 HOOK_NAME = "nvidia-container-runtime-hook"
 
 STR, BOOL, STRS, TABLE = "a string", "true or false", "a list of strings", "a table"
@@ -110,9 +112,8 @@ _FEATURE_WHY = "a feature of NVIDIA's CDI and jit-cdi modifiers; nvdocker2's mod
 # The keys nvdocker2 reads but does not act on, and why (doctor lists the ones a file sets).
 NOT_USED = {
     "nvidia-container-runtime.modes.csv.compat-container-root":
-        "csv mode (Tegra) is not served; on Tegra, auto resolves to legacy",
-    "nvidia-container-runtime.modes.csv.mount-spec-path":
-        "csv mode (Tegra) is not served; on Tegra, auto resolves to legacy",
+        "NVIDIA's csv mode sets up CUDA's forward-compatibility libraries there; nvdocker2's"
+        " mounts the CSV files' paths only",
     "nvidia-container-runtime.modes.jit-cdi.nvcdi-disable-hooks":
         "jit-cdi is direct mode here, which discovers the driver itself, without nvcdi",
     "nvidia-container-runtime.modes.jit-cdi.nvcdi-feature-flags":
@@ -218,6 +219,7 @@ class RuntimeSettings(Record):
     mode: str = "legacy"
     driver_root: str = "/"
     mode_given: str = "legacy"
+    csv_mount_spec_path: str = CSV_MOUNT_SPEC_PATH
 
 
 class CdiSettings(Record):
@@ -478,6 +480,9 @@ def _build(doc: dict, path: str, from_env: bool, source: str | None) -> ToolkitC
             mode=mode,
             driver_root=driver_root or cli_root or "/",
             mode_given=mode_given,
+            csv_mount_spec_path=r.string(
+                _modes_csv(runtime), "nvidia-container-runtime.modes.csv.mount-spec-path",
+                CSV_MOUNT_SPEC_PATH),
         ),
         cdi=cdi,
         hook=HookSettings(path=hook_path),
@@ -524,6 +529,11 @@ def _cdi_settings(r: _Reader, runtime: dict, path: str) -> CdiSettings:
                           " prefix (it would take every annotation as a CDI request)")
     return CdiSettings(spec_dirs=tuple(os.path.normpath(d) for d in dirs), default_kind=kind,
                        annotation_prefixes=prefixes)
+
+
+def _modes_csv(runtime: dict) -> dict:
+    """`[nvidia-container-runtime.modes.csv]` (check_keys checked both tables' types)."""
+    return runtime.get("modes", {}).get("csv", {})
 
 
 _TYPES = {STR: str, BOOL: bool, STRS: list, TABLE: dict}

@@ -5,9 +5,9 @@ ordinary GPU container (`mode = "auto"` resolved as the runtime resolves it)."""
 from __future__ import annotations
 
 from nvdocker2.doctor.context import Context
-from nvdocker2.doctor.registry import Outcome, check, fail, ok, warn
-from nvdocker2.runtime.mode import MODE_KEY, resolve_auto
-from nvdocker2.toolkit_config import NOT_USED, SERVED_MODES
+from nvdocker2.doctor.registry import Outcome, check, ok, warn
+from nvdocker2.runtime.mode import resolve_auto
+from nvdocker2.toolkit_config import NOT_USED
 
 ORDINARY = {"NVIDIA_VISIBLE_DEVICES": "all"}
 
@@ -40,10 +40,4 @@ def toolkit_keys(ctx: Context) -> Outcome:
 @check("toolkit.mode", "mode that serves GPU containers", needs=("toolkit.config",))
 def toolkit_mode(ctx: Context) -> Outcome:
     mode, why = ordinary_mode(ctx)
-    if mode not in SERVED_MODES:
-        return fail(
-            f"key '{MODE_KEY}': {why}: nvdocker2 does not serve {mode} mode, so every GPU"
-            " container fails to start",
-            'set mode = "auto", "legacy" or "jit-cdi" (direct) under [nvidia-container-runtime]',
-        )
     return ok(f"{why} (for NVIDIA_VISIBLE_DEVICES=all)")

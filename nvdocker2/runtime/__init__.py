@@ -161,23 +161,22 @@ def _report_to_runtime_log(args: list[str], message: str) -> None:
 def _prepare_bundle(config, bundle: str, self_path: str, log_path: str | None) -> None:
     from nvdocker2.runtime.spec import SpecError, read_spec, write_spec
 
-    from nvdocker2.runtime.mode import UnservedMode, container_mode
+    from nvdocker2.runtime.mode import container_mode
 
     spec_path = os.path.join(bundle, "config.json")
     for warning in config.warnings:
         _log(log_path, f"warning: {config.path}: {warning}")
     try:
         spec = read_spec(spec_path)
-        try:
-            mode, why = container_mode(spec, config)
-        except UnservedMode as e:
-            raise RuntimeFailure(str(e), e.hint) from None
+        mode, why = container_mode(spec, config)
         if config.runtime.mode == "auto":
             _log(log_path, f"mode: {why}")
         if mode == "direct":
             changed = _direct_mode(spec, bundle, config, self_path)
         elif mode == "cdi":
             changed = _cdi_mode(spec, config, log_path)
+        elif mode == "csv":
+            changed = _csv_mode(spec, bundle, config, self_path)
         else:
             changed = _legacy_mode(spec, spec_path, bundle, config)
         if changed:
@@ -224,6 +223,24 @@ def _cdi_mode(spec: dict, config, log_path: str | None) -> bool:
     except cdi.CdiRefusal as e:
         raise RuntimeFailure(e.message, e.hint) from None
     _log(log_path, f"cdi: {', '.join(names)[:200]} ({source})")
+    return True
+
+
+def _csv_mode(spec: dict, bundle: str, config, self_path: str) -> bool:
+    """Tegra's mount-spec CSV files, applied as direct mode applies its plan
+    (nvdocker2.direct.csv_mode); `spec` changes only when all of it resolved."""
+    from nvdocker2.direct.create import runtime_self_path
+    from nvdocker2.direct.csv_mode import csv_edit_for_create
+    from nvdocker2.direct.errors import DirectError
+
+    try:
+        new = csv_edit_for_create(spec, bundle, config, runtime_self_path(self_path))
+    except DirectError as e:
+        raise RuntimeFailure(e.message, e.hint) from None
+    if new is None:
+        return False
+    spec.clear()
+    spec.update(new)
     return True
 
 

@@ -4,15 +4,16 @@ container at hand (docs/nvidia-toolkit.md), stdlib only (the runtime imports it 
 NVIDIA's rule at main (internal/info/auto.go): a request naming only fully qualified CDI
 devices is cdi; a Tegra board without NVML (or with an integrated GPU) is csv; anything else
 is jit-cdi (legacy before v1.18). nvdocker2 follows it with the modes it serves: jit-cdi is
-direct mode; where direct mode cannot serve the host or the request (WSL, Tegra, MIG
-devices), auto is legacy, which libnvidia-container serves there. A request of CDI names
-alone (in NVIDIA_VISIBLE_DEVICES, or in annotations under `annotation-prefixes`) resolves to
-cdi, which nvdocker2.runtime.cdi serves; only csv is refused.
+direct mode, a Tegra board is csv mode (nvdocker2.direct.csv_mode); where direct mode cannot
+serve the host or the request (WSL, MIG devices), auto is legacy, which libnvidia-container
+serves there. A request of CDI names alone (in NVIDIA_VISIBLE_DEVICES, or in annotations under
+`annotation-prefixes`) resolves to cdi, which nvdocker2.runtime.cdi serves.
 """
 
 from __future__ import annotations
 
 import os
+
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # pragma: no cover
@@ -25,14 +26,6 @@ TEGRA_RELEASE = "etc/nv_tegra_release"
 SOC_FAMILY = "sys/devices/soc0/family"
 GPUS = "proc/driver/nvidia/gpus"
 WSL_NODE = "dev/dxg"
-
-
-class UnservedMode(Exception):
-    """The mode that serves this container is one nvdocker2 does not serve (csv)."""
-
-    def __init__(self, message: str, hint: str) -> None:
-        super().__init__(message)
-        self.hint = hint
 
 
 def requested_devices(env: Mapping[str, str], swarm_resource: str = "") -> list[str]:
@@ -94,15 +87,14 @@ def resolve_auto(env: Mapping[str, str], config: Any, driver_root: str | None = 
     if platform == "wsl":
         return "legacy", why + ": direct mode does not serve WSL; libnvidia-container does"
     if platform == "tegra":
-        return "legacy", (why + ": NVIDIA's auto says csv, which nvdocker2 does not serve;"
-                          " libnvidia-container serves Tegra's CSV files in legacy mode")
+        return "csv", why + ": NVIDIA's auto says csv: the mount-spec CSV files"
     if any(_is_mig(d) for d in devices) or any(env.get(n, "").strip() for n in MIG_ENV):
         return "legacy", "the container asks for MIG devices, which direct mode does not serve"
     return "direct", why + ": NVIDIA's auto says jit-cdi (v1.18 on), which is direct mode here"
 
 
 def container_mode(spec: Mapping, config: Any) -> tuple[str, str]:
-    """(mode, why) that serves the container of OCI `spec`; raises UnservedMode for csv."""
+    """(mode, why) that serves the container of OCI `spec`: one of SERVED_MODES."""
     given = config.runtime.mode_given
     mode = config.runtime.mode
     if mode == "auto":
@@ -126,11 +118,4 @@ def container_mode(spec: Mapping, config: Any) -> tuple[str, str]:
         why = f"auto resolves to {mode}: {why}"
     else:
         why = f'{given!r} in {config.path}'
-    if mode == "csv":
-        raise UnservedMode(
-            f"{config.path}: key '{MODE_KEY}' is {given!r}"
-            + (f", which resolves to {mode!r} here ({why})" if given != mode else "")
-            + f": nvdocker2 does not serve {mode} mode",
-            'set mode = "auto", "legacy" or "jit-cdi" (direct); on Tegra, auto is legacy',
-        )
     return mode, why

@@ -999,10 +999,10 @@ def test_nvidias_own_file_is_valid_its_unused_keys_listed_and_auto_resolved(host
     import shutil
 
     shutil.rmtree(host.path("/drv/proc/driver/nvidia/gpus"))
-    assert_status(host.run(), "toolkit.mode", OK, "resolves to legacy", "Tegra", "csv")
+    assert_status(host.run(), "toolkit.mode", OK, "resolves to csv", "Tegra")
 
 
-def test_unknown_keys_warn_and_an_unserved_mode_fails(host):
+def test_unknown_keys_warn_and_every_nvidia_mode_is_served(host):
     path = "/etc/nvidia-container-runtime/config.toml"
     host.file(path, '[nvidia-container-runtime]\nmode = "fast"\nspeed = 3\n')
     results = host.run()
@@ -1013,8 +1013,7 @@ def test_unknown_keys_warn_and_an_unserved_mode_fails(host):
     host.file(path, '[nvidia-container-runtime]\nmode = "cdi"\n')
     assert_status(host.run(), "toolkit.mode", OK, "mode = 'cdi'")
     host.file(path, '[nvidia-container-runtime]\nmode = "csv"\n')
-    assert_status(host.run(), "toolkit.mode", FAIL,
-                  "key 'nvidia-container-runtime.mode': mode = 'csv'", "does not serve csv")
+    assert_status(host.run(), "toolkit.mode", OK, "mode = 'csv'")
 
 
 def test_every_hint_that_names_an_nvdocker2_command_carries_the_config_given(host):

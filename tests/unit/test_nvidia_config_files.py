@@ -12,7 +12,7 @@ import pytest
 
 from nvdocker2.hook.cli_argv import argv_before_pid
 from nvdocker2.hook.request import Request
-from nvdocker2.runtime.mode import UnservedMode, container_mode
+from nvdocker2.runtime.mode import container_mode
 from nvdocker2.toolkit_config import (
     NOT_USED,
     NVIDIA_KEYS,
@@ -97,8 +97,8 @@ GPU = "proc/driver/nvidia/gpus/0000:01:00.0/information"
     ((), ("NVIDIA_VISIBLE_DEVICES=all",), "direct", "no GPU"),
     ((GPU,), ("NVIDIA_VISIBLE_DEVICES=0:1",), "legacy", "MIG"),
     ((GPU,), ("NVIDIA_VISIBLE_DEVICES=MIG-4a2b",), "legacy", "MIG"),
-    (("etc/nv_tegra_release",), ("NVIDIA_VISIBLE_DEVICES=all",), "legacy", "csv"),
-    (("sys/devices/soc0/family",), ("NVIDIA_VISIBLE_DEVICES=0",), "legacy", "Tegra"),
+    (("etc/nv_tegra_release",), ("NVIDIA_VISIBLE_DEVICES=all",), "csv", "Tegra"),
+    (("sys/devices/soc0/family",), ("NVIDIA_VISIBLE_DEVICES=0",), "csv", "CSV files"),
     (("dev/dxg", GPU), ("NVIDIA_VISIBLE_DEVICES=all",), "legacy", "WSL"),
     ((GPU,), ("NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=0,0",), "direct", "jit-cdi"),
 ])
@@ -118,12 +118,9 @@ def test_auto_with_cdi_names_only_resolves_to_cdi(tmp_path):
         "cdi", "auto resolves to cdi: the container has CDI annotations (cdi.k8s.io/a)")
 
 
-def test_explicit_csv_is_refused_for_every_container_and_cdi_served(tmp_path):
-    with pytest.raises(UnservedMode) as raised:
-        container_mode(spec(), config(tmp_path, "csv", "/"))
-    assert "key 'nvidia-container-runtime.mode' is 'csv': nvdocker2 does not serve" \
-        in str(raised.value)
-    assert container_mode(spec(), config(tmp_path, "cdi", "/"))[0] == "cdi"
+def test_explicit_cdi_and_csv_are_served(tmp_path):
+    for mode in ("cdi", "csv"):
+        assert container_mode(spec(), config(tmp_path, mode, "/"))[0] == mode
 
 
 def test_jit_cdi_is_direct_mode(tmp_path):

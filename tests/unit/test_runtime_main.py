@@ -467,23 +467,6 @@ def test_direct_hook_role_is_dispatched_not_passed_to_runc(setup):
     assert setup.runc_argv() is None
 
 
-@pytest.mark.parametrize("mode, env, said", [
-    ("csv", "NVIDIA_VISIBLE_DEVICES=0", "is 'csv': nvdocker2 does not serve csv mode"),
-])
-def test_an_unserved_mode_fails_create_in_one_line_naming_key_and_mode(setup, mode, env, said):
-    setup.write_config(f'[nvidia-container-runtime]\nmode = "{mode}"\n')
-    setup.spec_file.write_text(json.dumps({**SPEC, "process": {"args": ["sh"], "env": [env]}}))
-    before = setup.spec_file.read_bytes()
-    proc = setup.run("create", "--bundle", str(setup.bundle), "ctr")
-    assert proc.returncode == 1
-    first, hint = proc.stderr.splitlines()
-    assert first == (f"nvidia-container-runtime: error: {setup.config}: key"
-                     f" 'nvidia-container-runtime.mode' {said}")
-    assert hint.startswith('nvidia-container-runtime: hint: set mode = "auto", "legacy"')
-    assert setup.runc_argv() is None
-    assert setup.spec_file.read_bytes() == before
-
-
 def test_unknown_keys_are_warnings_in_the_log_and_auto_says_what_it_resolved_to(setup):
     log = setup.root / "runtime.log"
     tegra = setup.root / "tegra"
@@ -491,6 +474,7 @@ def test_unknown_keys_are_warnings_in_the_log_and_auto_says_what_it_resolved_to(
     (tegra / "etc" / "nv_tegra_release").write_text("# R36 (release)\n")
     setup.config.write_text(
         f'colour = "blue"\n[nvidia-container-runtime]\nmode = "auto"\ndebug = "{log}"\n'
+        f'[nvidia-container-runtime.modes.csv]\nmount-spec-path = "{tegra}/csv"\n'
         f'[nvidia-container-cli]\npath = "{setup.cli}"\nroot = "{tegra}"\n'
         f'environment = ["FIXTURE_RECORD_DIR={setup.record}"]\n')
     proc = setup.run("create", "--bundle", str(setup.bundle), "ctr")
@@ -498,8 +482,8 @@ def test_unknown_keys_are_warnings_in_the_log_and_auto_says_what_it_resolved_to(
     lines = [line.split(": ", 1)[1] for line in log.read_text().splitlines()]
     assert f"warning: {setup.config}: key 'colour' is not one any NVIDIA release knows; ignored" \
         in lines
-    assert f"mode: auto resolves to legacy: a Tegra board without a GPU in {tegra}/proc/driver/" \
-        "nvidia/gpus: NVIDIA's auto says csv, which nvdocker2 does not serve; libnvidia-container" \
-        " serves Tegra's CSV files in legacy mode" in lines
-    assert setup.spec()["hooks"]["prestart"][-1]["args"][5:8] == [
-        str(setup.cli), f"--root={tegra}", "--load-kmods"]
+    assert f"mode: auto resolves to csv: a Tegra board without a GPU in {tegra}/proc/driver/" \
+        "nvidia/gpus: NVIDIA's auto says csv: the mount-spec CSV files" in lines
+    spec = setup.spec()
+    assert not spec.get("hooks", {}).get("prestart")  # csv mode, not libnvidia-container
+    assert spec["mounts"][-1]["destination"] == "/etc/nv_tegra_release"
