@@ -77,6 +77,10 @@ LIBRARIES: dict[str, tuple[str, ...]] = {
     "ngx": ("libnvidia-ngx.so",),
 }
 
+# Libraries with versions of their own, not the driver's (egl-wayland 1.1.10, egl-gbm 1.1.0).
+OWN_VERSIONS = frozenset(("libnvidia-egl-wayland.so", "libnvidia-egl-wayland2.so",
+                          "libnvidia-egl-gbm.so", "libnvidia-egl-xcb.so", "libnvidia-egl-xlib.so"))
+
 BINARIES: dict[str, tuple[str, ...]] = {
     "utility": ("nvidia-smi", "nvidia-debugdump", "nvidia-persistenced"),
     "compute": ("nvidia-cuda-mps-control", "nvidia-cuda-mps-server"),
@@ -397,7 +401,7 @@ def _library(
         if not os.path.isfile(real_host):
             continue
         m = _FILE_VERSION_RE.search(real)
-        if version and m and m.group(1) != version:
+        if version and m and m.group(1) != version and base not in OWN_VERSIONS:
             continue  # left over from another driver version
         by_real.setdefault(real, []).append(name)
     out = []
