@@ -26,7 +26,9 @@ from nvdocker2.direct.discover import (
     MigLayout,
     imex_channels,
 )
-from nvdocker2.direct.spec import MOUNT_OPTIONS, hook_entry, make_plan, name_migs
+from nvdocker2.direct.spec import MOUNT_OPTIONS, Plan, hook_entry, make_plan, name_migs
+
+DRI_CAPABILITIES = frozenset(("graphics", "display"))  # as nvdocker2.direct.graphics's
 
 CDI_KIND = "nvidia.com/gpu"
 IMEX_KIND = "nvidia.com/imex-channel"
@@ -51,6 +53,7 @@ def cdi_spec(
     capabilities: Iterable[str] = tuple(c for c in ALL_CAPABILITIES if c != "compat32"),
 ) -> dict[str, Any]:
     """The CDI spec as a dict; raises `DirectError` where `create` would fail too."""
+    capabilities = tuple(capabilities)
     plan = make_plan(discovery, "all", capabilities)
     root = discovery.driver_root
     by_path = {n.path: n for n in plan.nodes}
@@ -58,11 +61,15 @@ def cdi_spec(
     for m in plan.migs:
         gpu_paths.update(n.path for n in m.nodes)
     devices = []
+    all_nodes = []
+    dri = _dri_by_gpu(discovery, plan, capabilities)
     for g in plan.gpus:
-        edits = {"deviceNodes": [_node(by_path[g.node_path], root)]}
+        own = [by_path[g.node_path], *dri.get(g.index, ())]
+        gpu_paths.update(n.path for n in own)
+        all_nodes.extend(own)
+        edits = {"deviceNodes": [_node(n, root) for n in own]}
         devices.append({"name": str(g.index), "containerEdits": edits})
         devices.append({"name": g.uuid, "containerEdits": edits})
-    all_nodes = [by_path[g.node_path] for g in plan.gpus]
     for m in name_migs(discovery, MigLayout(plan.migs, None, None, ())):
         nodes = [by_path[m.gpu.node_path], *m.nodes]
         edits = {"deviceNodes": [_node(n, root) for n in nodes]}
@@ -104,6 +111,16 @@ def cdi_spec(
     # The lowest version that defines what is written: older readers refuse newer ones.
     spec["cdiVersion"] = minimum_version(spec, GENERATED_FLOOR)
     return spec
+
+
+def _dri_by_gpu(discovery: Discovery, plan: Plan, capabilities: Iterable[str]
+                ) -> dict[int, list[DeviceNode]]:
+    """Each GPU's /dev/dri nodes, which are its device's edits, not the common ones."""
+    if not DRI_CAPABILITIES & frozenset(capabilities):
+        return {}
+    from nvdocker2.direct.graphics import dri_nodes
+
+    return {g.index: dri_nodes(discovery, (g,)) for g in plan.gpus}
 
 
 def imex_spec(discovery: Discovery) -> dict[str, Any]:

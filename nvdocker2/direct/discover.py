@@ -65,15 +65,21 @@ LIBRARIES: dict[str, tuple[str, ...]] = {
         "libGLESv2_nvidia.so",
         "libGLESv1_CM_nvidia.so",
         "libnvidia-glvkspirv.so",
-    ),
-    "display": (
+        "libnvidia-vulkan-producer.so",
+        # EGL's external platforms (NVIDIA's graphics libraries; their JSON files name them)
         "libnvidia-egl-wayland.so",
+        "libnvidia-egl-wayland2.so",
         "libnvidia-egl-gbm.so",
         "libnvidia-egl-xcb.so",
         "libnvidia-egl-xlib.so",
+        "libnvidia-gpucomp.so",  # also compute's: glcore and eglcore need it since 525
     ),
     "ngx": ("libnvidia-ngx.so",),
 }
+
+# Libraries with versions of their own, not the driver's (egl-wayland 1.1.10, egl-gbm 1.1.0).
+OWN_VERSIONS = frozenset(("libnvidia-egl-wayland.so", "libnvidia-egl-wayland2.so",
+                          "libnvidia-egl-gbm.so", "libnvidia-egl-xcb.so", "libnvidia-egl-xlib.so"))
 
 BINARIES: dict[str, tuple[str, ...]] = {
     "utility": ("nvidia-smi", "nvidia-debugdump", "nvidia-persistenced"),
@@ -162,12 +168,16 @@ class Discovery:
         return None
 
     def files_for(self, capabilities: frozenset[str] | set[str]) -> tuple[DriverFile, ...]:
-        """Files the capabilities bring; `compat32` adds the 32-bit twins of the others."""
-        return tuple(
-            f
-            for f in self.files
-            if f.capability in capabilities and (not f.compat32 or "compat32" in capabilities)
-        )
+        """Files the capabilities bring; `compat32` adds the 32-bit twins of the others. A
+        library two capabilities bring (libnvidia-gpucomp) is there once."""
+        seen: set[str] = set()
+        out = []
+        for f in self.files:
+            if f.capability in capabilities and (not f.compat32 or "compat32" in capabilities):
+                if f.host_path not in seen:
+                    seen.add(f.host_path)
+                    out.append(f)
+        return tuple(out)
 
 
 def host_path(driver_root: str, path: str) -> str:
@@ -391,7 +401,7 @@ def _library(
         if not os.path.isfile(real_host):
             continue
         m = _FILE_VERSION_RE.search(real)
-        if version and m and m.group(1) != version:
+        if version and m and m.group(1) != version and base not in OWN_VERSIONS:
             continue  # left over from another driver version
         by_real.setdefault(real, []).append(name)
     out = []

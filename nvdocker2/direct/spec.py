@@ -42,6 +42,8 @@ DEFAULT_LDCONFIG = "/sbin/ldconfig"
 
 # Libraries a capability cannot work without: missing ones fail `create`.
 REQUIRED_LIBRARIES = {"compute": "libcuda.so", "utility": "libnvidia-ml.so"}
+# Capabilities that bring more than libraries (nvdocker2.direct.graphics, imported for them only).
+GRAPHICS_CAPABILITIES = frozenset(("graphics", "display", "ngx"))
 
 Devices = Union[str, Sequence[str]]
 
@@ -275,11 +277,18 @@ def make_plan(
                 "install the NVIDIA driver's user-space libraries, or fix driver-root in"
                 " config.toml",
             )
+    links: tuple[tuple[str, str], ...] = ()
+    if caps & GRAPHICS_CAPABILITIES:
+        from nvdocker2.direct.graphics import graphics_additions
+
+        dri, more, links = graphics_additions(discovery, caps, gpus)
+        nodes.extend(dri)
+        files = files + more
     unique: dict[str, DeviceNode] = {}
     for n in nodes:
         if n is not None and n.path not in unique:
             unique[n.path] = n
-    return Plan(gpus=gpus, nodes=tuple(unique.values()), files=files, migs=migs)
+    return Plan(gpus=gpus, nodes=tuple(unique.values()), files=files, links=links, migs=migs)
 
 
 def _node(discovery: Discovery, path: str, *, required: bool) -> DeviceNode | None:
@@ -308,9 +317,11 @@ def hook_entry(
 
 
 def edit_spec(
-    spec: dict[str, Any], plan: Plan, rootfs: str, *, runtime_path: str, ldconfig: str
+    spec: dict[str, Any], plan: Plan, rootfs: str, *, runtime_path: str, ldconfig: str,
+    first_folders: Sequence[str] = (),
 ) -> dict[str, Any]:
-    """A copy of `spec` with the plan applied; `spec` itself is left as it was."""
+    """A copy of `spec` with the plan applied; `spec` itself is left as it was.
+    `first_folders` come before the driver's in the ld cache update (CUDA forward compat)."""
     new = copy.deepcopy(spec)
     linux = _obj(new, "linux", "linux")
     devices = _arr(linux, "devices", "linux.devices")
@@ -338,7 +349,7 @@ def edit_spec(
 
     taken = {m.get("destination") for m in mounts if isinstance(m, dict)}
     links: list[str] = []
-    folders: list[str] = []
+    folders: list[str] = list(first_folders)
     for f in plan.files:
         dest = resolve_in_root(rootfs, f.path, follow_final=False, refuse_escape=True)
         if dest in taken:
@@ -365,7 +376,7 @@ def edit_spec(
             links.extend(f"{folder}/{name}::{os.path.basename(dest)}" for name in f.links)
     links.extend(f"{link}::{target}" for link, target in plan.links)
 
-    if folders:
+    if folders or plan.links:
         hooks = _obj(new, "hooks", "hooks")
         create = _arr(hooks, "createContainer", "hooks.createContainer")
         create.append(hook_entry(runtime_path, ldconfig, links, folders))
@@ -386,15 +397,31 @@ def direct_edit(
     imex: Devices | None = None,
 ) -> dict[str, Any]:
     """Discover, resolve, and return the edited spec (or raise `DirectError`, changing nothing)."""
-    plan = make_plan(discover(driver_root), devices, capabilities, mig_config=mig_config,
+    discovery = discover(driver_root)
+    caps = frozenset(capabilities)
+    plan = make_plan(discovery, devices, caps, mig_config=mig_config,
                      mig_monitor=mig_monitor, imex=imex)
+    rootfs = rootfs_of(spec, bundle)
     return edit_spec(
         spec,
         plan,
-        rootfs_of(spec, bundle),
+        rootfs,
         runtime_path=runtime_path,
         ldconfig=host_ldconfig(ldconfig),
+        first_folders=_cuda_compat(rootfs, discovery, caps),
     )
+
+
+def _cuda_compat(rootfs: str, discovery: Discovery, caps: frozenset[str]) -> tuple[str, ...]:
+    """The image's CUDA forward-compat folder where its libcuda is newer than the driver
+    (nvdocker2.direct.compat, read only for images with /usr/local/cuda)."""
+    if "compute" not in caps or discovery.wsl is not None or not os.path.lexists(
+            os.path.join(rootfs, "usr/local/cuda")):
+        return ()
+    from nvdocker2.direct.compat import compat_folder
+
+    folder = compat_folder(rootfs, discovery.driver_version)
+    return (folder,) if folder else ()
 
 
 def _obj(parent: dict[str, Any], key: str, where: str) -> dict[str, Any]:
