@@ -232,11 +232,14 @@ def make_plan(
     mig_config: Devices | None = None,
     mig_monitor: Devices | None = None,
     imex: Devices | None = None,
+    gated: Iterable[str] = (),
 ) -> Plan:
     """Resolve the request against the discovery; raise `DirectError` on anything missing.
 
     MIG devices are looked for only when `devices` is "all", names one, or `mig_config` /
     `mig_monitor` is asked; NVML only when one is named. IMEX channels only when `imex` is.
+    `gated` names feature gates (nvdocker2.direct.gated: "gds", "mofed", ...) whose nodes
+    there are are added.
     """
     caps = frozenset(capabilities)
     if discovery.wsl is not None:
@@ -259,6 +262,10 @@ def make_plan(
         nodes.extend(_mig_admin_nodes(discovery, layout, "monitor", mig_monitor))
     if imex is not None:
         nodes.extend(_imex_nodes(discovery, imex))
+    if gated:
+        from nvdocker2.direct.gated import gated_nodes
+
+        nodes.extend(gated_nodes(discovery.driver_root, gated))
     for name in CONTROL_NODES:
         node = _node(discovery, f"/dev/{name}", required=name in REQUIRED_NODES)
         if node is not None:
@@ -384,10 +391,11 @@ def direct_edit(
     mig_config: Devices | None = None,
     mig_monitor: Devices | None = None,
     imex: Devices | None = None,
+    gated: Iterable[str] = (),
 ) -> dict[str, Any]:
     """Discover, resolve, and return the edited spec (or raise `DirectError`, changing nothing)."""
     plan = make_plan(discover(driver_root), devices, capabilities, mig_config=mig_config,
-                     mig_monitor=mig_monitor, imex=imex)
+                     mig_monitor=mig_monitor, imex=imex, gated=gated)
     return edit_spec(
         spec,
         plan,
