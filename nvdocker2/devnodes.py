@@ -302,3 +302,16 @@ def missing_char_links(dev_root: str = "/") -> tuple[list[str], int]:
         return missing, len(nodes)
     finally:
         os.close(fd)
+
+
+def create_before_spec() -> Outcome | None:
+    """`cdi refresh`'s first step: the control nodes under the driver root of config.toml,
+    whose /proc the spec is generated from too (None where config.toml does not load: the
+    spec's own generation then says why)."""
+    from nvdocker2 import toolkit_config
+
+    try:
+        root = toolkit_config.load().runtime.driver_root
+    except toolkit_config.ConfigError:
+        return None
+    return create_device_nodes(root, root)
