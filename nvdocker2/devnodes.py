@@ -124,20 +124,26 @@ def _in_the_way(path: str, why: str) -> EnvironmentProblem:
                               " then run this again")
 
 
-def create_device_nodes(dev_root: str = "/", proc_root: str = "/") -> Outcome:
-    """Make the control nodes and MIG config/monitor caps nodes the loaded drivers registered
-    (PROC_ROOT/proc/devices) under DEV_ROOT/dev, those that are missing."""
+def wanted_nodes(proc_root: str = "/") -> list[tuple[str, int, int, int]]:
+    """(path under dev, major, minor, mode) of each node the loaded drivers call for."""
     majors = proc_majors(proc_root)
     major_of = {"nvidia-frontend": majors.get("nvidia-frontend", majors.get("nvidia")),
                 "nvidia-uvm": majors.get("nvidia-uvm")}
-    wanted: list[tuple[str, int, int, int]] = []  # (path in dev, major, minor, mode)
+    wanted = []
     for name, driver, minor, mode in CONTROL_NODES:
         if major_of[driver] is not None:
             wanted.append((name, major_of[driver], minor, mode))
     caps_major = majors.get("nvidia-caps")
     if caps_major is not None:
-        for cap, minor in sorted(_mig_minors(proc_root).items()):
+        for _cap, minor in sorted(_mig_minors(proc_root).items()):
             wanted.append((f"{CAPS_DIR}/nvidia-cap{minor}", caps_major, minor, 0o400))
+    return wanted
+
+
+def create_device_nodes(dev_root: str = "/", proc_root: str = "/") -> Outcome:
+    """Make the control nodes and MIG config/monitor caps nodes the loaded drivers registered
+    (PROC_ROOT/proc/devices) under DEV_ROOT/dev, those that are missing."""
+    wanted = wanted_nodes(proc_root)
     dev, fd = _open_dev(dev_root)
     try:
         if not wanted:
