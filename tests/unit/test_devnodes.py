@@ -205,3 +205,19 @@ def test_no_nvidia_node_no_link_and_no_dev_char(tmp_path):
                        str(tmp_path / "root"))
     assert code == 0 and "no NVIDIA device nodes" in out
     assert not (tmp_path / "root/dev/char").exists()
+
+
+def test_a_symlink_planted_at_dev_nvidia_caps_is_never_followed(fake, tmp_path):
+    (fake.root / "proc/driver/nvidia-caps").mkdir(parents=True)
+    (fake.root / "proc/driver/nvidia-caps/mig-minors").write_text("config 1\nmonitor 2\n")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    os.symlink(str(elsewhere), fake.root / "dev/nvidia-caps")
+    (fake.root / "dev/nvidia-uvm").unlink()
+    code, _, err = make_nodes(fake)
+    assert code == 3 and err.startswith(f"error: {fake.root}/dev/nvidia-caps: not a directory")
+    assert os.listdir(elsewhere) == [] and not (fake.root / "dev/nvidia-uvm").exists()
+    code, _, err = make_links(fake)  # the links of the other nodes, none into it
+    assert code == 0, err
+    assert os.listdir(elsewhere) == []
+    assert not [v for v in links_under(fake.root / "dev/char").values() if "caps" in v]
