@@ -3,8 +3,8 @@ resolving the engine by name (nvdocker2.engines.registry) and rendering what it 
 
 `app` holds the typer plumbing and the one place errors become output; `options` the
 options (the CLI's own and those the engines declare); `render` how results look;
-`install` (install, uninstall, rollback), `state` (backups, status), `doctor` and `cdi` the
-commands. `main` is the console script: it maps every outcome to an exit code (reference §2).
+`install` (install, uninstall, rollback), `state` (backups, status), `doctor`, `cdi` and
+`system` the commands. `main` is the console script: it maps every outcome to an exit code (reference §2).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import traceback
 from typing import Any, List, Optional
 
 from nvdocker2 import redact
-from nvdocker2.cli import agent, cdi, doctor, install, state
+from nvdocker2.cli import agent, cdi, doctor, install, state, system
 from nvdocker2.cli.app import (
     _click_errors,
     _debug,
@@ -31,7 +31,7 @@ from nvdocker2.cli.app import (
 )
 from nvdocker2.errors import EXIT_BAD_INPUT, EXIT_INTERNAL, NvDockerError
 
-for _group in (install, state, doctor, cdi, agent):  # the order of `nvdocker2 --help`
+for _group in (install, state, doctor, cdi, system, agent):  # the order of `nvdocker2 --help`
     _group.add(app)
 
 

@@ -43,12 +43,15 @@ def cdi_generate(
     device_class: str = typer.Option(
         "gpu", "--class", metavar="CLASS",
         help="gpu: nvidia.com/gpu (GPUs and MIG devices); imex-channel: "
-        "nvidia.com/imex-channel=N, written to /etc/cdi/nvidia-imex-channel.yaml by default.",
+        "nvidia.com/imex-channel=N, written to /etc/cdi/nvidia-imex-channel.yaml by default; "
+        "gds, mofed, gdrcopy, nvswitch: nvidia.com/CLASS=all, the nodes of that feature, "
+        "written to /etc/cdi/nvidia-CLASS.yaml by default.",
     ),
     json_: bool = install_option("json"),
 ) -> None:
-    """Write a CDI spec (nvidia.com/gpu=INDEX|UUID|GPU:MIG|MIG-UUID|all, or with --class
-    imex-channel nvidia.com/imex-channel=N|all) from what direct mode discovers."""
+    """Write a CDI spec (nvidia.com/gpu=INDEX|UUID|GPU:MIG|MIG-UUID|all, with --class
+    imex-channel nvidia.com/imex-channel=N|all, with --class gds|mofed|gdrcopy|nvswitch
+    nvidia.com/CLASS=all) from what direct mode discovers."""
 
     def go() -> int:
         from nvdocker2.direct.commands import generate_cdi
@@ -62,6 +65,9 @@ def cdi_generate(
         elif device_class == "imex-channel":
             sys.stdout.write(f"wrote {res.output}: {res.gpus} IMEX channel(s), driver root "
                              f"{res.driver_root}\n")
+        elif device_class != "gpu":
+            sys.stdout.write(f"wrote {res.output}: nvidia.com/{device_class}=all, "
+                             f"{res.nodes} device node(s), driver root {res.driver_root}\n")
         else:
             gpus = "WSL2, every GPU through /dev/dxg" if res.wsl else f"{res.gpus} GPU(s)"
             sys.stdout.write(f"wrote {res.output}: {gpus}, {res.mounts} driver "

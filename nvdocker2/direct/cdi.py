@@ -6,7 +6,8 @@ path. The spec names each GPU by index and by UUID, each MIG device as NVIDIA do
 `MIG-<uuid>`: the parent GPU's node and the caps nodes of its GPU and compute instance), plus
 `all` (on WSL2 only `all`, with /dev/dxg); the driver files, control nodes and the ld-cache
 hook (this runtime in its hook role) are common edits. IMEX channels are a spec of their own
-kind, `nvidia.com/imex-channel=N` (`imex_spec`). The output is
+kind, `nvidia.com/imex-channel=N` (`imex_spec`), and so is each feature gate's device
+`all` (`nvidia.com/gds=all`, `mofed`, `gdrcopy`, `nvswitch`: `gated_spec`). The output is
 YAML (written here, no YAML library) or JSON when the file name ends in `.json`; CDI reads
 both. Stdlib only, like the rest of direct mode.
 """
@@ -26,6 +27,7 @@ from nvdocker2.direct.discover import (
     MigLayout,
     imex_channels,
 )
+from nvdocker2.direct.gated import GATES, gated_nodes
 from nvdocker2.direct.spec import MOUNT_OPTIONS, Plan, hook_entry, make_plan, name_migs
 
 DRI_CAPABILITIES = frozenset(("graphics", "display"))  # as nvdocker2.direct.graphics's
@@ -33,8 +35,14 @@ DRI_CAPABILITIES = frozenset(("graphics", "display"))  # as nvdocker2.direct.gra
 CDI_KIND = "nvidia.com/gpu"
 IMEX_KIND = "nvidia.com/imex-channel"
 CLASSES = {"gpu": CDI_KIND, "imex-channel": IMEX_KIND}  # NVIDIA's `--class` names
+CLASSES.update({gate: f"nvidia.com/{gate}" for gate in GATES})  # `--mode GATE --class GATE`
 DEFAULT_OUTPUT = "/etc/cdi/nvidia.yaml"
 IMEX_OUTPUT = "/etc/cdi/nvidia-imex-channel.yaml"
+
+
+def class_output(device_class: str) -> str:
+    """Where `cdi generate --class CLASS` writes by default."""
+    return DEFAULT_OUTPUT if device_class == "gpu" else f"/etc/cdi/nvidia-{device_class}.yaml"
 
 
 def _node(node: DeviceNode, driver_root: str) -> dict[str, Any]:
@@ -136,6 +144,20 @@ def imex_spec(discovery: Discovery) -> dict[str, Any]:
         devices.append({"name": "all", "containerEdits": {
             "deviceNodes": [_node(node, root) for _, node in channels]}})
     spec = {"cdiVersion": "", "kind": IMEX_KIND, "devices": devices}
+    spec["cdiVersion"] = minimum_version(spec, GENERATED_FLOOR)
+    return spec
+
+
+def gated_spec(discovery: Discovery, gate: str) -> dict[str, Any]:
+    """The `nvidia.com/GATE` CDI spec of a feature gate: one device `all` with the gate's
+    nodes there are (NVIDIA's gated spec), no device when there is none."""
+    root = discovery.driver_root
+    nodes = gated_nodes(root, (gate,))
+    devices = []
+    if nodes:
+        devices.append({"name": "all", "containerEdits": {
+            "deviceNodes": [_node(n, root) for n in nodes]}})
+    spec = {"cdiVersion": "", "kind": CLASSES[gate], "devices": devices}
     spec["cdiVersion"] = minimum_version(spec, GENERATED_FLOOR)
     return spec
 

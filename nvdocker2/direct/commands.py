@@ -17,6 +17,7 @@ from nvdocker2.store.atomic import atomic_write, os_error
 from nvdocker2.direct import cdi
 from nvdocker2.direct.discover import discover
 from nvdocker2.direct.errors import DirectError
+from nvdocker2.direct.gated import GATES
 from nvdocker2.direct.spec import host_ldconfig
 from nvdocker2.errors import BadInput, EnvironmentProblem
 from nvdocker2.host import files
@@ -66,6 +67,7 @@ class CdiResult:
     mounts: int
     driver_root: str
     wsl: bool = False  # WSL2: one device `all`, /dev/dxg
+    nodes: int = 0  # the device nodes of device `all`
 
 
 def generate_cdi(
@@ -77,7 +79,8 @@ def generate_cdi(
     device_class: str = "gpu",
 ) -> CdiResult:
     """Write the CDI spec for this host's driver (defaults from config.toml): of its GPUs
-    (`device_class` "gpu") or of its IMEX channels ("imex-channel")."""
+    (`device_class` "gpu"), of its IMEX channels ("imex-channel") or of a feature gate's
+    nodes ("gds", "mofed", "gdrcopy", "nvswitch": nvdocker2.direct.gated)."""
     if device_class not in cdi.CLASSES:
         raise BadInput(f"--class {device_class!r:.40}: not a device class",
                        f"give one of {', '.join(cdi.CLASSES)}")
@@ -90,6 +93,15 @@ def generate_cdi(
                 f"no IMEX channels under {os.path.join(root, 'dev/nvidia-caps-imex-channels')}",
                 "IMEX channels appear once the nvidia-caps-imex-channels driver made them"
                 " (NVreg_CreateImexChannel0=1, or mknod from /proc/devices)")
+    elif device_class in GATES:
+        out = output or cdi.class_output(device_class)
+        root = driver_root or _settings().runtime.driver_root
+        spec = cdi.gated_spec(discover(root), device_class)
+        if not spec["devices"]:
+            there = ", ".join(os.path.join(root, p.lstrip("/")) for p in GATES[device_class])
+            raise EnvironmentProblem(
+                f"no {device_class} device nodes: none of {there}",
+                f"the {device_class} kernel module makes them; load it, then run this again")
     else:
         out = output or cdi.DEFAULT_OUTPUT
         spec, root = cdi_document(driver_root=driver_root, runtime_path=runtime_path,
@@ -102,4 +114,6 @@ def generate_cdi(
         driver_root=os.path.abspath(root),
         wsl=any(n.get("path") == "/dev/dxg" for d in spec["devices"]
                 for n in d["containerEdits"].get("deviceNodes", ())),
+        nodes=sum(len(d["containerEdits"].get("deviceNodes", ())) for d in spec["devices"]
+                  if d["name"] == "all"),
     )

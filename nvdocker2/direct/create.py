@@ -52,4 +52,5 @@ def edit_for_create(
         mig_config=request.mig_config,
         mig_monitor=request.mig_monitor,
         imex=request.imex_channels,
+        gated=request.gated,
     )

@@ -234,11 +234,14 @@ def make_plan(
     mig_config: Devices | None = None,
     mig_monitor: Devices | None = None,
     imex: Devices | None = None,
+    gated: Iterable[str] = (),
 ) -> Plan:
     """Resolve the request against the discovery; raise `DirectError` on anything missing.
 
     MIG devices are looked for only when `devices` is "all", names one, or `mig_config` /
     `mig_monitor` is asked; NVML only when one is named. IMEX channels only when `imex` is.
+    `gated` names feature gates (nvdocker2.direct.gated: "gds", "mofed", ...) whose nodes
+    there are are added.
     """
     caps = frozenset(capabilities)
     if discovery.wsl is not None:
@@ -261,6 +264,10 @@ def make_plan(
         nodes.extend(_mig_admin_nodes(discovery, layout, "monitor", mig_monitor))
     if imex is not None:
         nodes.extend(_imex_nodes(discovery, imex))
+    if gated:
+        from nvdocker2.direct.gated import gated_nodes
+
+        nodes.extend(gated_nodes(discovery.driver_root, gated))
     for name in CONTROL_NODES:
         node = _node(discovery, f"/dev/{name}", required=name in REQUIRED_NODES)
         if node is not None:
@@ -395,12 +402,13 @@ def direct_edit(
     mig_config: Devices | None = None,
     mig_monitor: Devices | None = None,
     imex: Devices | None = None,
+    gated: Iterable[str] = (),
 ) -> dict[str, Any]:
     """Discover, resolve, and return the edited spec (or raise `DirectError`, changing nothing)."""
     discovery = discover(driver_root)
     caps = frozenset(capabilities)
     plan = make_plan(discovery, devices, caps, mig_config=mig_config,
-                     mig_monitor=mig_monitor, imex=imex)
+                     mig_monitor=mig_monitor, imex=imex, gated=gated)
     rootfs = rootfs_of(spec, bundle)
     return edit_spec(
         spec,

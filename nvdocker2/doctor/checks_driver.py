@@ -220,6 +220,26 @@ def driver_devices(ctx: Context) -> Outcome:
     return ok(f"{len(gpus)} GPU node(s) and nvidiactl (major {NVIDIA_MAJOR}), nvidia-uvm")
 
 
+@check("driver.control-nodes", "NVIDIA control nodes the loaded drivers call for")
+def driver_control_nodes(ctx: Context) -> Outcome:
+    """nvidia-uvm-tools, nvidia-modeset and the MIG caps nodes appear only once something
+    runs nvidia-modprobe; a CDI spec generated before that lacks them for good."""
+    if ctx.is_wsl():
+        return skip("WSL2 uses /dev/dxg instead of /dev/nvidia*")
+    from nvdocker2.devnodes import wanted_nodes
+
+    wanted = wanted_nodes(str(ctx.root.path("/")))
+    if not wanted:
+        return skip("/proc/devices lists no NVIDIA driver")
+    missing = [f"/dev/{p}" for p, *_ in wanted if ctx.root.is_char_device(f"/dev/{p}") is None]
+    if missing:
+        return warn("missing: " + ", ".join(missing) + " (a CDI spec generated now lacks them)",
+                    "create them: nvdocker2 system create-device-nodes (the "
+                    "nvdocker2-devices service runs it at boot and on a driver load)")
+    return ok(f"{len(wanted)} control node(s) there: " + ", ".join(
+        f"/dev/{p}" for p, *_ in wanted))
+
+
 @check(
     "driver.dev-char", "/dev/char links for the systemd cgroup driver", needs=("dockerd.reachable",)
 )
@@ -229,27 +249,17 @@ def driver_dev_char(ctx: Context) -> Outcome:
     driver = (ctx.info().info or {}).get("CgroupDriver")
     if driver != "systemd":
         return skip(f"cgroup driver {driver}: the links are not needed")
-    nodes = _nvidia_nodes(ctx)
-    if not nodes:
+    from nvdocker2.devnodes import missing_char_links
+
+    missing, count = missing_char_links(str(ctx.root.path("/")))
+    if not count:
         return skip("cgroup driver systemd, but there are no /dev/nvidia* nodes to link")
-    missing = []
-    for n in nodes:
-        st = ctx.root.is_char_device(f"/dev/{n}")
-        if st is None:
-            continue
-        link = f"/dev/char/{os.major(st.st_rdev)}:{os.minor(st.st_rdev)}"
-        target = ctx.root.path(link)
-        try:
-            same = os.path.samefile(target, ctx.root.path(f"/dev/{n}"))
-        except OSError:
-            same = False
-        if not same:
-            missing.append(f"{link} → /dev/{n}")
     if missing:
         return warn(
             "missing: " + ", ".join(missing) + " (a systemd daemon-reload then takes "
             "GPU access from running containers)",
-            "create them: nvidia-ctk system create-dev-char-symlinks --create-all "
-            "(or ln -s ../nvidiaN /dev/char/MAJOR:MINOR for each)",
+            "create them: nvdocker2 system create-dev-char-symlinks (the nvdocker2-devices "
+            "service runs it at boot and on a driver load: systemctl enable --now "
+            "nvdocker2-devices.service)",
         )
-    return ok("every /dev/nvidia* node has its /dev/char link")
+    return ok(f"every /dev/nvidia* node has its /dev/char link ({count})")

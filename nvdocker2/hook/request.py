@@ -43,6 +43,10 @@ MIG_CONFIG = "NVIDIA_MIG_CONFIG_DEVICES"
 MIG_MONITOR = "NVIDIA_MIG_MONITOR_DEVICES"
 IMEX_CHANNELS = "NVIDIA_IMEX_CHANNELS"
 CUDA_VERSION = "CUDA_VERSION"
+# Feature gates (nvdocker2.direct.gated serves them): on only when set to exactly "enabled",
+# as NVIDIA's toolkit compares them (internal/modifier/cdi.go gatedDevices).
+GATE_ENVS = (("gds", "NVIDIA_GDS"), ("mofed", "NVIDIA_MOFED"), ("gdrcopy", "NVIDIA_GDRCOPY"),
+             ("nvswitch", "NVIDIA_NVSWITCH"))
 DEFAULT_CAPABILITIES = ("utility", "compute")
 DEVICE_MOUNT_ROOT = "/var/run/nvidia-container-devices/"
 
@@ -59,7 +63,9 @@ class Request(Record):
     `capabilities` are in the order of nvidia-container-cli's flags; `requirements` are
     expressions for `--require`; `mig_config`/`mig_monitor` are device lists like `devices`,
     or None, and appear only for privileged containers. `imex_channels` is "all", "none" or
-    a tuple of channel numbers (decimal strings), None when not asked.
+    a tuple of channel numbers (decimal strings), None when not asked. `gated` are the feature
+    gates set to exactly "enabled" (nvdocker2.direct.gated: "gds", "mofed", "gdrcopy",
+    "nvswitch"); nvidia-container-cli has no flags for them, so only direct mode serves them.
     """
 
     devices: Devices
@@ -68,6 +74,7 @@ class Request(Record):
     mig_config: Devices | None = None
     mig_monitor: Devices | None = None
     imex_channels: Devices | None = None
+    gated: tuple[str, ...] = ()
     privileged: bool = False
     legacy_image: bool = False
 
@@ -250,9 +257,16 @@ def container_request(
         mig_config=mig[MIG_CONFIG],
         mig_monitor=mig[MIG_MONITOR],
         imex_channels=channels,
+        gated=requested_gates(envs),
         privileged=privileged,
         legacy_image=legacy,
     )
+
+
+def requested_gates(env: Mapping[str, str]) -> tuple[str, ...]:
+    """The feature gates `env` enables, in GATE_ENVS order: only the exact value "enabled"
+    turns one on (`Enabled`, `true`, `enabled;x` leave it off, as NVIDIA's toolkit does)."""
+    return tuple(gate for gate, name in GATE_ENVS if env.get(name) == "enabled")
 
 
 def is_privileged(spec: Mapping) -> bool:

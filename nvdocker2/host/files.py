@@ -181,6 +181,43 @@ def make_dir_at(name: str, mode: int, dir_fd: int) -> None:
         os.close(fd)
 
 
+def _entry(name: str) -> None:
+    if not name or "/" in name or name in (".", ".."):
+        raise ValueError(f"not an entry name: {name!r}")
+
+
+def char_node_at(name: str, mode: int, major: int, minor: int, dir_fd: int) -> None:
+    """Create the character device `name` (major:minor) with exactly `mode` in the directory
+    open as `dir_fd` (a /dev the caller opened without following symlinks); an existing
+    entry is FileExistsError, never replaced."""
+    _entry(name)
+    os.mknod(name, stat.S_IFCHR | (mode & 0o7777), os.makedev(major, minor), dir_fd=dir_fd)
+    st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    if stat.S_ISCHR(st.st_mode):  # what mknod made, not something put there since
+        os.chmod(name, mode & 0o7777, dir_fd=dir_fd)  # the umask took bits off mknod's mode
+
+
+def replace_symlink_at(target: str, name: str, dir_fd: int) -> None:
+    """Make `name` in the directory open as `dir_fd` the symlink -> `target`, atomically: a
+    new symlink beside it is renamed over the old entry (a symlink, never followed)."""
+    _entry(name)
+    temp = f".{name}.nvdocker2-new"
+    try:
+        os.unlink(temp, dir_fd=dir_fd)
+    except FileNotFoundError:
+        pass
+    os.symlink(target, temp, dir_fd=dir_fd)
+    os.rename(temp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+
+
+def open_dir_at(name: str, dir_fd: int) -> int:
+    """A descriptor of the directory `name` in the directory open as `dir_fd`, never through
+    a symlink (OSError ELOOP or ENOTDIR where `name` is one)."""
+    _entry(name)
+    return os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
+                   dir_fd=dir_fd)
+
+
 class Untrusted(OSError):
     """A file that another user could have written; the message says who and how."""
 

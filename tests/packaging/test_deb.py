@@ -59,9 +59,12 @@ def test_package_contents_and_relationships(packages):
     assert "./lib/systemd/system/nvdocker2-cdi-refresh.service" in paths
     assert "./lib/systemd/system/nvdocker2-cdi-refresh.path" in paths
     assert "./lib/udev/rules.d/70-nvdocker2-cdi-refresh.rules" in paths
+    assert "./lib/systemd/system/nvdocker2-devices.service" in paths
+    assert "./lib/udev/rules.d/70-nvdocker2-devices.rules" in paths
     postinst = run(["dpkg-deb", "-I", str(packages.deb), "postinst"]).stdout
     assert "nvdocker2-cdi-refresh.service" in postinst  # enabled at install, runs at boot
     assert "deb-systemd-helper enable 'nvdocker2-cdi-refresh.path'" in postinst  # watching
+    assert "deb-systemd-helper enable 'nvdocker2-devices.service'" in postinst  # at boot
     prerm = run(["dpkg-deb", "-I", str(packages.deb), "prerm"]).stdout
     assert "nvdocker2 uninstall --mode cdi --json --no-verify --reload none" in prerm
     assert not [p for p in paths if p.startswith("./etc/docker")]

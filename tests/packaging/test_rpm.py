@@ -41,6 +41,7 @@ def test_scriptlets_install_on_post_and_uninstall_only_on_erase(packages):
     assert preun.index('if [ "$1" -eq 0 ]') < preun.index("nvdocker2 uninstall")
     assert "/usr/bin/nvdocker2 uninstall --mode cdi --json --no-verify --reload none" in preun
     assert "systemctl enable nvdocker2-cdi-refresh.service" in scripts["postinstall"]
+    assert "nvdocker2-devices.service >/dev/null" in scripts["postinstall"]
     assert "systemctl start nvdocker2-cdi-refresh.path" in scripts["postinstall"]
     assert "rm -rf /var/lib/nvdocker2 /usr/share/nvdocker2" in scripts["postuninstall"]
 
@@ -57,6 +58,8 @@ def test_file_list_has_no_docker_file_and_a_noreplace_config(packages):
     assert "/usr/lib/systemd/system/nvdocker2-cdi-refresh.service" in files
     assert "/usr/lib/systemd/system/nvdocker2-cdi-refresh.path" in files
     assert "/usr/lib/udev/rules.d/70-nvdocker2-cdi-refresh.rules" in files
+    assert "/usr/lib/systemd/system/nvdocker2-devices.service" in files
+    assert "/usr/lib/udev/rules.d/70-nvdocker2-devices.rules" in files
     for program in PROGRAMS:
         assert f"/usr/bin/{program}" in files
         assert (

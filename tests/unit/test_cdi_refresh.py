@@ -202,3 +202,20 @@ def test_a_link_put_at_the_spec_name_right_before_the_rename_is_not_written_thro
     assert os.readlink(host.spec) == str(secret)
     assert host.backups() == backups
     assert sorted(p.name for p in host.spec_dir.iterdir()) == ["nvidia.yaml"]
+
+
+def test_refresh_makes_a_missing_control_node_first_so_the_spec_lists_it(host):
+    from fixtures.fake_driver import UVM_MAJOR, write_proc_devices
+
+    write_proc_devices(host.driver)
+    tools = host.driver.root / "dev/nvidia-uvm-tools"
+    tools.unlink()  # as at boot before any CUDA call: nvidia-modprobe made none yet
+    installed(host)
+    assert '"/dev/nvidia-uvm-tools"' not in host.spec.read_text()
+    r = host.run("cdi", "refresh", "--json", mode=False)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["changed"] is True
+    st = tools.lstat()
+    assert stat.S_ISCHR(st.st_mode) and (os.major(st.st_rdev), os.minor(st.st_rdev)) == (
+        UVM_MAJOR, 1)
+    assert '"/dev/nvidia-uvm-tools"' in host.spec.read_text()

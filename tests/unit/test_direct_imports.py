@@ -17,7 +17,7 @@ RUNTIME_SIDE = ["nvdocker2.direct", "nvdocker2.direct.discover", "nvdocker2.dire
                 "nvdocker2.direct.rootfs",
                 "nvdocker2.direct.errors", "nvdocker2.direct.create", "nvdocker2.toolkit_config",
                 "nvdocker2.oneline", "nvdocker2.direct.confine",
-                "nvdocker2.direct.cdi_versions",
+                "nvdocker2.direct.cdi_versions", "nvdocker2.direct.gated",
                 # the doors to the host, stdlib-only
                 "nvdocker2.host", "nvdocker2.host.files", "nvdocker2.host.run"]
 

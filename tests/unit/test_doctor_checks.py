@@ -887,6 +887,37 @@ def test_dev_char_links_with_systemd_cgroup_driver(host):
     assert_status(host.run(), "driver.dev-char", SKIP, "cgroupfs")
 
 
+def test_dev_char_warns_until_create_dev_char_symlinks_ran(host):
+    from cli_run import cli
+
+    host.info["CgroupDriver"] = "systemd"
+    host.chardev("/dev/nvidia-caps/nvidia-cap1", 508, 1)
+    r = host.run()["driver.dev-char"]
+    assert r.status == WARN and "/dev/char/508:1 → /dev/nvidia-caps/nvidia-cap1" in r.detail
+    assert "nvdocker2 system create-dev-char-symlinks" in r.hint
+    code, _, err = cli("system", "create-dev-char-symlinks", "--dev-root", str(host.root))
+    assert code == 0, err
+    assert_status(host.run(), "driver.dev-char", OK, "(6)")
+
+
+def test_control_nodes_warn_until_create_device_nodes_ran(host):
+    from cli_run import cli
+
+    host.path("/dev/nvidia-uvm-tools").unlink()
+    host.path("/dev/nvidia-modeset").unlink()
+    r = host.run()["driver.control-nodes"]
+    assert r.status == WARN
+    assert r.detail.startswith("missing: /dev/nvidia-modeset, /dev/nvidia-uvm-tools ")
+    assert "nvdocker2 system create-device-nodes" in r.hint
+    code, _, err = cli("system", "create-device-nodes", "--dev-root", str(host.root),
+                       "--proc-root", str(host.root))
+    assert code == 0, err
+    assert_status(host.run(), "driver.control-nodes", OK, "4 control node(s)")
+    assert_status(host.run(), "driver.devices", OK)
+    host.file("/proc/devices", "Character devices:\n  1 mem\n")
+    assert_status(host.run(), "driver.control-nodes", SKIP, "no NVIDIA driver")
+
+
 def test_wsl2_skips_native_driver_checks(host):
     import shutil
 

@@ -565,7 +565,9 @@ def refresh(
     backup) only when it changed. A spec install did not write (its journal records none at
     that path) or no longer starts with its HEADER is left as it is; so is a missing one.
 
-    The spec is read and replaced by name in its directory, opened once and trusted only as
+    The NVIDIA control nodes missing under the driver root are made first
+    (nvdocker2.devnodes), so the spec lists them. The spec is read and replaced by name in
+    its directory, opened once and trusted only as
     a program's would be (no other user could have written it or swapped it), never through
     a symlink: a symlink or a special file at the spec's name is exit 3."""
     st = state if state is not None else state_dir()
@@ -598,6 +600,9 @@ def _refresh_in(dir_fd: int, path: Path, state: Path, runtime_path: str) -> Refr
     if not old.startswith(HEADER.encode()):
         return RefreshOutcome(str(path), False, True, (), None, left_alone=(
             "it does not start with the line install --mode cdi writes (replaced since?)"))
+    from nvdocker2.devnodes import create_before_spec
+
+    create_before_spec()  # a control node missing now would be missing from the spec
     spec = build_spec(path, runtime_path)
     if spec.data == old:
         return RefreshOutcome(str(path), False, True, spec.devices, None)
