@@ -10,7 +10,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from nvdocker2.runtime.launcher import main, render, render_pip
+import pytest
+
+from nvdocker2.runtime.launcher import CLI_NAME, main, render, render_cli, render_pip
 
 SYS_PATH_LINE = re.compile(r"sys\.path\[len\(sys\.path\):\] = (\[[^\]]*\])")
 
@@ -39,6 +41,47 @@ def test_written_launchers_are_executable_and_run(tmp_path):
     assert proc.returncode == 2 and "usage:" in proc.stderr
     assert sorted(os.listdir(tmp_path)) == ["nvidia-container-runtime",
                                             "nvidia-container-runtime-hook"]
+
+
+def test_our_cli_launcher_runs_python_isolated_with_the_package_directory():
+    text = render_cli("/usr/bin/python3", ["/usr/lib/python3/dist-packages"])
+    assert text.startswith("#!/bin/sh\n")
+    assert "\npy=/usr/bin/python3\n" in text
+    assert text.endswith('\nexec "$py" -I -S -c "$code" "$self" "$@"\n')
+    found = SYS_PATH_LINE.search(text)
+    assert found and ast.literal_eval(found.group(1)) == ["/usr/lib/python3/dist-packages"]
+
+
+def test_our_cli_launcher_goes_only_where_asked_and_ignores_pythonpath(tmp_path):
+    """`--cli DIR` writes it there, never into DEST (the packages' /usr/bin, where NVIDIA's
+    nvidia-container-cli lives); a PYTHONPATH that shadows nvdocker2 changes nothing."""
+    bin_, libexec = tmp_path / "bin", tmp_path / "libexec"
+    bin_.mkdir()
+    libexec.mkdir()
+    assert main([str(bin_), "--cli", str(libexec)]) == 0
+    assert sorted(os.listdir(bin_)) == ["nvidia-container-runtime",
+                                        "nvidia-container-runtime-hook"]
+    assert os.listdir(libexec) == [CLI_NAME]
+    shadow = tmp_path / "shadow" / "nvdocker2"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text("raise SystemExit('shadow imported')\n")
+    env = {"PYTHONPATH": str(shadow.parent), "PYTHONHOME": "/nonexistent"}
+    proc = subprocess.run([str(libexec / CLI_NAME), "--version"], capture_output=True,
+                          text=True, env=env, timeout=60)
+    assert (proc.returncode, proc.stderr) == (0, "")
+    assert proc.stdout.startswith("cli-version: ")
+    proc = subprocess.run([str(libexec / CLI_NAME), "--root=/nonexistent", "info"],
+                          capture_output=True, text=True, env=env, timeout=60)
+    assert proc.returncode == 1
+    assert proc.stderr.startswith("nvidia-container-cli: initialization error: ")
+
+
+def test_our_cli_launcher_is_never_written_into_dest(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exited:
+        main([str(tmp_path), "--cli", str(tmp_path)])
+    assert exited.value.code == 2
+    assert "--cli DIR must not be DEST" in capsys.readouterr().err
+    assert os.listdir(tmp_path) == []
 
 
 # --- the launchers a pip install ships --------------------------------------------------------

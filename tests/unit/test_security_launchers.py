@@ -22,7 +22,7 @@ import pytest
 from test_runtime_launcher import pip_prefix
 
 from nvdocker2.host.run import unsafe_to_run
-from nvdocker2.runtime.launcher import DOOR, write_launchers
+from nvdocker2.runtime.launcher import CLI_NAME, DOOR, write_cli_launcher, write_launchers
 
 NOBODY = pwd.getpwnam("nobody").pw_uid
 NOGROUP = grp.getgrnam("nogroup").gr_gid if "nogroup" in {g.gr_name for g in grp.getgrall()} \
@@ -164,6 +164,31 @@ def test_an_interpreter_others_could_replace_never_runs(tmp_path):
         proc = subprocess.run([str(bin_ / RUNTIME), *args], capture_output=True, text=True,
                               timeout=60, env={"PATH": "/usr/bin:/bin"}, cwd=tmp_path)
         refused(proc, RUNTIME, f"refusing to run {py}: {shared} is writable by other users")
+    assert not (tmp_path / "planted-ran").exists()
+
+
+def test_our_cli_launcher_never_runs_an_interpreter_others_could_replace(tmp_path):
+    """LXC's mount hook runs nvidia-container-cli from PATH as root: our launcher checks its
+    interpreter (and its own file) as the runtime's does, and runs nothing it refuses."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    py = planted(shared / "python3", tmp_path / "planted-ran", owner=0)
+    cli = tmp_path / "libexec"
+    cli.mkdir()
+    write_cli_launcher(str(cli), python=str(py))
+    proc = subprocess.run([str(cli / CLI_NAME), "--version"], capture_output=True, text=True,
+                          timeout=60, env={"PATH": "/usr/bin:/bin"}, cwd=tmp_path)
+    refused(proc, CLI_NAME, f"refusing to run {py}: {shared} is writable by other users")
+    # reached through a link in nobody's directory, its own file is checked (links followed)
+    good = tmp_path / "good"
+    good.mkdir()
+    write_cli_launcher(str(good))
+    evil = nobody_dir(tmp_path / "evil")
+    program(evil / CLI_NAME, (good / CLI_NAME).read_text(), NOBODY)
+    proc = subprocess.run([str(evil / CLI_NAME), "--version"], capture_output=True, text=True,
+                          timeout=60, env={"PATH": "/usr/bin:/bin"}, cwd=tmp_path)
+    refused(proc, CLI_NAME, f"refusing to run from {evil / CLI_NAME}: {evil}")
     assert not (tmp_path / "planted-ran").exists()
 
 
