@@ -209,6 +209,19 @@ class PrivateDockerd:
         self.stop()
         self.start(extra_args)
 
+    def __enter__(self) -> PrivateDockerd:
+        """`with PrivateDockerd(...) as daemon:` starts it, and cleans up even when the start
+        fails."""
+        try:
+            self.start()
+        except BaseException:
+            self.cleanup()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.cleanup()
+
     def cleanup(self) -> None:
         """Stop the daemon, remove its containers first, unmount what it left, delete root."""
         if self.running():
