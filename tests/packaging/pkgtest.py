@@ -40,6 +40,7 @@ CHROOT_ENV = {
 APT = "apt-get -y -q -o Dpkg::Use-Pty=0"
 
 RUNTIME = "/usr/bin/nvidia-container-runtime"
+OUR_CLI = "/usr/libexec/nvdocker2/nvidia-container-cli"  # never /usr/bin's, NVIDIA's
 PROGRAMS = [
     "nvdocker2",
     "nvidia-container-runtime",
@@ -238,6 +239,17 @@ def check_launchers(chroot) -> None:
     assert "Traceback" not in bad.stderr and "ImportError" not in bad.stderr
     # The same shadowing PYTHONPATH leaves nvdocker2 itself (python3 -I) working.
     assert chroot.sh("nvdocker2 --version", env).returncode == 0
+
+    # Our nvidia-container-cli: a sh launcher in libexec running python3 -I -S, deaf to the
+    # same PYTHONPATH, and no nvidia-container-cli in /usr/bin (libnvidia-container-tools').
+    assert chroot.path(OUR_CLI).read_text().startswith("#!/bin/sh\n")
+    version = chroot.sh(f"{OUR_CLI} --version", env)
+    assert (version.returncode, version.stdout.splitlines()[:1]) == (
+        0, [f"cli-version: {__version__}"]), version.stdout + version.stderr
+    bad = chroot.sh(f"{OUR_CLI} --root=/nonexistent info", env)
+    assert bad.returncode == 1 and bad.stderr.startswith(
+        "nvidia-container-cli: initialization error: "), bad.stderr
+    assert not chroot.path("/usr/bin/nvidia-container-cli").exists()
 
     doctor = chroot.sh("nvdocker2 doctor --json")
     checks = {c["id"]: c for c in json.loads(doctor.stdout)["checks"]}

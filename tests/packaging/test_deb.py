@@ -55,6 +55,8 @@ def test_package_contents_and_relationships(packages):
     for program in PROGRAMS:
         assert f"./usr/bin/{program}" in paths
         assert f"./usr/share/man/man1/{program}.1.gz" in paths
+    assert "./usr/libexec/nvdocker2/nvidia-container-cli" in paths
+    assert "./usr/bin/nvidia-container-cli" not in paths  # libnvidia-container-tools'
     assert "./etc/nvidia-container-runtime/config.toml" in paths
     assert "./lib/systemd/system/nvdocker2-cdi-refresh.service" in paths
     assert "./lib/systemd/system/nvdocker2-cdi-refresh.path" in paths
@@ -120,7 +122,7 @@ def test_install_reinstall_upgrade_purge_keep_the_users_daemon_json(packages, ch
 
     # The programs run on Debian's python3 and Debian's libraries, nothing else; the runtime
     # and the hook are nvdocker2.runtime.launcher's launchers.
-    for program in ("nvdocker2", "nvidia-docker"):
+    for program in ("nvdocker2", "nvidia-docker", "nvdocker2-container-cli"):
         shebang = chroot.path(f"/usr/bin/{program}").read_text().splitlines()[0]
         assert shebang == "#!/usr/bin/python3 -I"
     check_launchers(chroot)

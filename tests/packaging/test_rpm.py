@@ -60,6 +60,8 @@ def test_file_list_has_no_docker_file_and_a_noreplace_config(packages):
     assert "/usr/lib/udev/rules.d/70-nvdocker2-cdi-refresh.rules" in files
     assert "/usr/lib/systemd/system/nvdocker2-devices.service" in files
     assert "/usr/lib/udev/rules.d/70-nvdocker2-devices.rules" in files
+    assert "/usr/libexec/nvdocker2/nvidia-container-cli" in files
+    assert "/usr/bin/nvidia-container-cli" not in files  # libnvidia-container-tools'
     for program in PROGRAMS:
         assert f"/usr/bin/{program}" in files
         assert (
