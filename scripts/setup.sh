@@ -31,6 +31,7 @@ if [ "$profile" = tests ]; then
         "building and checking the .deb and the .rpm (tests/packaging): dpkg-dev debhelper dh-python pybuild-plugin-pyproject python3-all rpm lintian equivs devscripts make git"
         "a private Podman, rootful and rootless, that reads CDI specs (tests/e2e/test_cdi_podman_e2e.py, test_podman_devices_e2e.py, test_podman_rootless_e2e.py) and a rootless dockerd (test_docker_rootless_e2e.py): podman uidmap rootlesskit slirp4netns"
         "the tests' own CRI client, the calls the kubelet makes (tests/e2e/cri.py): python3-grpcio"
+        "an unprivileged LXC container whose mount hook (liblxc-common's hooks/nvidia) runs our nvidia-container-cli (tests/e2e/test_lxc_e2e.py): lxc"
     )
 fi
 

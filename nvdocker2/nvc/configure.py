@@ -7,8 +7,8 @@ What it does, in this order (docs/nvidia-container-cli.md):
    bring (`nvdocker2.direct.spec.make_plan`), and checks `--require`;
 2. unless `--no-cgroups`, allows those nodes in the container's device cgroup (cgroup v1;
    on cgroup v2 it refuses, as a device cgroup there is a BPF program this cli does not load);
-3. enters the mount namespace of `--pid` (else of its parent, as NVIDIA's does for LXC) and
-   bind-mounts each node and file at its place under ROOTFS: every place is resolved inside
+3. enters the mount namespace of `--pid` (without it, as LXC's mount hook runs it, it stays in
+   its own, which is the container's) and bind-mounts each node and file at its place under ROOTFS: every place is resolved inside
    ROOTFS without following the image's symlinks out (`nvdocker2.direct.rootfs`), missing
    directories and files are made there, a symlink or a directory in the way is refused, and
    each mount is made through descriptors, then made read-only, nosuid and nodev (device
@@ -107,8 +107,9 @@ def _imex_node(driver_root: str, channel: int) -> DeviceNode:
                       stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid)
 
 
-def allow_devices(pid: int, nodes: tuple[DeviceNode, ...], proc: str = "/proc") -> list[str]:
-    """Allow `nodes` in the cgroup v1 device controller of `pid`; the lines written."""
+def allow_devices(pid: int | str, nodes: tuple[DeviceNode, ...], proc: str = "/proc") -> list[str]:
+    """Allow `nodes` in the cgroup v1 device controller of `pid` (`"self"`: this process's);
+    the lines written."""
     from nvdocker2.direct.confine import unescape_mountinfo
     from nvdocker2.host.files import append_text
 

@@ -113,7 +113,10 @@ def configure(p: Parsed, log: list[str]) -> None:
                            "install NVIDIA's libnvidia-container-tools for MIG")
     rootfs = os.path.normpath(p.args[0])
     pid_text = p.last("pid")
-    pid = parse_pid(pid_text) if pid_text is not None else os.getppid()
+    # Without --pid (LXC's mount hook), the cli already runs in the container's mount
+    # namespace and cgroup; its parent's pid would name another process wherever the cli runs
+    # in a pid namespace of its own (LXC's: the parent is pid 1 there, /proc is the host's).
+    pid = parse_pid(pid_text) if pid_text is not None else None
     caps = {cap for cap in CAPABILITIES if p.flag(cap)}
     d = _discover(p)
     for expression in p.options.get("require", ()):
@@ -128,8 +131,9 @@ def configure(p: Parsed, log: list[str]) -> None:
     except DirectError as err:
         raise NvcError("input", err.message, err.hint) from None
     if not p.flag("no-cgroups"):
-        log.extend(c.allow_devices(pid, work.nodes))
-    c.enter_mount_namespace(pid)
+        log.extend(c.allow_devices("self" if pid is None else pid, work.nodes))
+    if pid is not None:
+        c.enter_mount_namespace(pid)
     keep = c.bind_all(rootfs, work.binds, log)
     if work.folders:
         try:
