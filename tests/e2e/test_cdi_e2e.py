@@ -13,7 +13,7 @@ def test_docker_20_10_refuses_cdi_mode_with_exit_2_and_writes_nothing(dockerd, t
     before = dockerd.config_file.read_bytes()
     spec_dir = tmp_path / "cdi"
     out = nvdocker2(dockerd, "install", "--mode", "cdi", "--runtime-path", RUNTIME,
-                    "--cdi-spec-dir", str(spec_dir))
+                    "--allow-missing-runtime", "--cdi-spec-dir", str(spec_dir))
     assert out.returncode == 2
     assert out.stderr.splitlines() == [
         f"error: CDI mode needs Docker 25.0 or later; this dockerd is {version} (from /info)",

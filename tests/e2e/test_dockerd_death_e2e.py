@@ -31,7 +31,8 @@ def _default_nobody_names(daemon) -> None:
 
 
 def _install(daemon, *extra: str, env: dict | None = None):
-    return nvdocker2(daemon, "install", "--runtime-path", RUNTIME, "--runtime-name", "nvc",
+    return nvdocker2(daemon, "install", "--runtime-path", RUNTIME, "--allow-missing-runtime",
+                     "--runtime-name", "nvc",
                      "--reload", "signal", "--dockerd-log", str(daemon.log_file),
                      "--timeout", str(TIMEOUT), *extra, env=env)
 

@@ -132,7 +132,7 @@ def test_install_neither_runs_nor_signals_a_users_dockerd_named_by_a_stale_pidfi
         return subprocess.run(
             [sys.executable, "-m", "nvdocker2", "install", "--json", "--no-verify",
              "--reload", mode, "--config", str(config), "--pidfile", str(pidfile),
-             "--runtime-path", RUNTIME],
+             "--runtime-path", RUNTIME, "--allow-missing-runtime"],
             capture_output=True, text=True, timeout=120, check=False,
             env=dict(os.environ, NVDOCKER2_STATE_DIR=str(tmp_path / "state")),
         )
@@ -181,7 +181,8 @@ def test_a_reload_dockerd_would_refuse_is_caught_through_the_socket_without_main
     before = daemon.config_file.read_bytes()
     env = systemd_env(stand_ins, daemon, NVD2_FAKE_HIDE_PID="1", NVD2_FAKE_NO_JOURNAL="1")
 
-    proc = nvdocker2(daemon, "install", "--runtime-path", RUNTIME, "--reload", "systemd",
+    proc = nvdocker2(daemon, "install", "--runtime-path", RUNTIME, "--allow-missing-runtime",
+                     "--reload", "systemd",
                      "--json", env=env)
 
     assert proc.returncode == 2, proc.stdout + proc.stderr
@@ -203,7 +204,8 @@ def test_verified_only_on_evidence(make_dockerd, stand_ins):
     env = systemd_env(stand_ins, daemon, NVD2_FAKE_HIDE_PID="1", NVD2_FAKE_NO_JOURNAL="1")
 
     daemon.config_file.write_text("{}\n")
-    proc = nvdocker2(daemon, "install", "--runtime-path", RUNTIME, "--reload", "systemd",
+    proc = nvdocker2(daemon, "install", "--runtime-path", RUNTIME, "--allow-missing-runtime",
+                     "--reload", "systemd",
                      "--docker-host", tcp, "--json", env=env,
                      daemon_flags=False)
     assert proc.returncode == 0, proc.stderr
@@ -213,7 +215,8 @@ def test_verified_only_on_evidence(make_dockerd, stand_ins):
     assert json.loads(daemon.config_file.read_text())["runtimes"]["nvidia"]["path"] == RUNTIME
 
     daemon.config_file.write_text("{}\n")
-    proc = nvdocker2(daemon, "install", "--runtime-path", RUNTIME, "--reload", "systemd",
+    proc = nvdocker2(daemon, "install", "--runtime-path", RUNTIME, "--allow-missing-runtime",
+                     "--reload", "systemd",
                      "--json", env=env)
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
