@@ -13,6 +13,7 @@ from pkgtest import (
     REMOVED_LINE,
     REMOVED_NOT_RELOADED_LINE,
     PROGRAMS,
+    REPO,
     RUNTIME,
     UPGRADE_VERSION,
     USER_DAEMON_JSON,
@@ -67,6 +68,10 @@ def test_package_contents_and_relationships(packages):
     assert "nvdocker2-cdi-refresh.service" in postinst  # enabled at install, runs at boot
     assert "deb-systemd-helper enable 'nvdocker2-cdi-refresh.path'" in postinst  # watching
     assert "deb-systemd-helper enable 'nvdocker2-devices.service'" in postinst  # at boot
+    # The preinst that keeps a host's config.toml on a takeover carries our default's bytes.
+    preinst = run(["dpkg-deb", "-I", str(packages.deb), "preinst"]).stdout
+    default = (REPO / "nvdocker2/data/config.toml").read_text()
+    assert f"<<'NVDOCKER2_DEFAULT_CONFIG'\n{default}NVDOCKER2_DEFAULT_CONFIG\n" in preinst
     prerm = run(["dpkg-deb", "-I", str(packages.deb), "prerm"]).stdout
     assert "nvdocker2 uninstall --mode cdi --json --no-verify --reload none" in prerm
     assert not [p for p in paths if p.startswith("./etc/docker")]

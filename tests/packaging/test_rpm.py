@@ -81,6 +81,13 @@ def test_file_list_has_no_docker_file_and_a_noreplace_config(packages):
         "nvidia-container-toolkit-base",
         "nvidia-docker2",
     ]
+    obsoletes = run(["rpm", "-qp", "--obsoletes", str(packages.rpm)]).stdout.splitlines()
+    assert sorted(obsoletes) == [
+        "nvidia-container-runtime < 4",
+        "nvidia-container-toolkit < 2",
+        "nvidia-container-toolkit-base < 2",
+        "nvidia-docker2 < 3",
+    ]
 
 
 def test_rpm_install_upgrade_erase_in_a_chroot(packages, chroot):

@@ -1,7 +1,8 @@
 """The .deb takes a host over from NVIDIA's packages: stand-ins with NVIDIA's names and files
 (TEST FIXTURES, built here with `dpkg-deb --build`, never NVIDIA's real packages) are
-installed first, the admin edits the config.toml conffile, then `apt-get install` of our
-.deb: apt accepts it, the stand-ins go, config.toml keeps the admin's bytes, and
+installed first, the admin edits config.toml (a conffile of NVIDIA's older packages, a file
+their postinst writes in newer ones), then `apt-get install` of our .deb with no terminal: no
+conffile prompt, the stand-ins go, config.toml keeps the admin's bytes and mode, and
 /usr/bin/nvidia-container-runtime is ours."""
 
 from __future__ import annotations
@@ -9,7 +10,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from pkgtest import APT, RUNTIME, check_launchers, run
+from pkgtest import APT, RUNTIME, UPGRADE_VERSION, run
+
+from nvdocker2 import __version__
 
 CONFIG = "/etc/nvidia-container-runtime/config.toml"
 # NVIDIA's `nvidia-ctk config default` (v1.17), which its packages install as the conffile
@@ -32,6 +35,8 @@ runtimes = ["docker-runc", "runc", "crun"]
 mount-spec-path = "/etc/nvidia-container-runtime/host-files-for-container.d"
 """
 ADMIN_EDIT = b'\n[nvidia-container-runtime-hook]\nskip-mode-detection = true\n# edited by the admin\n'
+# NVIDIA's newer nvidia-container-toolkit-base ships no config.toml: its postinst writes it.
+GENERATE = f"#!/bin/sh\nset -e\n[ -e {CONFIG} ] || nvidia-ctk config default > {CONFIG}\n"
 STANDINS = {  # name: (version, depends, {path: bytes}, conffiles)
     "nvidia-container-toolkit-base": ("1.17.8-1", "", {
         "/usr/bin/nvidia-container-runtime": b"#!/bin/sh\necho NVIDIA stand-in runtime\n",
@@ -46,9 +51,15 @@ STANDINS = {  # name: (version, depends, {path: bytes}, conffiles)
 }
 
 
-def build_standin(where: Path, name: str) -> Path:
-    """TEST FIXTURE: a .deb named like NVIDIA's package `name`, with stand-in files."""
+def build_standin(where: Path, name: str, generated: bool) -> Path:
+    """TEST FIXTURE: a .deb named like NVIDIA's package `name`, with stand-in files; with
+    `generated`, its config.toml is written by its postinst instead of shipped."""
     version, depends, files, conffiles = STANDINS[name]
+    if generated and CONFIG in files:
+        files = {**files, "/usr/bin/nvidia-ctk": b"#!/bin/sh\ncat <<'EOF'\n"
+                 + NVIDIA_CONFIG + b"EOF\n"}
+        del files[CONFIG]
+        conffiles = []
     tree = where / name
     (tree / "DEBIAN").mkdir(parents=True)
     control = (f"Package: {name}\nVersion: {version}\nArchitecture: all\n"
@@ -56,6 +67,10 @@ def build_standin(where: Path, name: str) -> Path:
                + (f"Depends: {depends}\n" if depends else "")
                + "Description: TEST FIXTURE standing in for NVIDIA's package of this name\n")
     (tree / "DEBIAN/control").write_text(control)
+    if generated and "/usr/bin/nvidia-ctk" in files:
+        (tree / "DEBIAN/postinst").write_text(GENERATE)
+        (tree / "DEBIAN/postinst").chmod(0o755)
+        (tree / CONFIG.lstrip("/")).parent.mkdir(parents=True)
     if conffiles:
         (tree / "DEBIAN/conffiles").write_text("".join(c + "\n" for c in conffiles))
     for path, data in files.items():
@@ -68,18 +83,16 @@ def build_standin(where: Path, name: str) -> Path:
     return deb
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "known gap: apt removes NVIDIA's packages for our Conflicts, dpkg hands their conffile"
-    " record (NVIDIA's hash) to ours, and since the admin's bytes match neither, dpkg stops"
-    " at the conffile prompt (end of file on stdin) and leaves nvdocker2 unconfigured"))
+@pytest.mark.parametrize("generated", [False, True], ids=["conffile", "postinst-written"])
 def test_our_deb_replaces_nvidias_packages_and_keeps_the_admins_config_toml(
-        packages, chroot, tmp_path):
-    debs = [chroot.put(build_standin(tmp_path, name)) for name in STANDINS]
+        packages, chroot, tmp_path, generated):
+    debs = [chroot.put(build_standin(tmp_path, name, generated)) for name in STANDINS]
     chroot.ok(f"dpkg -i {' '.join(debs)}")
     config = chroot.path(CONFIG)
     assert config.read_bytes() == NVIDIA_CONFIG
     with open(config, "ab") as f:
         f.write(ADMIN_EDIT)
+    config.chmod(0o640)
     edited = config.read_bytes()
 
     out = chroot.ok(f"{APT} install {chroot.put(packages.deb)} </dev/null",
@@ -91,12 +104,32 @@ def test_our_deb_replaces_nvidias_packages_and_keeps_the_admins_config_toml(
     assert status.pop("nvdocker2").strip() == "ii"
     assert all(not s.startswith("ii") for s in status.values()), states
     assert config.read_bytes() == edited, "the admin's config.toml changed"
+    assert config.stat().st_mode & 0o777 == 0o640
+    assert sorted(p.name for p in config.parent.iterdir()) == ["config.toml"]
+    assert f"nvdocker2: kept the existing {CONFIG} as it was" in out, out
     assert chroot.ok(f"dpkg -S {CONFIG}").split(":")[0] == "nvdocker2"
     assert b"stand-in" not in chroot.path(RUNTIME).read_bytes()
-    check_launchers(chroot)
+    # Ours runs on the admin's file: its `runtimes` list sends even `state` through Python
+    # (the launcher's shell path serves only a file that sets neither `runtimes` nor `debug`),
+    # which finds runc on PATH as NVIDIA's list says.
+    chroot.path("/tmp/fakebin").mkdir()
+    runc = chroot.path("/tmp/fakebin/runc")
+    runc.write_text('#!/bin/sh\necho "$0 $*" > /tmp/runc-argv\nexit 7\n')
+    runc.chmod(0o755)
+    state = chroot.sh(f"PATH=/tmp/fakebin:$PATH {RUNTIME} state x")
+    assert state.returncode == 7, state.stdout + state.stderr
+    assert chroot.path("/tmp/runc-argv").read_text() == "/tmp/fakebin/runc state x\n"
+    assert chroot.ok("nvdocker2 --version").strip().endswith(__version__)
     assert not chroot.path("/usr/bin/nvidia-ctk").exists()
     # Purging NVIDIA's removed package later leaves the file, now ours, alone.
     chroot.ok("dpkg --purge " + " ".join(STANDINS))
     assert config.read_bytes() == edited, "purging NVIDIA's package took config.toml"
-    # dpkg knows the admin changed it: an upgrade of ours would ask, never overwrite.
+    # dpkg knows the admin changed it: an upgrade of ours keeps it (our default is the same)
+    # and would ask, never overwrite, were it not.
     assert chroot.ok("dpkg --verify nvdocker2 || true").count(CONFIG) == 1
+    out = chroot.ok(f"{APT} install {chroot.put(packages.deb_upgrade)} </dev/null",
+                    env={"NVDOCKER2_SKIP_DOCKER_CONFIG": "1"})
+    assert "Configuration file" not in out, out
+    assert chroot.ok("nvdocker2 --version").strip().endswith(UPGRADE_VERSION)
+    assert config.read_bytes() == edited, "our upgrade changed the admin's config.toml"
+    assert sorted(p.name for p in config.parent.iterdir()) == ["config.toml"]
