@@ -182,7 +182,8 @@ GPUS = ('for f in /dev/nvidia*; do [ -c "$f" ] && echo "$f"; done > /out/devices
         ' echo "NVIDIA_VISIBLE_DEVICES=$NVIDIA_VISIBLE_DEVICES" >> /out/devices')
 TOOLKIT = ('[nvidia-container-runtime]\nmode = "auto"\ndebug = "{log}"\n'
            '[nvidia-container-runtime.modes.cdi]\nspec-dirs = ["{spec_dir}"]\n'
-           '[nvidia-container-cli]\nroot = "{driver}"\npath = "/nonexistent/nvidia-container-cli"\n')
+           '[nvidia-container-cli]\nroot = "{driver}"\n'
+           'path = "/nonexistent/nvidia-container-cli"\n')
 VOLUME_MOUNTS = ("accept-nvidia-visible-devices-as-volume-mounts = true\n"
                  "accept-nvidia-visible-devices-envvar-when-unprivileged = false\n")
 
