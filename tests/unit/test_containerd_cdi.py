@@ -98,6 +98,17 @@ def test_1_7_keys_already_on_are_left_alone_and_recorded_as_they_were():
     assert files(back)[ROOT] == raw  # enable_cdi = true was there before: it stays
 
 
+@pytest.mark.parametrize("dirs", [b'["/srv/cdi"]', b"[]"])
+def test_1_7_spec_dirs_someone_chose_are_kept_and_only_cdi_is_turned_on(dirs):
+    raw = KUBEADM_V2.replace(b'pause:3.9"\n', b'pause:3.9"\n  cdi_spec_dirs = ' + dirs + b"\n")
+    plan = install(raw)
+    text = files(plan)[ROOT]
+    assert b"  cdi_spec_dirs = " + dirs + b"\n  enable_cdi = true\n" in text
+    assert text.count(b"cdi_spec_dirs") == 1
+    assert keys(plan)[1:] == [(f"{PLUGIN}.enable_cdi", "added")]
+    assert files(uninstall(text, plan.journal))[ROOT] == raw
+
+
 def test_1_7_a_value_changed_after_install_stays_the_users():
     plan = install(KUBEADM_V2)
     edited = files(plan)[ROOT].replace(b"enable_cdi = true", b"enable_cdi = false")

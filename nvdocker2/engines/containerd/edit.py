@@ -44,6 +44,8 @@ OWN_DROPIN = "99-nvidia.toml"
 # default), and the annotations the runtime entry then lets through to the runtime: those the
 # device plugin's cdi-annotations strategy sets (cdi.k8s.io/<name> = <device>).
 CDI_KEYS = {"enable_cdi": True, "cdi_spec_dirs": ["/etc/cdi", "/var/run/cdi"]}
+# CDI_KEYS written only where the file has none: spec directories someone chose are theirs.
+CDI_KEPT = ("cdi_spec_dirs",)
 CDI_ANNOTATIONS = ["cdi.k8s.io/*"]
 ENABLE_CDI = "enable"  # plan_install's `cdi`: write CDI_KEYS (1.7)
 CDI_ON = "on"          # CDI is on already (2.x): only the runtime entry's annotations
@@ -262,8 +264,7 @@ def plan_install(root: D.Config, imported: list[D.Config], dropin: D.Config | No
                               "unchanged" if before_default == name else "replaced",
                               before_default, name))
     plugin = cri[:2]
-    turn_on = {} if cdi != ENABLE_CDI else {
-        k: v for k, v in CDI_KEYS.items() if _get_in(eff, plugin + (k,)) != v}
+    turn_on = {} if cdi != ENABLE_CDI else _cdi_to_turn_on(eff, plugin)
     for k, v in turn_on.items():
         was = _get_in(eff, plugin + (k,))
         changes.append(Change(D.dotted(plugin + (k,)), "added" if was is ABSENT else "replaced",
@@ -388,6 +389,17 @@ def _install_in_place(root: D.Config, table: dict, req: Request, entry: dict,
         elif text.endswith(before):
             entry["appended"] = before + appended
     return _checked(root.path, text + appended, expected), entry
+
+
+def _cdi_to_turn_on(eff: dict, plugin: tuple[str, ...]) -> dict:
+    """The CDI_KEYS install writes: those that differ from ours, but not a CDI_KEPT key that
+    the configuration already sets."""
+    out = {}
+    for k, v in CDI_KEYS.items():
+        have = _get_in(eff, plugin + (k,))
+        if have != v and (k not in CDI_KEPT or have is ABSENT):
+            out[k] = v
+    return out
 
 
 def _turn_on_cdi(root: D.Config, text: str, appended: str, expected: dict, entry: dict,
