@@ -31,7 +31,8 @@ runtimes = ["docker-runc", "runc", "crun"]
 [nvidia-container-runtime.modes.csv]
 mount-spec-path = "/etc/nvidia-container-runtime/host-files-for-container.d"
 """
-ADMIN_EDIT = b'\n[nvidia-container-runtime-hook]\nskip-mode-detection = true\n# edited by the admin\n'
+ADMIN_EDIT = (b'\n[nvidia-container-runtime-hook]\nskip-mode-detection = true\n'
+              b'# edited by the admin\n')
 STANDINS = {  # name: (version, depends, {path: bytes}, conffiles)
     "nvidia-container-toolkit-base": ("1.17.8-1", "", {
         "/usr/bin/nvidia-container-runtime": b"#!/bin/sh\necho NVIDIA stand-in runtime\n",

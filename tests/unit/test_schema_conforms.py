@@ -61,7 +61,7 @@ def shaped(s: dict, depth: int = 0) -> st.SearchStrategy:
             props = {k: shaped(v, depth + 1) for k, v in s.get("properties", {}).items()}
             extra = s.get("additionalProperties", True)
             if isinstance(extra, dict):
-                keys = st.text(max_size=4).filter(lambda k: k not in props)
+                keys = st.text(max_size=4).filter(lambda k, props=props: k not in props)
                 good.append(st.dictionaries(keys, shaped(extra, depth + 1), max_size=3))
             good.append(st.fixed_dictionaries({}, optional=props))
         elif kind == "array":

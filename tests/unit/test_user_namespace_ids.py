@@ -337,7 +337,8 @@ def _sh_door(ns: UserNamespace, *paths: Path, caps: tuple[str, ...] = ()) -> lis
     """The sh launchers' door (`trusted`), run inside the namespace as its root."""
     from nvdocker2.runtime.launcher import DOOR
 
-    script = "set -f\n" + DOOR + '\nfor p do if trusted "$p"; then echo ok; else echo "$why"; fi; done\n'
+    script = ("set -f\n" + DOOR
+              + '\nfor p do if trusted "$p"; then echo ok; else echo "$why"; fi; done\n')
     proc = ns.run(*caps, "/bin/sh", "-c", script, "sh", *map(str, paths), env={})
     assert proc.stderr == ""
     return proc.stdout.splitlines()
