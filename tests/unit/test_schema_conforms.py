@@ -87,6 +87,7 @@ DOCUMENTS = st.lists(st.sampled_from(sorted(SCHEMA["properties"])), max_size=6,
                      unique=True).flatmap(_document)
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(DOCUMENTS)
 def test_quick_check_agrees_with_jsonschema_on_every_document(doc):

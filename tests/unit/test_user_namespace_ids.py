@@ -132,6 +132,7 @@ def id_maps(draw) -> list[tuple[int, int, int]]:
     return lines
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(uid_map=id_maps(), gid_map=id_maps(), euid=st.sampled_from([0, 1000, OVERFLOW]))
 def test_the_overflow_ids_are_trusted_exactly_where_they_stand_for_unmapped_owners_alone(
