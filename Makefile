@@ -138,7 +138,7 @@ ansible-test:
 MATRIX_PLATFORMS ?=
 MATRIX_PYTHON := $(if $(wildcard .venv/bin/python),.venv/bin/python,python3)
 
-# ruff is in .venv; mypy has its own venv so that its libraries never replace Debian's in .venv.
+# ruff is in .venv; mypy has its own venv, so that the libraries it brings stay out of .venv.
 .PHONY: lint check
 lint:
 	@if [ ! -x .venv/bin/ruff ] || [ ! -x .venv-mypy/bin/mypy ]; then
