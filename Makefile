@@ -1,4 +1,8 @@
 # Project tasks.
+#   make check  the quick check before a commit: `make lint`, then tests/unit without the tests
+#               marked slow, stopping at the first failure (docs/testing.md)
+#   make lint   ruff on the tree, mypy --strict on nvdocker2/host and nvdocker2/store (the
+#               settings in pyproject.toml; scripts/setup.sh tests installs both)
 #   make deb    dist/nvdocker2_VERSION_all.deb   (dpkg-buildpackage, debian/)
 #   make rpm    dist/nvdocker2-VERSION-1.noarch.rpm (rpmbuild, rpm/nvdocker2.spec)
 #   make ansible-test  ansible-test sanity on the collection nvdocker2.gpu, then its fleet tests
@@ -133,6 +137,22 @@ ansible-test:
 
 MATRIX_PLATFORMS ?=
 MATRIX_PYTHON := $(if $(wildcard .venv/bin/python),.venv/bin/python,python3)
+
+# ruff is in .venv; mypy has its own venv, so that the libraries it brings stay out of .venv.
+.PHONY: lint check
+lint:
+	@if [ ! -x .venv/bin/ruff ] || [ ! -x .venv-mypy/bin/mypy ]; then
+	    echo "error: ruff (.venv) or mypy (.venv-mypy) is not installed" >&2
+	    echo "hint: run scripts/setup.sh tests" >&2
+	    exit 3
+	fi
+	status=0
+	.venv/bin/ruff check --quiet . || status=1
+	.venv-mypy/bin/mypy || status=1
+	exit $$status
+
+check: lint
+	@.venv/bin/python -m pytest tests/unit -q -x -p no:cacheprovider -m "not slow"
 
 matrix:
 	@$(MATRIX_PYTHON) scripts/matrix.py $(MATRIX_PLATFORMS)

@@ -372,7 +372,7 @@ def check(doc: Any, library: Library) -> dict[str, Any]:
     for i, d in enumerate(s["devices"]):
         where = f"devices[{i}]"
         _located(_join(where, "name"), lambda: _check_name(
-            d["name"], "device name", "_-.:", _is_alnum, "a letter or digit"))
+            d["name"], "device name", "_-.:", _is_alnum, "a letter or digit"))  # noqa: B023 - run now
         if _empty(d["containerEdits"], library):
             raise SpecError(_join(where, "containerEdits"), "a device needs at least one edit")
         _check_edits(d["containerEdits"], _join(where, "containerEdits"), library)

@@ -10,6 +10,8 @@ cd "$(dirname "$0")/.."
 
 profile=${1:-tests}
 KUBERNETES_VALIDATE_VERSION=1.37.0
+RUFF_VERSION=0.17.6
+MYPY_VERSION=1.19.1  # the newest that checks for Python 3.9
 case "$profile" in
     demo | tests) ;;
     *)
@@ -98,6 +100,15 @@ if [ "$profile" = tests ]; then
         .venv/bin/python -m pip install -q "vermin==1.9.2"
     fi
     modules="$modules, pytest, hypothesis, vermin, yaml"
+    # ruff (not in Debian 12) lints the tree: `make lint`. One file, no libraries, so in .venv.
+    if [ "$(.venv/bin/python -c "import importlib.metadata as m; print(m.version('ruff'))" \
+            2>/dev/null)" != "$RUFF_VERSION" ]; then
+        echo "setup: installing ruff $RUFF_VERSION into .venv (make lint)"
+        .venv/bin/python -m pip install -q "ruff==$RUFF_VERSION"
+    fi
+    # mypy (Debian 12's is 1.0) type-checks host/ and store/: `make lint`. Its own venv: the
+    # typing_extensions it brings would change what typer and rich import in .venv.
+    scripts/pinned-venv.sh .venv-mypy mypy "$MYPY_VERSION"
     # kubernetes-validate (not in Debian) checks deploy/ against the Kubernetes API schemas; its
     # own venv, so its newer jsonschema never replaces the one the .deb depends on.
     scripts/pinned-venv.sh .venv-kubernetes kubernetes-validate "$KUBERNETES_VALIDATE_VERSION"

@@ -1,19 +1,21 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh Debian 12 machine (as root): installs what the tests need,
 # then, without arguments, runs
-#   1. `ansible-test sanity` on the Ansible collection (its fleet tests run in step 4),
-#   2. the unit and CLI suites in pip venvs with the newest and the oldest supported libraries
+#   1. `make lint`: ruff and mypy (their settings are in pyproject.toml),
+#   2. `ansible-test sanity` on the Ansible collection (its fleet tests run in step 5),
+#   3. the unit and CLI suites in pip venvs with the newest and the oldest supported libraries
 #      (scripts/test-venvs.sh),
-#   3. the platform matrix (`make matrix`: the .deb on Debian 12, 13 and sid trees, each on
+#   4. the platform matrix (`make matrix`: the .deb on Debian 12, 13 and sid trees, each on
 #      its own dockerd),
-#   4. pytest on Debian's libraries, last, so its closing line ends the output.
+#   5. pytest on Debian's libraries, last, so its closing line ends the output.
 # Every step runs even when an earlier one failed; the exit status is non-zero if any failed.
-# Extra arguments go to pytest (step 4) and skip steps 2 and 3 unless NVDOCKER2_VENVS=1 or
+# Extra arguments go to pytest (step 5) and skip steps 3 and 4 unless NVDOCKER2_VENVS=1 or
 # NVDOCKER2_MATRIX=1 (=0 always skips them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh tests
 failed=()
+make --no-print-directory lint || failed+=("lint (ruff, mypy)")
 scripts/ansible-test.sh sanity || failed+=("ansible-test sanity")
 wanted() {  # wanted VAR ARGC: run a step by default only when pytest got no arguments
     [ "${!1:-}" = 1 ] || { [ "$2" -eq 0 ] && [ "${!1:-}" != 0 ]; }

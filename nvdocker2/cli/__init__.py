@@ -4,7 +4,8 @@ resolving the engine by name (nvdocker2.engines.registry) and rendering what it 
 `app` holds the typer plumbing and the one place errors become output; `options` the
 options (the CLI's own and those the engines declare); `render` how results look;
 `install` (install, uninstall, rollback), `state` (backups, status), `doctor`, `cdi` and
-`system` the commands. `main` is the console script: it maps every outcome to an exit code (reference §2).
+`system` the commands. `main` is the console script: it maps every outcome to an exit code
+(reference §2).
 """
 
 from __future__ import annotations

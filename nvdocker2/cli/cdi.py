@@ -14,7 +14,8 @@ from nvdocker2.engines import registry
 from nvdocker2.errors import BadInput
 
 
-cdi_app = _typer(add_completion=False, help="Container Device Interface specs for this host's GPUs.")
+cdi_app = _typer(add_completion=False,
+                 help="Container Device Interface specs for this host's GPUs.")
 
 
 def add(app: Any) -> None:

@@ -25,18 +25,21 @@ def render(res: Any, extra_notes: list[str], extra_warnings: list[str],
         return
     for w in warnings:
         _stderr(f"warning: {w}")
-    out = [f"config: {res.config} ({res.config_reason})" if res.config_reason else f"config: {res.config}"]
+    out = [f"config: {res.config} ({res.config_reason})" if res.config_reason
+           else f"config: {res.config}"]
     if res.dry_run:
         if res.changed:
             sys.stdout.write("\n".join(out) + "\n" + (res.diff or ""))
             sys.stdout.write(f"dry run: {res.config} was not changed\n")
         else:
-            sys.stdout.write("\n".join(out) + f"\nunchanged: {res.config} already says that (dry run)\n")
+            sys.stdout.write("\n".join(out)
+                             + f"\nunchanged: {res.config} already says that (dry run)\n")
         sys.stdout.write("".join(f"unchecked: {u}\n" for u in res.unchecked))
         sys.stdout.write("".join(f"note: {n}\n" for n in notes))
         return
     # The engine transactions name their engine in config_reason ("containerd engine").
-    who = res.config_reason[: -len(" engine")] if res.config_reason.endswith(" engine") else "dockerd"
+    who = (res.config_reason[: -len(" engine")] if res.config_reason.endswith(" engine")
+           else "dockerd")
     acted = "reloaded" if who == "dockerd" else "restarted"
     if not res.changed and res.reload != "none":  # the engine was not running the file yet
         out.append(f"unchanged: {res.config} already says that; nothing written, {who} {acted} "
@@ -56,7 +59,8 @@ def render(res: Any, extra_notes: list[str], extra_warnings: list[str],
             else:
                 out.append(f"{c.action} {c.key}: {short(c.after)}")
         if res.backup:
-            where = f" ({res.backup_file})" if res.backup_file else " (the file did not exist before)"
+            where = (f" ({res.backup_file})" if res.backup_file
+                     else " (the file did not exist before)")
             out.append(f"backup: {res.backup}{where}")
         out.append(f"reload: {res.reload}")
         out.append("verified: " + (f"yes, {who} reports the change" if res.verified else "no"))

@@ -37,7 +37,7 @@ def _typer_parts() -> Any:
     return RuntimeParam, build_runtime_param, coerce_cli_choice, coerce_cli_path
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _quick_class() -> Any:
     """typer 0.29's RuntimeParam that converts the values whose result is certain itself and
     every other one with typer's adapter; None on a typer that has no RuntimeParam."""

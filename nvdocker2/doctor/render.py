@@ -56,7 +56,8 @@ def _blocked_all(results: Sequence[CheckResult], check_id: str) -> int:
 
 def first_to_fix(results: Sequence[CheckResult]) -> CheckResult | None:
     """The most important problem: of the failures, the one that blocks the most other checks,
-    directly or through those it blocks (the first in report order on a tie); without failures, the first warning."""
+    directly or through those it blocks (the first in report order on a tie); without failures,
+    the first warning."""
     fails = [r for r in results if r.status == FAIL]
     if fails:
         return max(fails, key=lambda r: (_blocked_all(results, r.id), -fails.index(r)))

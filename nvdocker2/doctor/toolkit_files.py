@@ -70,7 +70,8 @@ def _read_toolkit_config(ctx: Context) -> ToolkitFile:
 # How nvdocker2's launchers put the package on sys.path: the package's launchers
 # (nvdocker2.runtime.launcher) append a list, the rpm's insert one directory.
 _SYS_PATH_LINE = re.compile(
-    r"sys\.path\[len\(sys\.path\):\] = (\[[^\]]*\])|sys\.path\.insert\(\s*0\s*,\s*(['\"][^'\"]+['\"])\s*\)"
+    r"sys\.path\[len\(sys\.path\):\] = (\[[^\]]*\])"
+    r"|sys\.path\.insert\(\s*0\s*,\s*(['\"][^'\"]+['\"])\s*\)"
 )
 # Prefix of a `_program_version` answer for an nvdocker2 launcher that cannot start.
 BROKEN = "broken: "

@@ -148,5 +148,5 @@ class TransactionFront:
 
         config = o["config"]
         cfg = Path(os.path.abspath(str(config))) if config is not None else None
-        return run_engine_checks(self.checks(cfg, o.get("unit"), o.get("containerd_address")), o["json"],
-                   o["verbose"])
+        return run_engine_checks(self.checks(cfg, o.get("unit"), o.get("containerd_address")),
+                                 o["json"], o["verbose"])

@@ -216,10 +216,10 @@ def transact(engine: Any, action: str, planner: Planner, *, service: Service | N
     try:
         return _locked(ctx, action, planner)
     except NvDockerError as e:
-        raise _about(ctx, e)
+        raise _about(ctx, e)  # noqa: B904 - the caught error itself, annotated
     except KeyboardInterrupt as e:
         if isinstance(e, Interrupted):
-            raise _about(ctx, e)
+            raise _about(ctx, e)  # noqa: B904 - the caught error itself, annotated
         if ctx.done is not None:
             raise _about(ctx, Interrupted(f"{engine.config}: interrupted after the change was "
                                           f"made (backup {ctx.done.id})")) from None

@@ -313,7 +313,7 @@ def read_entry(dir_fd: int, name: str, what: str) -> tuple[bytes, os.stat_result
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise Untrusted(f"{what} was replaced while it was read")
-        chunks = []
+        chunks: list[bytes] = []
         while True:
             chunk = os.read(fd, 65536)
             if not chunk:

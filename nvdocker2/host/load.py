@@ -37,10 +37,10 @@ def _types() -> tuple[Any, Any, Any]:
     if not _TYPES:
         import _ctypes
 
-        class Int(_ctypes._SimpleCData):
+        class Int(_ctypes._SimpleCData):  # type: ignore[type-arg]  # not subscriptable at run time
             _type_ = "i"
 
-        class ULong(_ctypes._SimpleCData):
+        class ULong(_ctypes._SimpleCData):  # type: ignore[type-arg]  # not subscriptable at run time
             _type_ = "L"
 
         class Function(_ctypes.CFuncPtr):
@@ -62,7 +62,7 @@ class Libc:
         _, ulong, function = _types()
 
         class Process:  # what CFuncPtr looks a symbol up in: an object with a _handle
-            _handle = _ctypes.dlopen(None, os.RTLD_NOW)
+            _handle = _ctypes.dlopen(None, os.RTLD_NOW)  # type: ignore[arg-type]  # None: this process
 
         self.errno = _ctypes.get_errno
         self.ulong = ulong

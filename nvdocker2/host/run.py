@@ -188,7 +188,7 @@ def trusted_ids(euid: int | None = None, proc: str = "/proc") -> Ids:
         if _unmapped is False:
             _unmapped = _read_namespace(proc)
         ns = _unmapped  # type: ignore[assignment]
-    uids, gids, shared, root_mapped = ns  # type: ignore[misc]
+    uids, gids, shared, root_mapped = ns
     return Ids(uids | {0, euid}, gids | {0}, None if shared == euid else shared, root_mapped)
 
 
@@ -468,6 +468,8 @@ def run(
         start_new_session=True,
         close_fds=True,
     )
+    out: bytes | str
+    err: bytes | str | None
     try:
         out, err = proc.communicate(data, timeout=timeout)
     except subprocess.TimeoutExpired:

@@ -269,8 +269,8 @@ def _mark_bundle(bundle: str, config, runtime: str) -> None:
 
 
 def _legacy_mode(spec: dict, spec_path: str, bundle: str, config) -> bool:
-    """docs/reference.md §3 and §4 at `create`: the hook's whole decision is made here and written into
-    config.json as the finished nvidia-container-cli command line (nvdocker2.runtime.prestart);
+    """docs/reference.md §3 and §4 at `create`: the hook's whole decision is made here and written
+    into config.json as the finished nvidia-container-cli command line (nvdocker2.runtime.prestart);
     a refused request fails `create`. With `[nvidia-container-runtime-hook] path` set, that
     program is the prestart hook and decides at prestart. True when `spec` changed."""
     from nvdocker2.runtime.prestart import Refusal, gpu_prestart_hook

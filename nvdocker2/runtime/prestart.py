@@ -1,7 +1,8 @@
 """The prestart hook the runtime writes at `create`: everything decided, but the pid.
 
 At `create` the runtime has config.toml and config.json in hand, so it makes every decision
-`nvidia-container-runtime-hook` would make at prestart (docs/reference.md §4: is it a GPU container, which
+`nvidia-container-runtime-hook` would make at prestart (docs/reference.md §4: is it a GPU
+container, which
 devices, capabilities and requirements, or a refusal) with the hook's own code, and refuses a
 bad request before runc starts, in the hook's words. What it writes into config.json is the
 finished nvidia-container-cli command line behind a few lines of POSIX sh, run by runc as

@@ -257,7 +257,7 @@ class StagedFile:
 
 
 def stage(
-    target: str | os.PathLike,
+    target: str | os.PathLike[str],
     data: bytes,
     new_mode: int = 0o644,
     *,
@@ -318,7 +318,7 @@ def stage(
 
 
 def atomic_write(
-    target: str | os.PathLike,
+    target: str | os.PathLike[str],
     data: bytes,
     new_mode: int = 0o644,
     *,
@@ -333,7 +333,7 @@ def atomic_write(
     return staged.in_place
 
 
-def atomic_remove(target: str | os.PathLike, as_read: AsRead | None = None) -> None:
+def atomic_remove(target: str | os.PathLike[str], as_read: AsRead | None = None) -> None:
     """Remove `target` (the symlink's target when it is one) and fsync the directory; with
     `as_read`, only when it is still what was read (else ChangedMeanwhile)."""
     real = resolve_target(Path(target))
@@ -367,7 +367,7 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-def clean_stale_temps(target: str | os.PathLike) -> list[Path]:
+def clean_stale_temps(target: str | os.PathLike[str]) -> list[Path]:
     """Remove temp files of ours beside `target` whose writer is gone; return what was removed.
 
     Called with the lock held, so no live writer of this state dir owns them; the pid in the

@@ -13,6 +13,7 @@ import re
 import secrets
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from nvdocker2.errors import BadInput, EnvironmentProblem
 from nvdocker2.store.atomic import Ownership, atomic_write, make_dirs, os_error
@@ -62,7 +63,7 @@ class Backup:
         m = _TAG_RE.search(self.reason)
         return m.group(1) if m else None
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {
             "id": self.id,
             "time": self.time,
@@ -123,7 +124,7 @@ class Backups:
         )
         return self._from_meta(meta)
 
-    def _from_meta(self, meta: dict) -> Backup:
+    def _from_meta(self, meta: dict[str, Any]) -> Backup:
         """A Backup from its metadata; ValueError for an id that is not one of ours (a file
         name built from it must stay in this directory) or a malformed field."""
         bid = meta["id"]

@@ -40,7 +40,7 @@ class Journal:
         check_state_dir(self.state)
         return read_state_file(self.path, "journal")
 
-    def load(self) -> dict:
+    def load(self) -> dict[str, Any]:
         from nvdocker2.engines.docker.daemonjson import document
 
         data = self.read_bytes()
@@ -56,7 +56,7 @@ class Journal:
             ) from None
         return rec if rec.get("config") == str(self.config) else {}
 
-    def write(self, record: dict | None) -> None:
+    def write(self, record: dict[str, Any] | None) -> None:
         """Replace the record (None or empty: remove the file)."""
         from nvdocker2.engines.docker.daemonjson import document
 
@@ -92,15 +92,15 @@ class Journal:
         atomic_write(self.path, data, 0o600, follow=False)
 
 
-def slot(value: Any) -> dict:
+def slot(value: Any) -> dict[str, Any]:
     """Journal form of a value that may be ABSENT."""
-    from nvdocker2.engines.docker.daemonjson.edit import ABSENT
+    from nvdocker2.changes import ABSENT
 
     return {"present": False} if value is ABSENT else {"present": True, "value": value}
 
 
 def unslot(s: Any) -> Any:
-    from nvdocker2.engines.docker.daemonjson.edit import ABSENT
+    from nvdocker2.changes import ABSENT
 
     if isinstance(s, dict) and s.get("present"):
         return s.get("value")

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 from nvdocker2.errors import NvDockerError
 from nvdocker2.store.atomic import atomic_write, make_dirs
@@ -47,7 +48,7 @@ class Probes:
         self.dir = state / "probes"
         self.path = self.dir / "lacking.json"
 
-    def _entries(self) -> list[dict] | None:
+    def _entries(self) -> list[dict[str, Any]] | None:
         """The well-formed entries (None: the state directory is not to be trusted)."""
         try:
             check_state_dir(self.state)

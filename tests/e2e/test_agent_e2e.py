@@ -4,7 +4,8 @@ against a private containerd whose directory is that host root (its config.toml 
 path /etc/containerd/config.toml).
 
 What stands in for the node: the private containerd (this machine's containerd 1.6, Debian
-12's, and Debian 13's 1.7), and for the node's systemd the `systemctl` stand-in (tests/fixtures/systemctl-containerd)
+12's, and Debian 13's 1.7), and for the node's systemd the `systemctl` stand-in
+(tests/fixtures/systemctl-containerd)
 run by this test outside the container; the image's systemctl (chroot /host systemctl) reaches
 it through the host root's systemctl (tests/fixtures/host-systemctl) and two FIFOs. No kubelet
 and no Kubernetes API run here.

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-from pathlib import Path
 
 import pytest
 from fixtures.fake_driver import TEGRA_LIB_DIR, build_fake_tegra
@@ -31,7 +30,8 @@ def csvd(tmp_path_factory, e2e_prerequisites):
     config.write_text(
         f'[nvidia-container-runtime]\nmode = "csv"\n'
         f'[nvidia-container-runtime.modes.csv]\nmount-spec-path = "{tegra.spec_dir}"\n'
-        f'[nvidia-container-cli]\nroot = "{tegra.root}"\npath = "/nonexistent/nvidia-container-cli"\n')
+        f'[nvidia-container-cli]\nroot = "{tegra.root}"\n'
+        'path = "/nonexistent/nvidia-container-cli"\n')
     env = dict(os.environ, NVIDIA_CONTAINER_RUNTIME_CONFIG=str(config))
     daemon = PrivateDockerd(config=json.dumps({"runtimes": {"nvidia": {
         "path": str(bindir / "nvidia-container-runtime")}}}).encode(), env=env)

@@ -26,7 +26,8 @@ from privatedockerd import PrivateDockerd
 from nvdocker2.runtime.launcher import write_launchers
 
 MIG_A, MIG_B, MIG_C = (m.uuid for m in default_migs())
-LIST = ("find /dev \\( -name 'nvidia*' -o -path '*/nvidia-*/*' \\) -type c | sort | while read n; do"
+LIST = ("find /dev \\( -name 'nvidia*' -o -path '*/nvidia-*/*' \\) -type c | sort"
+        " | while read n; do"
         " echo \"$n $(stat -c '%t:%T' $n)\"; done")
 
 

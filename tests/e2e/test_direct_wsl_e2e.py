@@ -42,7 +42,8 @@ def _run(daemon, env, script, check=True):
 def test_all_gives_dxg_the_driver_store_and_libcuda_in_the_ld_cache(wsl):
     out = _run(wsl, "NVIDIA_VISIBLE_DEVICES=all",
                "stat -c '%F %t:%T' /dev/dxg; ls /usr/lib/wsl/lib;"
-               f" if [ -d /usr/bin ]; then readlink /usr/bin/nvidia-smi; else echo no /usr/bin; fi; ls {WSL_STORE}/libcuda.so.1.1;"
+               " if [ -d /usr/bin ]; then readlink /usr/bin/nvidia-smi; else echo no /usr/bin; fi;"
+               f" ls {WSL_STORE}/libcuda.so.1.1;"
                " tr '\\0' '\\n' < /etc/ld.so.cache | grep -E 'lib(cuda|dxcore)[.]so([.]1)?$'"
                ).stdout.splitlines()
     assert out[0] == "character special file a:3f"

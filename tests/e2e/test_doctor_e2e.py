@@ -148,7 +148,8 @@ def test_full_run_on_this_host_exits_1_with_hints_within_2_seconds():
     # per failure, warning and skip (with its hint below), then the oks as one line of ids
     code, out, err, seconds = doctor(env=env)
     assert code == 1 and err == "" and "\x1b[" not in out
-    counts = {s: sum(1 for r in results if r["status"] == s) for s in ("fail", "warn", "skip", "ok")}
+    counts = {s: sum(1 for r in results if r["status"] == s)
+              for s in ("fail", "warn", "skip", "ok")}
     lines = out.splitlines()
     assert lines[0].startswith(", ".join(f"{n} {s}" for s, n in counts.items()))
     rows = [line.split()[:2] for line in lines[2:] if not line.startswith(" ")]

@@ -22,7 +22,7 @@ def _image_with(d, name: str, script: str) -> str:
     return f"nvd2-{name}:latest"
 
 
-def test_ldconfig_cannot_write_on_the_host_through_proc_1_root(direct, tmp_path):
+def test_ldconfig_cannot_write_on_the_host_through_proc_1_root(direct, tmp_path):  # noqa: F811
     """The image points ldconfig's aux cache directory at /proc/1/root/<host dir>: without a
     fix, the host's ldconfig (chrooted into the rootfs, /proc mounted) follows the magic
     link to the host and writes `aux-cache` there as root."""
@@ -45,7 +45,7 @@ def test_ldconfig_cannot_write_on_the_host_through_proc_1_root(direct, tmp_path)
         direct.daemon.docker("rmi", image, check=False)
 
 
-def test_a_directory_where_a_driver_file_goes_is_one_clear_error(direct):
+def test_a_directory_where_a_driver_file_goes_is_one_clear_error(direct):  # noqa: F811
     """The image has a directory at /usr/bin/nvidia-smi: a file cannot be bind-mounted there;
     create says so in one line naming the path, and no container is left behind."""
     image = _image_with(direct, "smidir", "mkdir -p /usr/bin/nvidia-smi/x")

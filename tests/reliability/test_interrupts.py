@@ -38,7 +38,8 @@ def test_ctrl_c_before_the_write_says_the_file_is_unchanged(tmp_path):
     p.send_signal(signal.SIGINT)
     _, err = p.communicate(timeout=60)
     assert p.returncode == 1, err
-    assert err.splitlines()[-1] == f"error: interrupted; {cfg} is unchanged: interrupted before writing"
+    assert err.splitlines()[-1] == (f"error: interrupted; {cfg} is unchanged: interrupted "
+                                    "before writing")
     assert cfg.read_bytes() == ORIGINAL
 
 

@@ -286,7 +286,8 @@ def test_bind_mounted_daemon_json_is_written_in_place_with_a_warning(host):
 
 # --- programs on PATH (the containerd and CRI-O engines) ----------------------------------------
 
-CONTAINERD_CFG = b'version = 2\n# site\n[plugins."io.containerd.grpc.v1.cri".containerd]\n  snapshotter = "overlayfs"\n'
+CONTAINERD_CFG = (b'version = 2\n# site\n[plugins."io.containerd.grpc.v1.cri".containerd]\n'
+                  b'  snapshotter = "overlayfs"\n')
 
 
 def test_programs_another_user_planted_on_path_are_never_run(host, nobody):

@@ -126,6 +126,7 @@ def test_change_that_keeps_the_runtime_is_not_rewritten(host, tmp_path):
     assert a.stop() == 0
 
 
+@pytest.mark.slow
 def test_the_same_drift_recurring_backs_off_and_says_so(host, tmp_path):
     a = _start(host, tmp_path, "--backoff", "30")
     a.wait_for("ready:")
@@ -295,6 +296,7 @@ def test_config_at_the_top_of_the_host_root_is_refused(host, tmp_path):
                                    "must be in a directory below /")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sig, group", [(signal.SIGTERM, False), (signal.SIGINT, True)])
 def test_a_stop_during_an_install_lets_it_finish_then_restores(host, tmp_path, sig, group):
     """SIGTERM to the agent, or a Ctrl-C to its process group: the install in progress runs

@@ -186,7 +186,7 @@ def test_docker_20_10_is_refused_with_exit_2_naming_the_versions_that_work(host)
     r = host.install()
     assert r.returncode == 2
     lines = r.stderr.splitlines()
-    assert lines[0] == (f"error: CDI mode needs Docker 25.0 or later; this dockerd is 20.10.24 "
+    assert lines[0] == ("error: CDI mode needs Docker 25.0 or later; this dockerd is 20.10.24 "
                         "(from /info)")
     assert lines[1].startswith("hint: CDI works on Docker 25.0 to 28.1")
     assert "28.2 and later" in lines[1]
@@ -386,7 +386,8 @@ def test_doctor_fails_when_dockerd_runs_with_cdi_off(host):
     check = doctor(host)["cdi.dockerd"]
     assert check["status"] == "fail"
     assert check["detail"] == "Docker 26.1.5 runs with CDI off (CDISpecDirs is empty)"
-    assert check["hint"] == f"turn it on: nvdocker2 install --mode cdi --restart --config {host.config}"
+    assert check["hint"] == ("turn it on: nvdocker2 install --mode cdi --restart "
+                             f"--config {host.config}")
 
 
 def test_doctor_skips_cdi_checks_where_cdi_mode_is_not_installed(host):

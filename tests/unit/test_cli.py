@@ -208,7 +208,8 @@ def test_json_result_has_the_fields_scripts_rely_on(cfg):
     assert obj["changed"] is False and obj["backup"] is None
 
 
-def test_reload_auto_without_dockerd_needs_no_verify_and_says_what_to_run(cfg, tmp_path, monkeypatch):
+def test_reload_auto_without_dockerd_needs_no_verify_and_says_what_to_run(
+        cfg, tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))  # no systemctl: never the host's dockerd
     where = ["--pidfile", str(tmp_path / "none.pid"), "--docker-host", f"unix://{tmp_path}/none.sock"]
     code, _, err = cli("install", "--config", str(cfg), "--runtime-path", RT,

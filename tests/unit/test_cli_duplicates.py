@@ -16,7 +16,8 @@ DUPLICATED = (
 )
 INSTALLED = (
     b'{\n    "log-level": "warn",\n    "debug": false,\n    "log-level": "info",\n'
-    b'    "runtimes": {\n        "nvidia": {\n            "path": "/usr/bin/nvidia-container-runtime"\n'
+    b'    "runtimes": {\n        "nvidia": {\n'
+    b'            "path": "/usr/bin/nvidia-container-runtime"\n'
     b'        }\n    },\n    "default-runtime": "nvidia"\n}\n'
 )
 

@@ -143,7 +143,8 @@ def test_start_up_imports_neither_rich_nor_jsonschema(args):
     code = (
         "import sys\nfrom nvdocker2.cli import main\n"
         "try:\n    main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
-        "heavy = [m for m in ('rich', 'jsonschema', 'nvdocker2.engines.transaction') if m in sys.modules]\n"
+        "heavy = [m for m in ('rich', 'jsonschema', 'nvdocker2.engines.transaction')"
+        " if m in sys.modules]\n"
         "sys.stderr.write(f'loaded: {heavy}\\n')\n"
     )
     r = subprocess.run([sys.executable, "-I", "-c", code, *args], capture_output=True, text=True,

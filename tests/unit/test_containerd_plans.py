@@ -412,10 +412,10 @@ def test_an_empty_default_is_containerds_runc():
 def test_a_runtime_named_runc_is_written_once_without_the_builtin_beside_it():
     plan = install(DEBIAN_V2, req(name="runc"), implicit={"runtime_type": RUNC})
     assert new(plan) == DEBIAN_V2 + (
-        '\n[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]\n'
-        '  runtime_type = "io.containerd.runc.v2"\n'
-        '\n  [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]\n'
-        '    BinaryName = "/usr/bin/nvidia-container-runtime"\n').encode()
+        b'\n[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]\n'
+        b'  runtime_type = "io.containerd.runc.v2"\n'
+        b'\n  [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]\n'
+        b'    BinaryName = "/usr/bin/nvidia-container-runtime"\n')
     assert plan.notes == () and [c["key"] for c in printed(plan)] == [f"{CRI2}.runtimes.runc"]
     assert "implicit_default" not in entry(plan, "runc")
 
@@ -457,12 +457,12 @@ def test_a_new_default_table_is_indented_one_step_less_than_the_runtimes():
            b'      runtime_type = "io.containerd.runc.v2"\n')
     plan = install(raw, req(set_default=True))
     assert new(plan) == raw + (
-        '\n    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia]\n'
-        '      runtime_type = "io.containerd.runc.v2"\n'
-        '\n      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia.options]\n'
-        '        BinaryName = "/usr/bin/nvidia-container-runtime"\n'
-        '\n  [plugins."io.containerd.grpc.v1.cri".containerd]\n'
-        '    default_runtime_name = "nvidia"\n').encode()
+        b'\n    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia]\n'
+        b'      runtime_type = "io.containerd.runc.v2"\n'
+        b'\n      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia.options]\n'
+        b'        BinaryName = "/usr/bin/nvidia-container-runtime"\n'
+        b'\n  [plugins."io.containerd.grpc.v1.cri".containerd]\n'
+        b'    default_runtime_name = "nvidia"\n')
 
 
 @pytest.mark.parametrize("end", [b"", b"\n"])

@@ -79,7 +79,8 @@ def debian(tmp_path, debs):
     alts = root / "etc/alternatives"
     alts.mkdir(parents=True, exist_ok=True)
     for path, target in (
-            ("/usr/lib/xorg/modules/drivers/nvidia_drv.so", "/usr/lib/nvidia/current/nvidia_drv.so"),
+            ("/usr/lib/xorg/modules/drivers/nvidia_drv.so",
+             "/usr/lib/nvidia/current/nvidia_drv.so"),
             ("/usr/lib/xorg/modules/extensions/libglxserver_nvidia.so",
              "/usr/lib/nvidia/current/libglxserver_nvidia.so")):
         link = root / path.lstrip("/")
@@ -117,7 +118,8 @@ def test_debians_real_graphics_files_are_found_where_debian_puts_them(debian):
         "/etc/vulkan/icd.d/nvidia_icd.json": f"{share}/vulkan/icd.d/nvidia_icd.json",
         "/etc/vulkan/implicit_layer.d/nvidia_layers.json":
             f"{share}/vulkan/implicit_layer.d/nvidia_layers.json",
-        "/usr/share/glvnd/egl_vendor.d/10_nvidia.json": f"{share}/glvnd/egl_vendor.d/10_nvidia.json",
+        "/usr/share/glvnd/egl_vendor.d/10_nvidia.json":
+            f"{share}/glvnd/egl_vendor.d/10_nvidia.json",
         "/usr/share/egl/egl_external_platform.d/10_nvidia_wayland.json":
             f"{share}/egl/egl_external_platform.d/10_nvidia_wayland.json",
         f"/usr/share/nvidia/nvidia-application-profiles-{v}-rc":

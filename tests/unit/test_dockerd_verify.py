@@ -12,7 +12,13 @@ from dockerd_fixtures import FIXTURES, named_dockerd_in, running_engine
 from nvdocker2.engines.docker.service import daemon as daemon_module
 from nvdocker2.engines.docker.service.api import EngineClient, parse_docker_host
 from nvdocker2.engines.docker.service.daemon import Dockerd
-from nvdocker2.engines.docker.service.logs import FileLog, JournalLog, NoLog, find_refusal, message_of
+from nvdocker2.engines.docker.service.logs import (
+    FileLog,
+    JournalLog,
+    NoLog,
+    find_refusal,
+    message_of,
+)
 from nvdocker2.engines.docker.service.managers import SignalManager
 from nvdocker2.engines.docker.service.progress import PlainReporter, RecordingReporter
 from nvdocker2.errors import EnvironmentProblem

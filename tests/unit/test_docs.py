@@ -121,7 +121,8 @@ def test_docs_quote_the_duplicate_key_warning_as_the_code_gives_it():
 
 # What a citation of a file outside the repository looks like: the old working contract and
 # its notes, or a path beside the checkout.
-OUTSIDE = re.compile(r"\bSPEC\.md\b|\bSPEC §|[Tt]he spec §|DOCKERD-FACTS|\.\./shared\b|/work/shared")
+OUTSIDE = re.compile(r"\bSPEC\.md\b|\bSPEC §|[Tt]he spec §|DOCKERD-FACTS|\.\./shared\b"
+                     r"|/work/shared")
 
 
 def _tracked() -> list[Path]:

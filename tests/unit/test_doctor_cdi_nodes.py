@@ -49,7 +49,8 @@ def test_a_true_spec_in_each_directory_is_ok_and_other_vendors_are_left_alone(ho
 def test_a_stale_uvm_major_fails_naming_the_entry_and_the_command(host):
     host.file("/etc/cdi/nvidia.yaml", json.dumps(spec(uvm_major=509)))
     r = assert_status(host.run(), "cdi.nodes", FAIL,
-                      "/etc/cdi/nvidia.yaml: /dev/nvidia-uvm is 509:0 in the spec, 511:0 on the host")
+                      "/etc/cdi/nvidia.yaml: /dev/nvidia-uvm is 509:0 in the spec, "
+                      "511:0 on the host")
     assert r.hint == "fix with: nvdocker2 cdi generate --output /etc/cdi/nvidia.yaml"
 
 

@@ -677,7 +677,8 @@ def test_cli_info_failure_fails_with_driver_hint(host):
         "/usr/bin/nvidia-container-cli",
         sh(
             'case "$1" in --version) echo "cli-version: 1.17.5";;\n'
-            'info) echo "nvidia-container-cli: initialization error: nvml error: driver not loaded" '
+            'info) echo "nvidia-container-cli: initialization error: nvml error: '
+            'driver not loaded" '
             ">&2; exit 1;; esac"
         ),
     )

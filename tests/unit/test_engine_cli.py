@@ -10,7 +10,8 @@ import pytest
 from cli_run import cli, engine_env
 
 RT = "/usr/bin/nvidia-container-runtime"
-CFG = b'version = 2\n# mine\n[plugins."io.containerd.grpc.v1.cri".containerd]\n  snapshotter = "overlayfs"\n'
+CFG = (b'version = 2\n# mine\n[plugins."io.containerd.grpc.v1.cri".containerd]\n'
+       b'  snapshotter = "overlayfs"\n')
 
 
 @pytest.fixture
@@ -24,8 +25,8 @@ def _invoke(*args):
 
 
 def test_install_json_then_unchanged_then_uninstall(env):
-    r = _invoke("install", "--engine", "containerd", "--no-verify", "--config", str(env), "--runtime-path",
-                RT, "--allow-missing-runtime", "--json")
+    r = _invoke("install", "--engine", "containerd", "--no-verify", "--config", str(env),
+                "--runtime-path", RT, "--allow-missing-runtime", "--json")
     assert r.exit_code == 0, r.stderr
     out = json.loads(r.stdout)
     assert out["changed"] and out["reload"] == "none" and out["backup"]

@@ -173,7 +173,8 @@ def test_its_option_is_in_help_and_refused_with_another_engine(lines_engine):
     text = " ".join(out.split())
     assert code == 0
     assert "--lines-state PATH Where linesd keeps the lines it runs." in text
-    assert "Container engine to configure: docker, containerd, crio or lines [default: docker]." in text
+    assert ("Container engine to configure: docker, containerd, crio or lines "
+            "[default: docker].") in text
 
     code, out, err = cli("install", "--engine", "docker", "--lines-state", "/x", "--dry-run")
     assert code == 2 and out == ""

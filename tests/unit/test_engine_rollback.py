@@ -41,7 +41,8 @@ def test_rollback_without_backups_is_refused_with_a_hint(two):
     first, _, go = two
     with pytest.raises(BadInput) as raised:
         go(first, "rollback")
-    assert raised.value.message == f"no backups of {first} in {first.parent.parent / 'state' / 'backups'}"
+    backups = first.parent.parent / "state" / "backups"
+    assert raised.value.message == f"no backups of {first} in {backups}"
     assert raised.value.hint == ("nothing to roll back to; list them with: nvdocker2 backups "
                                  f"--engine crio --config {first}")
 

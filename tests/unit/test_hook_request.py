@@ -304,7 +304,8 @@ def test_image_env_never_reaches_the_cli_env():
     request = container_request(env, False, [], cfg)
     argv = build_argv("/cli", request, cfg, 42, "/rootfs")
     assert not any("evil" in a for a in argv)
-    assert cli_environment(cfg) == {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
+    assert cli_environment(cfg) == {
+        "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
 
 
 @pytest.mark.parametrize("pid,rootfs", [(0, "/r"), (-3, "/r"), (True, "/r"), ("42", "/r"),

@@ -24,8 +24,8 @@ def test_package_needs_nothing_newer_than_python_3_9():
             pytest.fail("vermin is not installed (scripts/setup.sh installs it)", pytrace=False)
         pytest.skip("vermin is not installed")
     proc = subprocess.run(
-        [str(Path(sys.executable).parent / "vermin"), "--target=3.9-", "--eval-annotations", "--no-tips",
-         "--violations", str(PACKAGE)],
+        [str(Path(sys.executable).parent / "vermin"), "--target=3.9-", "--eval-annotations",
+         "--no-tips", "--violations", str(PACKAGE)],
         capture_output=True, text=True, timeout=120,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr

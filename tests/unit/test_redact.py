@@ -48,7 +48,7 @@ def test_mask_credentials(text, shown):
 def test_masked_text_keeps_no_file_apart_from_an_empty_one():
     assert masked_text(None) is None
     assert masked_text(b"") == ""
-    assert masked_text('{"x": "http://a:b@c"}\r\n'.encode()) == '{"x": "http://xxxxx:xxxxx@c"}\r\n'
+    assert masked_text(b'{"x": "http://a:b@c"}\r\n') == '{"x": "http://xxxxx:xxxxx@c"}\r\n'
 
 
 def nvdocker2(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:

@@ -23,7 +23,8 @@ from nvdocker2.direct.cdi import cdi_spec, dump_yaml
 from nvdocker2.runtime import cdi
 
 RUNTIME = "/usr/bin/nvidia-container-runtime"
-NAME = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9.-]*/[a-zA-Z0-9][a-zA-Z0-9_-]*=[a-zA-Z0-9][a-zA-Z0-9_.:-]*")
+NAME = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9.-]*/[a-zA-Z0-9][a-zA-Z0-9_-]*"
+                  r"=[a-zA-Z0-9][a-zA-Z0-9_.:-]*")
 
 
 @pytest.fixture(scope="module")

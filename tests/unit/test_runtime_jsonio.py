@@ -18,6 +18,7 @@ values = st.recursive(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(values, st.sampled_from(["", " ", "\n\t "]))
 def test_same_as_json(value, pad):

@@ -61,7 +61,7 @@ def shaped(s: dict, depth: int = 0) -> st.SearchStrategy:
             props = {k: shaped(v, depth + 1) for k, v in s.get("properties", {}).items()}
             extra = s.get("additionalProperties", True)
             if isinstance(extra, dict):
-                keys = st.text(max_size=4).filter(lambda k: k not in props)
+                keys = st.text(max_size=4).filter(lambda k, props=props: k not in props)
                 good.append(st.dictionaries(keys, shaped(extra, depth + 1), max_size=3))
             good.append(st.fixed_dictionaries({}, optional=props))
         elif kind == "array":
@@ -87,6 +87,7 @@ DOCUMENTS = st.lists(st.sampled_from(sorted(SCHEMA["properties"])), max_size=6,
                      unique=True).flatmap(_document)
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(DOCUMENTS)
 def test_quick_check_agrees_with_jsonschema_on_every_document(doc):

@@ -131,7 +131,8 @@ def _answered(a: AgentProc, within: float) -> tuple[int, str]:
         time.sleep(0.2)
 
 
-def test_idle_connections_of_nobody_starve_neither_install_nor_uninstall(host, tmp_path):
+def test_idle_connections_of_nobody_starve_neither_install_nor_uninstall(
+        host, tmp_path):  # noqa: F811 - host: the imported fixture
     """While another agent holds the node's lock, nobody opens 1100 idle connections to the
     agent's /healthz (the agent may open 1024 descriptors). The lock freed, the agent installs
     and is ready, a real probe is answered, and after 1100 more connections SIGTERM still

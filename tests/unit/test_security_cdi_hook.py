@@ -76,8 +76,8 @@ def test_an_absolute_image_symlink_stays_inside_the_rootfs(hook_argv, tmp_path, 
 
 
 @needs_root
-def test_ldconfig_does_not_follow_proc_pid_root_out_of_the_rootfs(  # noqa: F811
-    hook_argv, proc_rootfs, tmp_path, capsys
+def test_ldconfig_does_not_follow_proc_pid_root_out_of_the_rootfs(
+    hook_argv, proc_rootfs, tmp_path, capsys  # noqa: F811 - proc_rootfs: the imported fixture
 ):
     bundle, rootfs = proc_rootfs
     target = tmp_path / "host-dir"

@@ -41,7 +41,7 @@ def test_requirement_values_stay_inside_their_require_element(hook, env):
     argv = hook.recorded("argv").splitlines()
     _assert_only_our_options(argv, hook)
     requires = [a for a in argv if a.startswith("--require=")]
-    expected = sorted((e.split("=", 1) for e in env if e.startswith("NVIDIA_REQUIRE_")))
+    expected = sorted(e.split("=", 1) for e in env if e.startswith("NVIDIA_REQUIRE_"))
     assert requires[: len(expected)] == [f"--require={v.strip()}" for _, v in expected]
 
 

@@ -64,7 +64,7 @@ class Host:
         self.tmp, self.kind = tmp, kind
         self.marker = tmp / "planted-ran"
         self.trusted_runc = program(tmp / "low" / "runc",
-                                    f'#!/bin/sh\necho "trusted runc $*"\n')
+                                    '#!/bin/sh\necho "trusted runc $*"\n')
         if kind == "package":
             self.bin = tmp / "bin"
             self.bin.mkdir()
@@ -218,7 +218,7 @@ def test_pips_hook_never_runs_nobodys_python3_from_path(tmp_path):
     (host.bin / "nvdocker2").unlink()
     evil = nobody_dir(tmp_path / "evil")
     py = planted(evil / "python3", host.marker)
-    for path in (f"{evil}:/usr/bin:/bin", f":/usr/bin:/bin"):
+    for path in (f"{evil}:/usr/bin:/bin", ":/usr/bin:/bin"):
         proc = host.run(host.bin / HOOK, "poststop", path=path, cwd=evil)
         if path.startswith(":"):  # the working directory's python3 is never looked at
             assert (proc.returncode, proc.stderr) == (0, "")

@@ -92,6 +92,7 @@ def test_demo_installs_only_what_the_demo_needs_and_says_why(tmp_path):
     assert "Unpacking" not in out
     assert not any(p in out.split() for p in TEST_ONLY)
     assert "vermin" not in (log / "python").read_text()
+    assert "ruff" not in (log / "python").read_text()
     assert not (log / "pinned-venv").exists()
     assert out.splitlines()[-1].startswith("setup: ready for the demo (")
 
@@ -103,9 +104,11 @@ def test_tests_install_everything_the_tests_need(tmp_path):
     assert "for the test runner and its property-based tests: python3-pytest" in proc.stdout
     calls = (log / "python").read_text()
     assert "-m pip install -q vermin==1.9.2" in calls
+    assert "-m pip install -q ruff==0.17.6" in calls
     assert "-c import nvdocker2, typer, rich, jsonschema, filelock, packaging, pytest, " \
            "hypothesis, vermin, yaml" in calls
-    assert (log / "pinned-venv").read_text() == ".venv-kubernetes kubernetes-validate 1.37.0\n"
+    assert (log / "pinned-venv").read_text() == (".venv-mypy mypy 1.19.1\n"
+                                                 ".venv-kubernetes kubernetes-validate 1.37.0\n")
 
 
 @pytest.mark.parametrize("profile", ["bogus", "--demo"])

@@ -8,10 +8,26 @@ import re
 import pytest
 from filelock import FileLock
 
-from nvdocker2.store.atomic import AsRead, ChangedMeanwhile, TMP_MARK, atomic_write, check_unchanged, clean_stale_temps, make_dirs, stage
+from nvdocker2.store.atomic import (
+    TMP_MARK,
+    AsRead,
+    ChangedMeanwhile,
+    atomic_write,
+    check_unchanged,
+    clean_stale_temps,
+    make_dirs,
+    stage,
+)
 from nvdocker2.store.backups import Backups, sha256
 from nvdocker2.store.journal import Journal, slot, unslot
-from nvdocker2.store.lock import UntrustedState, check_state_dir, clean_state_temps, ensure_state_dir, locked, read_state_file
+from nvdocker2.store.lock import (
+    UntrustedState,
+    check_state_dir,
+    clean_state_temps,
+    ensure_state_dir,
+    locked,
+    read_state_file,
+)
 from nvdocker2.engines.docker.daemonjson.edit import ABSENT
 from nvdocker2.errors import BadInput, EnvironmentProblem
 

@@ -131,7 +131,8 @@ from hypothesis import strategies as st  # noqa: E402
 from nvdocker2.toolkit_config import Record, _read_plain_toml  # noqa: E402
 
 FRAGMENTS = [
-    "", "# comment", "  # indented comment with ü and 'quotes' and \"more\"", "[nvidia-container-cli]",
+    "", "# comment", "  # indented comment with ü and 'quotes' and \"more\"",
+    "[nvidia-container-cli]",
     "[ nvidia-container-runtime ]", "[a.b]", "[[a]]", "[a] # c", "[a] x", "[]",
     'path = "/usr/bin/x"', "path='/lit/\\no-escape'", 'p = "with # hash"  # and comment',
     'p = "esc\\"aped"', 'p = "tab\there"', 'p = """multi"""', "p = ''", 'p = ""',

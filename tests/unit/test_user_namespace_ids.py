@@ -132,6 +132,7 @@ def id_maps(draw) -> list[tuple[int, int, int]]:
     return lines
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(uid_map=id_maps(), gid_map=id_maps(), euid=st.sampled_from([0, 1000, OVERFLOW]))
 def test_the_overflow_ids_are_trusted_exactly_where_they_stand_for_unmapped_owners_alone(
@@ -337,7 +338,8 @@ def _sh_door(ns: UserNamespace, *paths: Path, caps: tuple[str, ...] = ()) -> lis
     """The sh launchers' door (`trusted`), run inside the namespace as its root."""
     from nvdocker2.runtime.launcher import DOOR
 
-    script = "set -f\n" + DOOR + '\nfor p do if trusted "$p"; then echo ok; else echo "$why"; fi; done\n'
+    script = ("set -f\n" + DOOR
+              + '\nfor p do if trusted "$p"; then echo ok; else echo "$why"; fi; done\n')
     proc = ns.run(*caps, "/bin/sh", "-c", script, "sh", *map(str, paths), env={})
     assert proc.stderr == ""
     return proc.stdout.splitlines()

@@ -95,7 +95,8 @@ def containerd_checks(config: Path, address: str, unit: str, runtime: str = "nvi
             return fail(f'containerd config dump has no runtime "{runtime}" (an import '
                         "replaces the CRI section?)", "check imports; containerd ≤ 1.7 replaces "
                         "whole plugin sections")
-        return ok(f"containerd config dump: {runtime} runs {service._get(r, ('options', 'BinaryName'))}")
+        binary = service._get(r, ("options", "BinaryName"))
+        return ok(f"containerd config dump: {runtime} runs {binary}")
 
     def running() -> Outcome:
         if not service._ctr_alive(address):

@@ -125,7 +125,9 @@ def table_at(data: dict, keys: tuple[str, ...], where: str) -> dict | None:
 
 
 def quote(key: str) -> str:
-    return key if re.fullmatch(r"[A-Za-z0-9_-]+", key) else '"' + key.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if re.fullmatch(r"[A-Za-z0-9_-]+", key):
+        return key
+    return '"' + key.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 def dotted(keys: tuple[str, ...] | list[str]) -> str:

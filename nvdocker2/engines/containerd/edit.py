@@ -321,7 +321,8 @@ def plan_install(root: D.Config, imported: list[D.Config], dropin: D.Config | No
     entry.setdefault("file_existed", root.existed)
     entry.setdefault("previous", _slot(before_rt))
     if req.set_default:
-        entry.setdefault("previous_default", _slot(_get_in(root.data, cri + ("default_runtime_name",))))
+        entry.setdefault("previous_default",
+                         _slot(_get_in(root.data, cri + ("default_runtime_name",))))
     entry["installed"] = path
     entry["set_default"] = bool(req.set_default or entry.get("set_default"))
     changed = any(f.changed for f in files)

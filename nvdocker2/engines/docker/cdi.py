@@ -1,7 +1,8 @@
 """CDI mode (docs/reference.md §9): `install --mode cdi`, `uninstall --mode cdi` and `cdi refresh`.
 
 The CDI spec of this host's GPUs (the same generator as `cdi generate`, built on direct
-mode's discovery) is the second file of the daemon.json transaction (a `FileEdit` of its plan): one lock,
+mode's discovery) is the second file of the daemon.json transaction (a `FileEdit` of its plan):
+one lock,
 backups of both, a journal, atomic writes, and both put back together when dockerd does not
 come back right. dockerd registers CDI only when it starts, so a change that turns CDI on is
 applied by a restart (`--restart`) or left for the operator with the command to run.

@@ -1,5 +1,6 @@
 """`status --engine docker`: what daemon.json says about runtimes, what install recorded
-(runtime entries, CDI mode, the mode install --mode set in config.toml), the backups, and what the running dockerd reports."""
+(runtime entries, CDI mode, the mode install --mode set in config.toml), the backups, and what
+the running dockerd reports."""
 
 from __future__ import annotations
 
@@ -87,7 +88,8 @@ def report(cfg: Path, why: str, docker_host: Optional[str],
         if info["runtimes"]:
             for name, entry in info["runtimes"].items():
                 p = entry.get("path") if isinstance(entry, dict) else None
-                tag = "  (this package's runtime)" if isinstance(p, str) and locations.same_file(p, own) else ""
+                ours = isinstance(p, str) and locations.same_file(p, own)
+                tag = "  (this package's runtime)" if ours else ""
                 lines.append(f"runtime: {name} -> {short(entry)}{tag}")
         else:
             lines.append("runtimes: none defined")

@@ -1,8 +1,8 @@
 """dockerd as the transaction's service: what it must report, how it is reloaded and asked.
 
 How dockerd is reloaded and asked what it runs is behind the `Daemon` protocol (the real one is
-nvdocker2.engines.docker.service.daemon; `NoDaemon` is `--reload none`); `DaemonService` fits a Daemon to the
-engine transaction's `Service`.
+nvdocker2.engines.docker.service.daemon; `NoDaemon` is `--reload none`); `DaemonService` fits a
+Daemon to the engine transaction's `Service`.
 """
 
 from __future__ import annotations
