@@ -34,17 +34,10 @@ runtimes = ["docker-runc", "runc", "crun"]
 [nvidia-container-runtime.modes.csv]
 mount-spec-path = "/etc/nvidia-container-runtime/host-files-for-container.d"
 """
-ADMIN_EDIT = (b'
-[nvidia-container-runtime-hook]
-skip-mode-detection = true
-'
-              b'# edited by the admin
-')
+ADMIN_EDIT = (b'\n[nvidia-container-runtime-hook]\nskip-mode-detection = true\n'
+              b'# edited by the admin\n')
 # NVIDIA's newer nvidia-container-toolkit-base ships no config.toml: its postinst writes it.
-GENERATE = f"#!/bin/sh
-set -e
-[ -e {CONFIG} ] || nvidia-ctk config default > {CONFIG}
-"
+GENERATE = f"#!/bin/sh\nset -e\n[ -e {CONFIG} ] || nvidia-ctk config default > {CONFIG}\n"
 STANDINS = {  # name: (version, depends, {path: bytes}, conffiles)
     "nvidia-container-toolkit-base": ("1.17.8-1", "", {
         "/usr/bin/nvidia-container-runtime": b"#!/bin/sh\necho NVIDIA stand-in runtime\n",
