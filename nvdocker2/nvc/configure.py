@@ -8,11 +8,11 @@ What it does, in this order (docs/nvidia-container-cli.md):
 2. unless `--no-cgroups`, allows those nodes in the container's device cgroup (cgroup v1;
    on cgroup v2 it refuses, as a device cgroup there is a BPF program this cli does not load);
 3. enters the mount namespace of `--pid` (without it, as LXC's mount hook runs it, it stays in
-   its own, which is the container's) and bind-mounts each node and file at its place under ROOTFS: every place is resolved inside
-   ROOTFS without following the image's symlinks out (`nvdocker2.direct.rootfs`), missing
-   directories and files are made there, a symlink or a directory in the way is refused, and
-   each mount is made through descriptors, then made read-only, nosuid and nodev (device
-   nodes: nosuid, noexec);
+   its own, which is the container's) and bind-mounts each node and file at its place under
+   ROOTFS: every place is resolved inside ROOTFS without following the image's symlinks out
+   (`nvdocker2.direct.rootfs`), missing directories and files are made there, a symlink or a
+   directory in the way is refused, and each mount is made through descriptors, then made
+   read-only, nosuid and nodev (device nodes: nosuid, noexec);
 4. makes the libraries' soname links and refreshes the image's ld cache with the host's
    ldconfig, confined exactly as the direct/CDI hook confines it (`direct.hook.update_ldcache`).
 """

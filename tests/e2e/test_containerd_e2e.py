@@ -353,8 +353,8 @@ def test_an_older_nvdocker2s_dropin_is_reported_and_removed(password_config, tmp
     edited = c.config.read_bytes()
 
     t0 = time.time()
-    p = _run(c, state, action, *(["--runtime-path", rt, "--allow-missing-runtime"] if action == "install"
-                              else []))
+    install = ["--runtime-path", rt, "--allow-missing-runtime"]
+    p = _run(c, state, action, *(install if action == "install" else []))
     assert p.returncode == 0, p.stderr
     out = json.loads(p.stdout)
     assert out["verified"] is True
