@@ -4,4 +4,4 @@ This module is imported on every container start (by the runtime shim and the ho
 holds the version and nothing else.
 """
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"

@@ -378,9 +378,9 @@ def test_the_collection_builds(fleet, tmp_path):
         capture_output=True, text=True, timeout=120, check=False,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert (tmp_path / "nvdocker2-gpu-0.2.0.tar.gz").is_file()
+    assert (tmp_path / "nvdocker2-gpu-0.3.0.tar.gz").is_file()
     assert shutil.which("tar") is None or "plugins/modules/docker_runtime.py" in subprocess.run(
-        ["tar", "-tzf", str(tmp_path / "nvdocker2-gpu-0.2.0.tar.gz")],
+        ["tar", "-tzf", str(tmp_path / "nvdocker2-gpu-0.3.0.tar.gz")],
         capture_output=True, text=True, check=True,
     ).stdout
 

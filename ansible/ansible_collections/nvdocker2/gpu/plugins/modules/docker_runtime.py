@@ -91,7 +91,7 @@ options:
         nvdocker2 then warns instead of refusing it.
     type: bool
     default: false
-    version_added: "0.2.0"
+    version_added: "0.3.0"
   runtime_args:
     description: The entry's C(runtimeArgs).
     type: list
