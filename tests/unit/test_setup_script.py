@@ -21,7 +21,7 @@ DEMO_PACKAGES = {
 TEST_ONLY = {
     "python3-pytest", "python3-hypothesis", "dpkg-dev", "debhelper", "dh-python",
     "pybuild-plugin-pyproject", "python3-all", "rpm", "lintian", "equivs", "devscripts", "make",
-    "git", "podman", "uidmap", "rootlesskit", "slirp4netns", "python3-grpcio",
+    "git", "podman", "uidmap", "rootlesskit", "slirp4netns", "python3-grpcio", "lxc",
 }
 
 FAKE_APT = """#!/bin/sh
