@@ -19,7 +19,6 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:  # pragma: no cover
     from typing import Any, Mapping
 
-MODE_KEY = "nvidia-container-runtime.mode"
 VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES"
 MIG_ENV = ("NVIDIA_MIG_CONFIG_DEVICES", "NVIDIA_MIG_MONITOR_DEVICES")
 TEGRA_RELEASE = "etc/nv_tegra_release"
