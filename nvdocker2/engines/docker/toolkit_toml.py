@@ -99,7 +99,9 @@ def set_key(raw: bytes | None, path: Path, table: str, key: str, value: Any
     previous_toml = getattr(old_item, "as_string", lambda: None)()
     if t is ABSENT:
         doc.add(table, tomlkit.table())
-    doc[table][key] = value
+    # A new item, not the value: newer tomlkit would keep a replaced string's quotes (a
+    # literal 'legacy' gives 'direct'), older tomlkit writes "direct"; one form everywhere.
+    doc[table][key] = tomlkit.string(value) if isinstance(value, str) else value
     expected = dict(old)
     expected[table] = {**(t or {}), key: value}
     new = _checked(tomlkit.dumps(doc), expected, path, table, key)
