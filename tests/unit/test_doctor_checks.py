@@ -19,9 +19,11 @@ import pytest
 from fixtures.fake_driver import WSL_STORE, build_fake_wsl
 
 import nvdocker2
-from nvdocker2.doctor.context import Context, EngineUnreachable
+from nvdocker2.engines.docker.doctor import all_checks, diagnose
+from nvdocker2.engines.docker.doctor.facts import DockerContext as Context
+from nvdocker2.engines.docker.doctor.facts import EngineUnreachable
 from nvdocker2.doctor.host import HostRoot
-from nvdocker2.doctor.registry import FAIL, OK, SKIP, WARN, all_checks, run_checks
+from nvdocker2.doctor.model import FAIL, OK, SKIP, WARN, run_checks
 
 DRIVER = "535.104.05"
 DOCKERD_PID = 4242
@@ -154,7 +156,7 @@ class FakeHost:
         return Context(**args)
 
     def run(self, **kw) -> dict:
-        return {r.id: r for r in run_checks(self.context(**kw))}
+        return {r.id: r for r in diagnose(ctx=self.context(**kw))}
 
 
 @pytest.fixture
@@ -244,7 +246,7 @@ def test_location_rootless_user(host, tmp_path):
     ctx = host.context()
     assert ctx.config_location().kind == "rootless"
     assert ctx.docker_host().url == f"unix://{runtime_dir}/docker.sock"
-    results = {r.id: r for r in run_checks(ctx)}
+    results = {r.id: r for r in diagnose(ctx=ctx)}
     assert_status(results, "config.location", OK, "/home/u/.config/docker/daemon.json", "rootless")
 
 
@@ -275,7 +277,7 @@ def test_non_default_docker_context_warns(host):
     host.info = None
     ctx = host.context()
     assert ctx.docker_host().url == "ssh://gpu1"
-    results = {r.id: r for r in run_checks(ctx)}
+    results = {r.id: r for r in diagnose(ctx=ctx)}
     assert_status(
         results,
         "config.target",
