@@ -201,3 +201,15 @@ def test_the_import_scan_sees_an_engine_import_inside_a_function(tmp_path):
                  "    import nvdocker2.engines.crio\n")
     assert _imports(f) == ["nvdocker2.engines.docker", "nvdocker2.engines.docker.cdi",
                            "nvdocker2.engines.crio"]
+
+
+def test_dockerd_and_its_address_are_defined_once_under_the_docker_service():
+    package = DOCTOR.parent
+    where = sorted(
+        (str(f.relative_to(package)), node.name)
+        for f in package.rglob("*.py")
+        for node in ast.walk(ast.parse(f.read_text(), str(f)))
+        if isinstance(node, ast.ClassDef) and node.name in ("DockerHost", "DockerdProcess")
+    )
+    assert where == [("engines/docker/service/api.py", "DockerHost"),
+                     ("engines/docker/service/process.py", "DockerdProcess")]
