@@ -13,7 +13,10 @@ import os
 from typing import Any
 
 from nvdocker2.doctor.context import Context
-from nvdocker2.doctor.registry import Outcome, check, fail, ok, skip
+from nvdocker2.doctor.model import Checks, Outcome, fail, ok, skip
+
+CHECKS = Checks()
+check = CHECKS.check
 
 SPEC_DIRS = ("/etc/cdi", "/var/run/cdi")
 CDI_MODE_HEADER = b"# Written by nvdocker2 (CDI mode)"

@@ -7,7 +7,10 @@ import os
 import re
 
 from nvdocker2.doctor.context import Context
-from nvdocker2.doctor.registry import Outcome, check, fail, ok, skip, warn
+from nvdocker2.doctor.model import Checks, Outcome, fail, ok, skip, warn
+
+CHECKS = Checks()
+check = CHECKS.check
 
 NVIDIA_MAJOR = 195
 DRIVER_HINT = (
@@ -246,7 +249,7 @@ def driver_control_nodes(ctx: Context) -> Outcome:
 def driver_dev_char(ctx: Context) -> Outcome:
     """With the systemd cgroup driver, `systemctl daemon-reload` rewrites device rules from
     /dev/char/MAJOR:MINOR; without those links running GPU containers lose their devices."""
-    driver = (ctx.info().info or {}).get("CgroupDriver")
+    driver = ctx.cgroup_driver()
     if driver != "systemd":
         return skip(f"cgroup driver {driver}: the links are not needed")
     from nvdocker2.devnodes import missing_char_links

@@ -5,9 +5,12 @@ ordinary GPU container (`mode = "auto"` resolved as the runtime resolves it)."""
 from __future__ import annotations
 
 from nvdocker2.doctor.context import Context
-from nvdocker2.doctor.registry import Outcome, check, ok, warn
+from nvdocker2.doctor.model import Checks, Outcome, ok, warn
 from nvdocker2.runtime.mode import resolve_auto
 from nvdocker2.toolkit_config import NOT_USED
+
+CHECKS = Checks()
+check = CHECKS.check
 
 ORDINARY = {"NVIDIA_VISIBLE_DEVICES": "all"}
 

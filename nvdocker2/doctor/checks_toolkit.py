@@ -11,8 +11,10 @@ import nvdocker2
 from nvdocker2.doctor.checks_driver import PERSISTENCE_HINT
 from nvdocker2.doctor.context import CLI_EXE, HOOK_EXE, RUNTIME_EXE, Context
 from nvdocker2.doctor.toolkit_files import BROKEN
-from nvdocker2.doctor.modes import cdi_only
-from nvdocker2.doctor.registry import Outcome, check, fail, ok, skip, warn
+from nvdocker2.doctor.model import Checks, Outcome, fail, ok, skip, warn
+
+CHECKS = Checks()
+check = CHECKS.check
 
 # libnvidia-container 1.16.2 fixed CVE-2024-0132 and 1.17.4 its bypass, CVE-2025-23359
 # (NVIDIA security bulletins 5582 and 5616).
@@ -157,7 +159,7 @@ def cli_installed(ctx: Context) -> Outcome:
     if path is None:
         if _direct_mode(ctx):
             return skip(f'{CLI_EXE} not found, not needed: config.toml sets mode = "direct"')
-        if cdi_only(ctx):
+        if ctx.cdi_only():
             return skip(f"{CLI_EXE} not found, not needed: CDI mode is installed")
         return fail(
             f"{CLI_EXE} not found ({where}): the hook cannot set up GPU containers",

@@ -17,7 +17,7 @@ import textwrap
 from collections.abc import Sequence
 from typing import TextIO
 
-from nvdocker2.doctor.registry import FAIL, OK, SKIP, WARN, CheckResult
+from nvdocker2.doctor.model import FAIL, OK, SKIP, WARN, CheckResult
 from nvdocker2.oneline import one_line
 
 # Report order and colours (SGR parameters).
@@ -37,7 +37,7 @@ def render_json(results: Sequence[CheckResult]) -> str:
 
 
 def _blocked(results: Sequence[CheckResult], check_id: str) -> list[CheckResult]:
-    """The checks skipped because `check_id` failed or was skipped (see registry._blocked_by)."""
+    """The checks skipped because `check_id` failed or was skipped (see model._blocked_by)."""
     prefix = f"skipped: needs {check_id}, which "
     return [r for r in results if r.status == SKIP and r.detail.startswith(prefix)]
 

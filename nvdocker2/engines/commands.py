@@ -63,8 +63,8 @@ class TransactionFront:
         raise NotImplementedError
 
     def checks(self, config: Optional[Path], unit: Optional[str],
-               address: Optional[str]) -> list:
-        """doctor's checks: (id, title, function returning an Outcome) triples."""
+               address: Optional[str]) -> Any:
+        """doctor's checks: a nvdocker2.doctor.model.CheckPlan (the checks and their facts)."""
         raise NotImplementedError
 
     def short(self, value: Any) -> str:

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from nvdocker2.engines.docker.daemonjson.document import parse
-from nvdocker2.doctor.registry import all_checks
+from nvdocker2.engines.docker.doctor import all_checks
 
 REPO = Path(__file__).resolve().parents[2]
 README = (REPO / "README.md").read_text()

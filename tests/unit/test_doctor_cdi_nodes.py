@@ -8,7 +8,7 @@ import json
 import pytest
 from test_doctor_checks import FakeHost, assert_status
 
-from nvdocker2.doctor.registry import FAIL, OK, SKIP
+from nvdocker2.doctor.model import FAIL, OK, SKIP
 
 UUID = "GPU-0f00"
 

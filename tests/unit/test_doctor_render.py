@@ -11,10 +11,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from nvdocker2.doctor import run_doctor
-from nvdocker2.doctor.context import Context
+from nvdocker2.engines.docker.doctor import run_doctor
+from nvdocker2.engines.docker.doctor.facts import DockerContext as Context
 from nvdocker2.doctor.host import HostRoot
-from nvdocker2.doctor.registry import Check, CheckResult, fail, ok, run_checks, skip, warn
+from nvdocker2.doctor.model import Check, CheckResult, fail, ok, run_checks, skip, warn
 from nvdocker2.doctor.render import first_to_fix, render, render_json, render_report, summary
 
 RESULTS = [
@@ -197,13 +197,14 @@ def _checks(*outcomes):
 
 
 def test_exit_code_is_1_only_when_something_failed(tmp_path, monkeypatch):
-    from nvdocker2.doctor import registry
+    from nvdocker2.engines.docker import doctor as docker_doctor
 
     for outcomes, code in (
         ((ok("a"), warn("b", "h"), skip("c")), 0),
         ((ok("a"), fail("b", "h")), 1),
     ):
-        monkeypatch.setattr(registry, "all_checks", lambda smoke=False, o=outcomes: _checks(*o))
+        monkeypatch.setattr(docker_doctor, "all_checks",
+                            lambda smoke=False, o=outcomes: _checks(*o))
         out = io.StringIO()
         assert run_doctor(as_json=True, stream=out, ctx=Context(root=HostRoot(tmp_path))) == code
         obj = json.loads(out.getvalue())

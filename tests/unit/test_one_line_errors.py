@@ -67,7 +67,7 @@ def test_wrapper_error_is_one_line_whatever_the_command_error_holds():
 
 @pytest.mark.parametrize("message", [HOSTILE, "a\u2029b"])
 def test_doctor_plain_text_keeps_one_line_per_check(message):
-    from nvdocker2.doctor.registry import CheckResult
+    from nvdocker2.doctor.model import CheckResult
     from nvdocker2.doctor.render import render_report
 
     out = render_report([CheckResult("x.y", "X", "fail", message, "hint " + message)])

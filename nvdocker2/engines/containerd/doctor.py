@@ -1,121 +1,162 @@
 """doctor's checks for containerd (reference §5, §11): the binary, config.toml, the nvidia runtime
-in it, the effective configuration (config dump) and what the running containerd reports."""
+in it, the effective configuration (config dump) and what the running containerd reports.
+
+The checks read one `ContainerdFacts`; what one check needs from another is a dependency
+(`needs`), so a config that does not parse skips the checks that read it and says so."""
 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Any
 
-from nvdocker2.doctor.registry import Outcome, fail, ok, skip, warn
+from nvdocker2.doctor.model import CheckPlan, Checks, Facts, Outcome, fail, ok, skip, warn
 from nvdocker2.errors import NvDockerError
+
+CHECKS = Checks()
+check = CHECKS.check
 
 
 def _exe_ok(path: object) -> bool:
     return isinstance(path, str) and os.path.isfile(path) and os.access(path, os.X_OK)
 
 
+@dataclass
+class ContainerdFacts(Facts):
+    """What the containerd checks read, each computed once."""
+
+    config: Path
+    address: str
+    unit: str
+    runtime: str = "nvidia"
+
+    def exe(self) -> str | None:
+        """The containerd binary on PATH that is safe to run, or None."""
+        from nvdocker2.engines.containerd import service
+
+        return self.fact("exe", service.binary)
+
+    def parsed(self) -> tuple[Any, dict]:
+        """The engine over config.toml and what its files say (NvDockerError: they do not
+        parse)."""
+
+        def compute() -> tuple[Any, dict]:
+            from nvdocker2.engines.containerd import ContainerdEngine
+            from nvdocker2.engines.containerd.front import ContainerdFront
+
+            eng = ContainerdEngine(self.config, check=False)
+            return eng, ContainerdFront().describe(eng, self.runtime)
+
+        return self.fact("parsed", compute)
+
+
 def containerd_checks(config: Path, address: str, unit: str, runtime: str = "nvidia"
-                      ) -> list[tuple[str, str, Callable[[], Outcome]]]:
-    from nvdocker2.engines.containerd import ContainerdEngine, service
-    from nvdocker2.engines.containerd.front import ContainerdFront
+                      ) -> CheckPlan:
+    """containerd's checks against `config` and the containerd answering on `address`."""
+    return CheckPlan(ContainerdFacts(config, address, unit, runtime), list(CHECKS))
 
-    state: dict = {}
 
-    def binary() -> Outcome:
-        exe = service.binary()
-        if not exe:
-            return fail("containerd is not on PATH", "install containerd (apt install containerd)")
-        state["exe"] = exe
-        return ok(f"{exe}, major version {service.major_version(exe)}")
+@check("containerd-binary", "containerd installed")
+def binary(f: ContainerdFacts) -> Outcome:
+    from nvdocker2.engines.containerd import service
 
-    def cfg() -> Outcome:
-        try:
-            eng = ContainerdEngine(config, check=False)
-            st = ContainerdFront().describe(eng, runtime)
-        except NvDockerError as e:
-            return fail(e.message, e.hint or "fix the file")
-        state["status"], state["engine"] = st, eng
-        return ok(f"{config}: config version {st['version']}, changes go {st['layout']}")
+    exe = f.exe()
+    if not exe:
+        return fail("containerd is not on PATH", "install containerd (apt install containerd)")
+    return ok(f"{exe}, major version {service.major_version(exe)}")
 
-    def shadow() -> Outcome:
-        from nvdocker2.engines.containerd import edit
-        from nvdocker2.engines.transaction import read
 
-        eng = state.get("engine")
-        if eng is None:
-            return skip("skipped: the config did not parse")
-        try:
-            root = eng._root(read)
-            found = edit.shadowing(root, eng._imports(root, read, None),
-                                   edit.layout(root, eng.major).deep_merge)
-        except NvDockerError as e:
-            return fail(e.message, e.hint or "fix the file")
-        if not found:
-            return ok(f"no import replaces {config}'s CRI section")
-        names = ", ".join(map(str, found))
-        detail = (f"{names} replace{'s' if len(found) == 1 else ''} {config}'s whole CRI "
-                  f"section (containerd {eng.major or 1}.x takes a plugin section from the last "
-                  f"file that has one): every CRI setting in {config}, and every later edit of "
-                  "it, is ignored")
-        if eng._legacy in found:
-            return fail(detail, f"{eng._legacy} was written by an older nvdocker2: run "
-                        "nvdocker2 install --engine containerd, which puts the runtime into "
-                        f"{config} and removes that file")
-        return warn(detail, f"keep the CRI settings in one file: move them from {names} into "
-                    f"{config}, or all of them out of it")
+@check("containerd-config", "config.toml parses")
+def cfg(f: ContainerdFacts) -> Outcome:
+    try:
+        _, st = f.parsed()
+    except NvDockerError as e:
+        return fail(e.message, e.hint or "fix the file")
+    return ok(f"{f.config}: config version {st['version']}, changes go {st['layout']}")
 
-    def rt() -> Outcome:
-        st = state.get("status")
-        if st is None:
-            return skip("skipped: the config did not parse")
-        path = st["runtimes"].get(runtime)
-        if path is None:
-            return fail(f'no runtime "{runtime}" in the CRI plugin\'s runtimes',
-                        "run: nvdocker2 install --engine containerd")
-        if not _exe_ok(path):
-            return fail(f'runtime "{runtime}" has BinaryName {path!r}, not an executable file',
-                        "reinstall the package, or nvdocker2 install --engine containerd "
-                        "--runtime-path PATH")
-        return ok(f'runtime "{runtime}" → {path}; default runtime {st["default_runtime"]}')
 
-    def dump() -> Outcome:
-        exe = state.get("exe")
-        if not exe:
-            return skip("skipped: no containerd binary")
-        if runtime not in (state.get("status") or {}).get("runtimes", {}):
-            return skip("skipped: the runtime is not in the config files")
-        try:
-            d = service.dump_current(exe, config)
-        except NvDockerError as e:
-            return fail(e.message, e.hint or "")
-        cri = service.dump_cri(d)
-        r = service._get(d, cri + ("runtimes", runtime))
-        if not isinstance(r, dict):
-            return fail(f'containerd config dump has no runtime "{runtime}" (an import '
-                        "replaces the CRI section?)", "check imports; containerd ≤ 1.7 replaces "
-                        "whole plugin sections")
-        binary = service._get(r, ("options", "BinaryName"))
-        return ok(f"containerd config dump: {runtime} runs {binary}")
+@check("containerd-shadow", "no import hides config.toml's CRI section",
+       needs=("containerd-config",))
+def shadow(f: ContainerdFacts) -> Outcome:
+    from nvdocker2.engines.containerd import edit
+    from nvdocker2.engines.transaction import read
 
-    def running() -> Outcome:
-        if not service._ctr_alive(address):
-            return warn(f"containerd does not answer on {address}",
-                        f"systemctl start {unit}, or pass --containerd-address")
-        svc = service.SystemdContainerd(unit, address)
-        svc._since = 0
-        st = svc._cri_state()
-        if st is None:
-            return warn("containerd is running; its CRI plugin's configuration was not seen "
-                        "(no crictl, nothing in the journal)", "install crictl (cri-tools)")
-        if runtime not in st[0]:
-            return fail(f'the running containerd\'s CRI plugin has no runtime "{runtime}"',
-                        f"systemctl restart {unit} (containerd has no reload)")
-        return ok(f"running containerd's CRI plugin has {runtime} → {st[0][runtime]}")
+    eng, _ = f.parsed()
+    config = f.config
+    try:
+        root = eng._root(read)
+        found = edit.shadowing(root, eng._imports(root, read, None),
+                               edit.layout(root, eng.major).deep_merge)
+    except NvDockerError as e:
+        return fail(e.message, e.hint or "fix the file")
+    if not found:
+        return ok(f"no import replaces {config}'s CRI section")
+    names = ", ".join(map(str, found))
+    detail = (f"{names} replace{'s' if len(found) == 1 else ''} {config}'s whole CRI "
+              f"section (containerd {eng.major or 1}.x takes a plugin section from the last "
+              f"file that has one): every CRI setting in {config}, and every later edit of "
+              "it, is ignored")
+    if eng._legacy in found:
+        return fail(detail, f"{eng._legacy} was written by an older nvdocker2: run "
+                    "nvdocker2 install --engine containerd, which puts the runtime into "
+                    f"{config} and removes that file")
+    return warn(detail, f"keep the CRI settings in one file: move them from {names} into "
+                f"{config}, or all of them out of it")
 
-    return [("containerd-binary", "containerd installed", binary),
-            ("containerd-config", "config.toml parses", cfg),
-            ("containerd-shadow", "no import hides config.toml's CRI section", shadow),
-            ("containerd-runtime", "nvidia runtime in config", rt),
-            ("containerd-effective", "effective config (config dump)", dump),
-            ("containerd-running", "running containerd reports it", running)]
+
+@check("containerd-runtime", "nvidia runtime in config", needs=("containerd-config",))
+def rt(f: ContainerdFacts) -> Outcome:
+    _, st = f.parsed()
+    runtime = f.runtime
+    path = st["runtimes"].get(runtime)
+    if path is None:
+        return fail(f'no runtime "{runtime}" in the CRI plugin\'s runtimes',
+                    "run: nvdocker2 install --engine containerd")
+    if not _exe_ok(path):
+        return fail(f'runtime "{runtime}" has BinaryName {path!r}, not an executable file',
+                    "reinstall the package, or nvdocker2 install --engine containerd "
+                    "--runtime-path PATH")
+    return ok(f'runtime "{runtime}" → {path}; default runtime {st["default_runtime"]}')
+
+
+@check("containerd-effective", "effective config (config dump)",
+       needs=("containerd-binary", "containerd-config"))
+def dump(f: ContainerdFacts) -> Outcome:
+    from nvdocker2.engines.containerd import service
+
+    runtime = f.runtime
+    if runtime not in f.parsed()[1]["runtimes"]:
+        return skip("skipped: the runtime is not in the config files")
+    try:
+        d = service.dump_current(f.exe(), f.config)
+    except NvDockerError as e:
+        return fail(e.message, e.hint or "")
+    cri = service.dump_cri(d)
+    r = service._get(d, cri + ("runtimes", runtime))
+    if not isinstance(r, dict):
+        return fail(f'containerd config dump has no runtime "{runtime}" (an import '
+                    "replaces the CRI section?)", "check imports; containerd ≤ 1.7 replaces "
+                    "whole plugin sections")
+    binary = service._get(r, ("options", "BinaryName"))
+    return ok(f"containerd config dump: {runtime} runs {binary}")
+
+
+@check("containerd-running", "running containerd reports it")
+def running(f: ContainerdFacts) -> Outcome:
+    from nvdocker2.engines.containerd import service
+
+    runtime, address, unit = f.runtime, f.address, f.unit
+    if not service._ctr_alive(address):
+        return warn(f"containerd does not answer on {address}",
+                    f"systemctl start {unit}, or pass --containerd-address")
+    svc = service.SystemdContainerd(unit, address)
+    svc._since = 0
+    st = svc._cri_state()
+    if st is None:
+        return warn("containerd is running; its CRI plugin's configuration was not seen "
+                    "(no crictl, nothing in the journal)", "install crictl (cri-tools)")
+    if runtime not in st[0]:
+        return fail(f'the running containerd\'s CRI plugin has no runtime "{runtime}"',
+                    f"systemctl restart {unit} (containerd has no reload)")
+    return ok(f"running containerd's CRI plugin has {runtime} → {st[0][runtime]}")

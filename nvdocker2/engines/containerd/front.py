@@ -69,7 +69,7 @@ class ContainerdFront(TransactionFront):
         return super().files(eng, state)
 
     def checks(self, config: Optional[Path], unit: Optional[str],
-               address: Optional[str]) -> list:
+               address: Optional[str]) -> Any:
         from nvdocker2.engines.containerd import DEFAULT_CONFIG
         from nvdocker2.engines.containerd.service import DEFAULT_ADDRESS, DEFAULT_UNIT
         from nvdocker2.engines.containerd.doctor import containerd_checks

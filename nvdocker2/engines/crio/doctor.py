@@ -1,56 +1,75 @@
 """doctor's checks for CRI-O (reference §5, §11): its drop-in and what the running CRI-O reports,
-rendered as Docker's checks are."""
+two checks of the shared doctor model that depend on nothing."""
 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 from nvdocker2.host import run as door
 from nvdocker2.host.run import safe_which
-from nvdocker2.doctor.registry import Outcome, fail, ok, warn
+from nvdocker2.doctor.model import CheckPlan, Checks, Facts, Outcome, fail, ok, warn
+
+CHECKS = Checks()
+check = CHECKS.check
 
 
 def _exe_ok(path: object) -> bool:
     return isinstance(path, str) and os.path.isfile(path) and os.access(path, os.X_OK)
 
 
-def crio_checks(dropin: Path, runtime: str = "nvidia"):
+@dataclass
+class CrioFacts(Facts):
+    """What the CRI-O checks read."""
+
+    dropin: Path
+    runtime: str = "nvidia"
+
+
+def crio_checks(dropin: Path, runtime: str = "nvidia") -> CheckPlan:
+    """CRI-O's checks against the drop-in `dropin` and the CRI-O on this host."""
+    return CheckPlan(CrioFacts(dropin, runtime), list(CHECKS))
+
+
+@check("crio-dropin", "CRI-O drop-in")
+def drop(f: CrioFacts) -> Outcome:
     from nvdocker2.engines.containerd.document import tomllib
     from nvdocker2.engines.crio import MARK
 
-    def drop() -> Outcome:
-        try:
-            text = dropin.read_text()
-        except FileNotFoundError:
-            return fail(f"{dropin} does not exist", "run: nvdocker2 install --engine crio")
-        except (OSError, UnicodeDecodeError) as e:
-            return fail(f"{dropin}: {e}", "check the file")
-        if not text.startswith(MARK):
-            return warn(f"{dropin} was not written by nvdocker2", "compare it with what "
-                        "nvdocker2 install --engine crio --dry-run would write")
-        try:
-            rts = tomllib.loads(text)["crio"]["runtime"]["runtimes"]
-        except (tomllib.TOMLDecodeError, KeyError, TypeError) as e:
-            return fail(f"{dropin}: {e}", "reinstall: nvdocker2 install --engine crio")
-        path = (rts.get(runtime) or {}).get("runtime_path")
-        if not _exe_ok(path):
-            return fail(f"{dropin}: runtime_path {path!r} is not an executable file",
-                        "reinstall the package")
-        return ok(f"{dropin}: {runtime} → {path}")
+    dropin, runtime = f.dropin, f.runtime
+    try:
+        text = dropin.read_text()
+    except FileNotFoundError:
+        return fail(f"{dropin} does not exist", "run: nvdocker2 install --engine crio")
+    except (OSError, UnicodeDecodeError) as e:
+        return fail(f"{dropin}: {e}", "check the file")
+    if not text.startswith(MARK):
+        return warn(f"{dropin} was not written by nvdocker2", "compare it with what "
+                    "nvdocker2 install --engine crio --dry-run would write")
+    try:
+        rts = tomllib.loads(text)["crio"]["runtime"]["runtimes"]
+    except (tomllib.TOMLDecodeError, KeyError, TypeError) as e:
+        return fail(f"{dropin}: {e}", "reinstall: nvdocker2 install --engine crio")
+    path = (rts.get(runtime) or {}).get("runtime_path")
+    if not _exe_ok(path):
+        return fail(f"{dropin}: runtime_path {path!r} is not an executable file",
+                    "reinstall the package")
+    return ok(f"{dropin}: {runtime} → {path}")
 
-    def binary() -> Outcome:
-        exe = safe_which("crio")
-        if not exe:
-            return warn("no crio on PATH that is safe to run (owned by root, in directories no "
-                        "other user can write)", "install CRI-O, or ignore on a host without it")
-        try:
-            p = door.run([exe, "status", "config"], timeout=15, text=True)
-        except OSError as e:
-            return warn(f"crio status failed: {e}", "systemctl status crio")
-        if p.returncode != 0 or f"runtimes.{runtime}]" not in p.stdout:
-            return fail(f"the running CRI-O does not report runtime {runtime}",
-                        "systemctl restart crio")
-        return ok(f"the running CRI-O reports runtime {runtime}")
 
-    return [("crio-dropin", "CRI-O drop-in", drop), ("crio-running", "running CRI-O", binary)]
+@check("crio-running", "running CRI-O")
+def running(f: CrioFacts) -> Outcome:
+    runtime = f.runtime
+    exe = safe_which("crio")
+    if not exe:
+        return warn("no crio on PATH that is safe to run (owned by root, in directories no "
+                    "other user can write)", "install CRI-O, or ignore on a host without it")
+    try:
+        p = door.run([exe, "status", "config"], timeout=15, text=True)
+    except OSError as e:
+        return warn(f"crio status failed: {e}", "systemctl status crio")
+    if p.returncode != 0 or f"runtimes.{runtime}]" not in p.stdout:
+        return fail(f"the running CRI-O does not report runtime {runtime}",
+                    "systemctl restart crio")
+    return ok(f"the running CRI-O reports runtime {runtime}")

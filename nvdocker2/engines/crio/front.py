@@ -58,7 +58,7 @@ class CrioFront(TransactionFront):
         return out
 
     def checks(self, config: Optional[Path], unit: Optional[str],
-               address: Optional[str]) -> list:
+               address: Optional[str]) -> Any:
         from nvdocker2.engines.crio import DEFAULT_DROPIN
         from nvdocker2.engines.crio.doctor import crio_checks
 

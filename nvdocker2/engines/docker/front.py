@@ -170,7 +170,7 @@ class DockerFront:
                           [(None, bs.all(cfg))], grouped=False)
 
     def doctor(self, o: Mapping[str, Any]) -> int:
-        from nvdocker2.doctor import run_doctor
+        from nvdocker2.engines.docker.doctor import run_doctor
 
         config = o["config"]
         cfg = str(_resolve_config(config)[0]) if config is not None else None

@@ -5,9 +5,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from nvdocker2.doctor.context import Context
-from nvdocker2.doctor.modes import cdi_spec as _spec
-from nvdocker2.doctor.registry import Outcome, check, fail, ok, skip, warn
+from nvdocker2.engines.docker.doctor.facts import DockerContext as Context
+from nvdocker2.engines.docker.doctor.modes import cdi_spec as _spec
+from nvdocker2.doctor.model import Checks, Outcome, fail, ok, skip, warn
+
+CHECKS = Checks()
+check = CHECKS.check
 
 
 @check("cdi.spec", "the CDI spec matches the GPUs present")

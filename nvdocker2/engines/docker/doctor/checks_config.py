@@ -3,9 +3,14 @@ its path, and default-runtime."""
 
 from __future__ import annotations
 
-from nvdocker2.doctor.context import RUNTIME_NAME, Context, _norm_socket, dockerd_option_values
-from nvdocker2.doctor.modes import cdi_only
-from nvdocker2.doctor.registry import Outcome, check, fail, ok, skip, warn
+from nvdocker2.doctor.context import RUNTIME_NAME
+from nvdocker2.engines.docker.doctor.facts import DockerContext as Context
+from nvdocker2.engines.docker.doctor.facts import _norm_socket, dockerd_option_values
+from nvdocker2.engines.docker.doctor.modes import cdi_only
+from nvdocker2.doctor.model import Checks, Outcome, fail, ok, skip, warn
+
+CHECKS = Checks()
+check = CHECKS.check
 
 
 
@@ -29,7 +34,7 @@ def config_target(ctx: Context) -> Outcome:
     """Warn when DOCKER_HOST or a docker context points the CLI at a daemon other than the one
     whose daemon.json is checked, or when the running dockerd reads another file."""
     loc = ctx.config_location()
-    host = ctx.docker_host()
+    host = ctx.host_choice()
     proc, _ = ctx.dockerd_process()
     if proc is not None:
         files = dockerd_option_values(proc.argv, "config-file")

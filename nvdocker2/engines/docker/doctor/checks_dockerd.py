@@ -9,16 +9,15 @@ from pathlib import PurePosixPath
 
 from nvdocker2.engines.docker.service.process import MERGED_KEYS, file_keys, flags_to_keys
 from nvdocker2.engines.docker.doctor.checks_config import BUILTIN_RUNTIMES
-from nvdocker2.doctor.context import (
-    HOOK_EXE,
-    ROOTFUL_CONFIG,
-    RUNTIME_NAME,
-    UNTRUSTED,
-    Context,
-    dockerd_option_values,
-)
-from nvdocker2.doctor.modes import cdi_only
-from nvdocker2.doctor.registry import Outcome, check, fail, ok, skip, warn
+from nvdocker2.doctor.context import HOOK_EXE, RUNTIME_NAME
+from nvdocker2.engines.docker.doctor.facts import UNTRUSTED, dockerd_option_values
+from nvdocker2.engines.docker.doctor.facts import DockerContext as Context
+from nvdocker2.locations import ROOTFUL_CONFIG
+from nvdocker2.engines.docker.doctor.modes import cdi_only
+from nvdocker2.doctor.model import Checks, Outcome, fail, ok, skip, warn
+
+CHECKS = Checks()
+check = CHECKS.check
 
 # Seconds of doubt between the hook's change time and dockerd's start time.
 START_SLACK = 0.5
@@ -36,7 +35,7 @@ def _reload_hint(ctx: Context) -> str:
 
 @check("dockerd.reachable", "dockerd answers the Engine API")
 def dockerd_reachable(ctx: Context) -> Outcome:
-    host = ctx.docker_host()
+    host = ctx.host_choice()
     res = ctx.info()
     if res.info is None:
         return fail(

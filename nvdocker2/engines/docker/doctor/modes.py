@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path, PurePosixPath
 
-from nvdocker2.doctor.context import RUNTIME_NAME, Context
+from nvdocker2.doctor.context import RUNTIME_NAME
+from nvdocker2.engines.docker.doctor.facts import DockerContext as Context
 
 
 def cdi_spec(ctx: Context) -> tuple[PurePosixPath, Path, str]:

@@ -3,8 +3,12 @@ through `--gpus`, and report what happened. Off by default: it runs a container.
 
 from __future__ import annotations
 
-from nvdocker2.doctor.context import RUNTIME_NAME, Context
-from nvdocker2.doctor.registry import Outcome, check, fail, ok, skip
+from nvdocker2.doctor.context import RUNTIME_NAME
+from nvdocker2.engines.docker.doctor.facts import DockerContext as Context
+from nvdocker2.doctor.model import Checks, Outcome, fail, ok, skip
+
+CHECKS = Checks()
+check = CHECKS.check
 
 SMOKE_TIMEOUT = 60.0
 
