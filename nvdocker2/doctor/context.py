@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any, Callable
 
-from nvdocker2.engines.docker.service.identity import INIT_PID, Peer, socket_peer, untrusted_owner
+from nvdocker2.engines.peer import INIT_PID, Peer, socket_peer, untrusted_owner
 from nvdocker2.doctor.host import SYSTEM_PATH, CommandResult, HostRoot, Runner, run_command
 from nvdocker2.doctor.toolkit_files import ToolkitFile, _program_version, _read_toolkit_config
 from nvdocker2.locations import ROOTFUL_CONFIG

@@ -9,17 +9,12 @@ table must change in place.
 from __future__ import annotations
 
 import re
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from nvdocker2.engines.tomlread import tomllib
 from nvdocker2.errors import BadInput
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - Python < 3.11
-    import tomli as tomllib
 
 MAX_BYTES = 16 << 20
 RUNC_V2 = "io.containerd.runc.v2"

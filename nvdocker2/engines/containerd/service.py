@@ -19,13 +19,14 @@ from pathlib import Path
 from typing import Any
 
 from nvdocker2.engines.base import (
+    NoService,
     Service,
     VerifyFailed,
     poll,
     runtime_mismatches,
-    systemctl_failure,
 )
 from nvdocker2.engines.containerd import document as D
+from nvdocker2.engines.systemd import systemctl_failure, unit_active
 from nvdocker2.errors import BadInput, EnvironmentProblem
 from nvdocker2.host import files as fs
 from nvdocker2.host import run
@@ -335,8 +336,6 @@ class SystemdContainerd(Service):
 
 def auto_service(unit: str, address: str, verify: bool):
     """systemd when systemctl knows the unit as active, else none (with the reason)."""
-    from nvdocker2.engines.base import NoService, unit_active
-
     if unit_active(unit):
         return SystemdContainerd(unit, address, verify), f"systemd runs {unit}"
     return NoService(), f"systemd does not run the {unit} unit here"

@@ -16,8 +16,8 @@ def _exe_ok(path: object) -> bool:
 
 
 def crio_checks(dropin: Path, runtime: str = "nvidia"):
-    from nvdocker2.engines.containerd.document import tomllib
-    from nvdocker2.engines.crio import MARK
+    from nvdocker2.engines.crio.document import MARK
+    from nvdocker2.engines.tomlread import tomllib
 
     def drop() -> Outcome:
         try:
