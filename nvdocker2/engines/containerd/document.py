@@ -132,7 +132,7 @@ def dotted(keys: tuple[str, ...] | list[str]) -> str:
 def merged(cfg: Config, imported: list[Config], deep: bool) -> dict:
     """The plugins an engine would run: root then imports in order; containerd ≤ 1.7 replaces a
     whole plugin section with an import's, 2.x merges tables key by key."""
-    out = _deep_copy(cfg.data)
+    out = deep_copy(cfg.data)
     for imp in imported:
         plugins = imp.data.get("plugins", {})
         if not isinstance(plugins, dict):
@@ -142,15 +142,15 @@ def merged(cfg: Config, imported: list[Config], deep: bool) -> dict:
             if deep and isinstance(section, dict) and isinstance(dst.get(name), dict):
                 _deep_merge(dst[name], section)
             else:
-                dst[name] = _deep_copy(section)
+                dst[name] = deep_copy(section)
     return out
 
 
-def _deep_copy(v: Any) -> Any:
+def deep_copy(v: Any) -> Any:
     if isinstance(v, dict):
-        return {k: _deep_copy(x) for k, x in v.items()}
+        return {k: deep_copy(x) for k, x in v.items()}
     if isinstance(v, list):
-        return [_deep_copy(x) for x in v]
+        return [deep_copy(x) for x in v]
     return v
 
 
@@ -159,4 +159,4 @@ def _deep_merge(dst: dict, src: dict) -> None:
         if isinstance(v, dict) and isinstance(dst.get(k), dict):
             _deep_merge(dst[k], v)
         else:
-            dst[k] = _deep_copy(v)
+            dst[k] = deep_copy(v)
