@@ -35,13 +35,13 @@ class JsonFloat(float):
     def __repr__(self) -> str:
         return self.text
 
-    def __deepcopy__(self, memo: dict) -> "JsonFloat":
+    def __deepcopy__(self, memo: dict[int, Any]) -> "JsonFloat":
         return self
 
     def __copy__(self) -> "JsonFloat":
         return self
 
-    def __reduce__(self) -> tuple:
+    def __reduce__(self) -> tuple[type[JsonFloat], tuple[str]]:
         return (JsonFloat, (self.text,))
 
 
