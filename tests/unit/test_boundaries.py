@@ -159,3 +159,43 @@ def test_every_allowed_use_is_still_there():
         text = (PACKAGE.parent / rel).read_text(encoding="utf-8")
         assert private in text, f"{rel}: {private} is no longer used: remove it from ALLOWED"
     assert all((PACKAGE.parent / rel).exists() for rel, _ in ALLOWED) and modules
+
+
+def _imported_modules(tree: ast.AST, name: str, is_package: bool) -> set[str]:
+    """Every module an import statement anywhere in the module names (functions included)."""
+    package = name if is_package else name.rpartition(".")[0]
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                source = ".".join(base + ([node.module] if node.module else []))
+            else:
+                source = node.module or ""
+            out.add(source)
+            out.update(f"{source}.{alias.name}" for alias in node.names)
+    return out
+
+
+ENGINES = ("docker", "containerd", "crio")
+
+
+def test_an_engine_imports_no_other_engine_and_the_store_no_engine():
+    """What engines share lives outside their folders (engines/systemd.py, engines/peer.py,
+    engines/tomlread.py, store/): one engine changes without another noticing."""
+    found = []
+    for name, path in _modules().items():
+        parts = name.split(".")
+        if parts[:2] == ["nvdocker2", "engines"] and len(parts) > 2 and parts[2] in ENGINES:
+            others = [e for e in ENGINES if e != parts[2]]
+        elif parts[:2] == ["nvdocker2", "store"]:
+            others = list(ENGINES)
+        else:
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for module in _imported_modules(tree, name, path.name == "__init__.py"):
+            if any(module.split(".")[:3] == ["nvdocker2", "engines", o] for o in others):
+                found.append(f"{path.relative_to(PACKAGE.parent)} imports {module}")
+    assert not found, "\n".join(sorted(found))
