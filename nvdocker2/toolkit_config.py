@@ -1,9 +1,15 @@
 """config.toml of the runtime shim and the hook (docs/reference.md §3), stdlib only.
 
 The runtime and the hook run on every container start, so this module imports os and sys and
-nothing else at import time. A missing file means defaults; a malformed file or a value of the
-wrong type is refused with one line naming the file and the key. Every key some release of
-NVIDIA's toolkit writes or reads is known here (`NVIDIA_KEYS`, docs/nvidia-toolkit.md): its
+nothing else of the standard library at import time. Here: which files are read and their
+bytes, their text as values, and the values as a `ToolkitConfig` (each known key type-checked,
+each value checked for what it means). What a file may say (the keys, their types, defaults,
+`ConfigError`, the records) is nvdocker2.toolkit_schema; every public name of either is
+importable from here.
+
+A missing file means defaults; a malformed file or a value of the wrong type is refused with
+one line naming the file and the key. Every key some release of NVIDIA's toolkit writes or
+reads is known here (`NVIDIA_KEYS`, docs/nvidia-toolkit.md): its
 type is checked, and it has NVIDIA's meaning or is listed by `doctor` as not used, with why
 (`NOT_USED`). A key no NVIDIA release knows is a warning (`ToolkitConfig.warnings`), never a
 refusal.
@@ -12,7 +18,7 @@ Start-up cost decides two choices here (each saves about 10 ms of CPU per contai
 measured with `python3 -I -S`): results are `Record`s, not dataclasses (importing dataclasses
 pulls in inspect, ast and re), and a file in the plain subset of TOML that config.toml files
 use (tables, `key = "string" | 'string' | true | false | integer | [strings]`, comments) is
-read by `_read_plain_toml`; anything else goes to tomllib (tomli on Python < 3.11), so the
+read by `read_plain_toml`; anything else goes to tomllib (tomli on Python < 3.11), so the
 result, and every error, is tomllib's.
 
 Rootless engines (docs/reference.md §3): when the runtime or the hook runs as a user other
@@ -28,255 +34,43 @@ from __future__ import annotations
 
 import os
 import sys
+
+from nvdocker2.toolkit_schema import (
+    ALL_CAPABILITIES as ALL_CAPABILITIES,
+    BOOL as BOOL,
+    CDI_SPEC_DIRS as CDI_SPEC_DIRS,
+    CONFIG_ENV as CONFIG_ENV,
+    CONFIG_MODES as CONFIG_MODES,
+    CSV_MOUNT_SPEC_PATH as CSV_MOUNT_SPEC_PATH,
+    DEFAULT_CONFIG_PATH as DEFAULT_CONFIG_PATH,
+    DEFAULT_RUNTIMES as DEFAULT_RUNTIMES,
+    DEFAULT_SUPPORTED_CAPABILITIES as DEFAULT_SUPPORTED_CAPABILITIES,
+    HOOK_NAME as HOOK_NAME,
+    LOG_LEVELS as LOG_LEVELS,
+    MAX_CONFIG_BYTES as MAX_CONFIG_BYTES,
+    MODES as MODES,
+    NOT_USED as NOT_USED,
+    NVIDIA_KEYS as NVIDIA_KEYS,
+    NVIDIA_LOG_LEVELS as NVIDIA_LOG_LEVELS,
+    OWN_KEYS as OWN_KEYS,
+    SERVED_MODES as SERVED_MODES,
+    STR as STR,
+    STRS as STRS,
+    TABLE as TABLE,
+    USER_CONFIG as USER_CONFIG,
+    ConfigError as ConfigError,
+    check_keys as check_keys,
+    CdiSettings as CdiSettings,
+    CliSettings as CliSettings,
+    HookSettings as HookSettings,
+    Record as Record,
+    RuntimeSettings as RuntimeSettings,
+    ToolkitConfig as ToolkitConfig,
+)
+
 TYPE_CHECKING = False  # typing itself costs milliseconds at every container start
 if TYPE_CHECKING:  # pragma: no cover
     from typing import Any, Mapping
-
-DEFAULT_CONFIG_PATH = "/etc/nvidia-container-runtime/config.toml"
-# [nvidia-container-runtime.modes.csv] mount-spec-path: where csv mode's CSV files are
-CSV_MOUNT_SPEC_PATH = "/etc/nvidia-container-runtime/host-files-for-container.d"
-USER_CONFIG = "nvidia-container-runtime/config.toml"  # under $XDG_CONFIG_HOME or ~/.config
-CONFIG_ENV = "NVIDIA_CONTAINER_RUNTIME_CONFIG"
-MAX_CONFIG_BYTES = 1024 * 1024
-
-# Every driver capability libnvidia-container knows, in the order reference §4 gives its flags.
-ALL_CAPABILITIES = ("compute", "utility", "video", "graphics", "display", "compat32", "ngx")
-DEFAULT_SUPPORTED_CAPABILITIES = "compat32,compute,display,graphics,ngx,utility,video"
-DEFAULT_RUNTIMES = ("docker-runc", "runc", "crun")
-CDI_SPEC_DIRS = ("/etc/cdi", "/var/run/cdi")  # NVIDIA's and CDI's defaults, in CDI's order
-LOG_LEVELS = ("debug", "info", "warning", "error")
-# logrus's level names, which NVIDIA's runtime accepts, as the level this runtime logs at.
-NVIDIA_LOG_LEVELS = {"trace": "debug", "warn": "warning", "fatal": "error", "panic": "error"}
-MODES = ("legacy", "direct")  # what `nvdocker2 install --mode` writes
-# Every mode some NVIDIA release knows, and ours. jit-cdi is read as direct; auto is resolved
-# per container (nvdocker2.runtime.mode); every one of them is served.
-CONFIG_MODES = ("auto", "legacy", "direct", "jit-cdi", "cdi", "csv")
-SERVED_MODES = ("legacy", "direct", "cdi", "csv")
-HOOK_NAME = "nvidia-container-runtime-hook"
-
-STR, BOOL, STRS, TABLE = "a string", "true or false", "a list of strings", "a table"
-# Every key of config.toml that a release of NVIDIA's toolkit knows (v1.13 to main: the toml
-# tags of its config structs), with the type NVIDIA reads, and nvdocker2's own keys.
-NVIDIA_KEYS = {
-    "accept-nvidia-visible-devices-as-volume-mounts": BOOL,
-    "accept-nvidia-visible-devices-envvar-when-unprivileged": BOOL,
-    "disable-require": BOOL,
-    "supported-driver-capabilities": STR,
-    "swarm-resource": STR,
-    "nvidia-container-cli": TABLE,
-    "nvidia-container-cli.debug": STR,
-    "nvidia-container-cli.environment": STRS,
-    "nvidia-container-cli.ldcache": STR,
-    "nvidia-container-cli.ldconfig": STR,
-    "nvidia-container-cli.load-kmods": BOOL,
-    "nvidia-container-cli.no-cgroups": BOOL,
-    "nvidia-container-cli.no-pivot": BOOL,
-    "nvidia-container-cli.path": STR,
-    "nvidia-container-cli.root": STR,
-    "nvidia-container-cli.user": STR,
-    "nvidia-container-runtime": TABLE,
-    "nvidia-container-runtime.debug": STR,
-    "nvidia-container-runtime.log-level": STR,
-    "nvidia-container-runtime.mode": STR,
-    "nvidia-container-runtime.runtimes": STRS,
-    "nvidia-container-runtime.modes": TABLE,
-    "nvidia-container-runtime.modes.cdi": TABLE,
-    "nvidia-container-runtime.modes.cdi.annotation-prefixes": STRS,
-    "nvidia-container-runtime.modes.cdi.default-kind": STR,
-    "nvidia-container-runtime.modes.cdi.spec-dirs": STRS,
-    "nvidia-container-runtime.modes.csv": TABLE,
-    "nvidia-container-runtime.modes.csv.compat-container-root": STR,
-    "nvidia-container-runtime.modes.csv.mount-spec-path": STR,
-    "nvidia-container-runtime.modes.jit-cdi": TABLE,
-    "nvidia-container-runtime.modes.jit-cdi.nvcdi-disable-hooks": STRS,
-    "nvidia-container-runtime.modes.jit-cdi.nvcdi-feature-flags": STRS,
-    "nvidia-container-runtime.modes.legacy": TABLE,
-    "nvidia-container-runtime.modes.legacy.cuda-compat-mode": STR,
-    "nvidia-container-runtime-hook": TABLE,
-    "nvidia-container-runtime-hook.path": STR,
-    "nvidia-container-runtime-hook.skip-mode-detection": BOOL,
-    "nvidia-ctk": TABLE,
-    "nvidia-ctk.path": STR,
-    "features": TABLE,
-    "features.allow-cuda-compat-libs-from-container": BOOL,
-    "features.allow-ldconfig-from-container": BOOL,
-    "features.allow-unknown-oci-spec-fields": BOOL,
-    "features.disable-cuda-compat-lib-hook": BOOL,
-    "features.disable-imex-channel-creation": BOOL,
-    "features.ignore-imex-channel-requests": BOOL,
-    "features.no-additional-gids-for-device-nodes": BOOL,
-}
-OWN_KEYS = {"nvidia-container-runtime.driver-root": STR}
-
-_FEATURE_WHY = "a feature of NVIDIA's CDI and jit-cdi modifiers; nvdocker2's modes do not have it"
-# The keys nvdocker2 reads but does not act on, and why (doctor lists the ones a file sets).
-NOT_USED = {
-    "nvidia-container-runtime.modes.csv.compat-container-root":
-        "NVIDIA's csv mode sets up CUDA's forward-compatibility libraries there; nvdocker2's"
-        " mounts the CSV files' paths only",
-    "nvidia-container-runtime.modes.jit-cdi.nvcdi-disable-hooks":
-        "jit-cdi is direct mode here, which discovers the driver itself, without nvcdi",
-    "nvidia-container-runtime.modes.jit-cdi.nvcdi-feature-flags":
-        "jit-cdi is direct mode here, which discovers the driver itself, without nvcdi",
-    "nvidia-container-runtime.modes.legacy.cuda-compat-mode":
-        "not passed on: nvidia-container-cli before 1.17.5 refuses --cuda-compat-mode, so "
-        "its own default applies",
-    "nvidia-container-runtime-hook.skip-mode-detection":
-        "nvdocker2's hook never refuses a container by mode (docker --gpus is served by the "
-        "legacy hook in every mode), which is what true asks for",
-    "nvidia-ctk.path": "nvdocker2 runs no nvidia-ctk hooks; direct mode's hook is the runtime",
-    "features.allow-cuda-compat-libs-from-container":
-        "tied to cuda-compat-mode, which is not passed on",
-    "features.allow-ldconfig-from-container":
-        "ldconfig always runs from the host (docs/direct.md); never from the container",
-    "features.allow-unknown-oci-spec-fields": "nvdocker2 keeps every field of config.json",
-    "features.disable-cuda-compat-lib-hook": _FEATURE_WHY,
-    "features.disable-imex-channel-creation": _FEATURE_WHY,
-    "features.ignore-imex-channel-requests": _FEATURE_WHY,
-    "features.no-additional-gids-for-device-nodes": _FEATURE_WHY,
-}
-
-
-class ConfigError(Exception):
-    """config.toml cannot be used; the message is one line naming the file and the key."""
-
-
-class Record:
-    """An immutable record with what callers use of a frozen dataclass: keyword or positional
-    construction with the class's defaults, ==, hash, repr, and `replace(**changes)`.
-    Assigning a field raises AttributeError (as dataclasses' FrozenInstanceError does).
-
-    Fields are the annotated class attributes, in order; the class value is the default.
-    """
-
-    _fields: tuple[str, ...] = ()
-    _defaults: dict = {}
-
-    def __init_subclass__(cls, **kwargs) -> None:
-        super().__init_subclass__(**kwargs)
-        fields: list[str] = []
-        defaults: dict = {}
-        for klass in reversed(cls.__mro__):
-            for name in klass.__dict__.get("__annotations__", {}):
-                if name.startswith("_"):
-                    continue
-                if name not in fields:
-                    fields.append(name)
-                if name in klass.__dict__:
-                    defaults[name] = klass.__dict__[name]
-        cls._fields = tuple(fields)
-        cls._defaults = defaults
-
-    def __init__(self, *args, **kwargs) -> None:
-        if len(args) > len(self._fields):
-            raise TypeError(f"{type(self).__name__} takes {len(self._fields)} arguments")
-        values = dict(zip(self._fields, args))
-        for name, value in kwargs.items():
-            if name not in self._fields or name in values:
-                raise TypeError(f"{type(self).__name__}: unexpected or repeated {name!r}")
-            values[name] = value
-        for name in self._fields:
-            if name not in values:
-                if name not in self._defaults:
-                    raise TypeError(f"{type(self).__name__}: missing {name!r}")
-                values[name] = self._defaults[name]
-            object.__setattr__(self, name, values[name])
-
-    def __setattr__(self, name: str, value) -> None:
-        raise AttributeError(f"cannot assign to field {name!r}: {type(self).__name__} is frozen")
-
-    def __delattr__(self, name: str) -> None:
-        raise AttributeError(f"cannot delete field {name!r}: {type(self).__name__} is frozen")
-
-    def _values(self) -> tuple:
-        return tuple(getattr(self, name) for name in self._fields)
-
-    def __eq__(self, other) -> bool:
-        if type(other) is not type(self):
-            return NotImplemented
-        return self._values() == other._values()
-
-    def __hash__(self) -> int:
-        return hash(self._values())
-
-    def __repr__(self) -> str:
-        inner = ", ".join(f"{name}={getattr(self, name)!r}" for name in self._fields)
-        return f"{type(self).__name__}({inner})"
-
-    def replace(self, **changes):
-        """A copy with some fields changed (dataclasses.replace)."""
-        values = {name: getattr(self, name) for name in self._fields}
-        values.update(changes)
-        return type(self)(**values)
-
-
-class RuntimeSettings(Record):
-    """`[nvidia-container-runtime]`."""
-
-    runtimes: tuple[str, ...] = DEFAULT_RUNTIMES
-    debug: str | None = None
-    log_level: str = "info"
-    mode: str = "legacy"
-    driver_root: str = "/"
-    mode_given: str = "legacy"
-    csv_mount_spec_path: str = CSV_MOUNT_SPEC_PATH
-
-
-class CdiSettings(Record):
-    """`[nvidia-container-runtime.modes.cdi]`, with NVIDIA's defaults."""
-
-    spec_dirs: tuple[str, ...] = CDI_SPEC_DIRS
-    default_kind: str = "nvidia.com/gpu"
-    annotation_prefixes: tuple[str, ...] = ("cdi.k8s.io/",)
-
-
-class HookSettings(Record):
-    """`[nvidia-container-runtime-hook]`."""
-
-    path: str | None = None
-
-
-class CliSettings(Record):
-    """`[nvidia-container-cli]`: how the hook calls libnvidia-container."""
-
-    path: str | None = None
-    root: str | None = None
-    ldconfig: str | None = "@/sbin/ldconfig"
-    load_kmods: bool = True
-    no_cgroups: bool = False
-    user: str | None = None
-    debug: str | None = None
-    environment: tuple[str, ...] = ()
-    ldcache: str | None = None
-    no_pivot: bool = False
-
-
-class ToolkitConfig(Record):
-    """The whole config.toml, with defaults for what the file does not say.
-
-    `source` is the file it was read from (None when no file existed: pure defaults) and
-    `path`/`from_env` say which file was asked for and whether NVIDIA_CONTAINER_RUNTIME_CONFIG
-    named it (the runtime then passes `--config` to the hook it injects). `user_source` is
-    the per-user file whose keys override it (None: none was read).
-    """
-
-    disable_require: bool = False
-    supported_driver_capabilities: tuple[str, ...] = tuple(
-        DEFAULT_SUPPORTED_CAPABILITIES.split(",")
-    )
-    accept_envvar_unprivileged: bool = True
-    accept_volume_mounts: bool = False
-    swarm_resource: str = ""
-    runtime: RuntimeSettings = RuntimeSettings()
-    cdi: CdiSettings = CdiSettings()
-    hook: HookSettings = HookSettings()
-    cli: CliSettings = CliSettings()
-    path: str = DEFAULT_CONFIG_PATH
-    from_env: bool = False
-    source: str | None = None
-    user_source: str | None = None
-    warnings: tuple[str, ...] = ()
-    unused: tuple[str, ...] = ()
 
 
 def config_path(explicit: str | None = None, environ: Mapping[str, str] | None = None
@@ -321,22 +115,6 @@ def load(explicit: str | None = None, environ: Mapping[str, str] | None = None,
     return layered(data, path, from_env, over, user_path)
 
 
-def layered(data: bytes | None, path: str, from_env: bool, user_data: bytes | None,
-            user_path: str | None) -> ToolkitConfig:
-    """The config of the global file's bytes (None: no file) with the per-user file's keys
-    over them (None: no per-user file), each file's errors naming it."""
-    if user_data is None or user_path is None:
-        if data is None:
-            return ToolkitConfig(path=path, from_env=from_env)
-        return parse(data, path=path, from_env=from_env)
-    base = _document(data, path) if data is not None else {}
-    _build(base, path, from_env, path)
-    user_doc = _document(user_data, user_path)
-    _build(user_doc, user_path, False, user_path)
-    merged = _build(_merge(base, user_doc), path, from_env, path if data is not None else None)
-    return merged.replace(user_source=user_path)
-
-
 def _read_file(path: str) -> bytes | None:
     try:
         with open(path, "rb") as f:
@@ -373,6 +151,22 @@ def read_user_file(path: str) -> bytes | None:
     return data
 
 
+def layered(data: bytes | None, path: str, from_env: bool, user_data: bytes | None,
+            user_path: str | None) -> ToolkitConfig:
+    """The config of the global file's bytes (None: no file) with the per-user file's keys
+    over them (None: no per-user file), each file's errors naming it."""
+    if user_data is None or user_path is None:
+        if data is None:
+            return ToolkitConfig(path=path, from_env=from_env)
+        return parse(data, path=path, from_env=from_env)
+    base = _document(data, path) if data is not None else {}
+    _build(base, path, from_env, path)
+    user_doc = _document(user_data, user_path)
+    _build(user_doc, user_path, False, user_path)
+    merged = _build(_merge(base, user_doc), path, from_env, path if data is not None else None)
+    return merged.replace(user_source=user_path)
+
+
 def _merge(base: dict, over: dict) -> dict:
     """`base` with every key of `over` in its place; tables are merged key by key."""
     out = dict(base)
@@ -393,7 +187,7 @@ def _document(data: bytes, path: str) -> dict:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
         raise ConfigError(f"{path}: not UTF-8 text (byte {e.start})") from None
-    doc = _read_plain_toml(text)
+    doc = read_plain_toml(text)
     if doc is None:
         doc = read_toml(text, path)
     return doc
@@ -536,36 +330,59 @@ def _modes_csv(runtime: dict) -> dict:
     return runtime.get("modes", {}).get("csv", {})
 
 
-_TYPES = {STR: str, BOOL: bool, STRS: list, TABLE: dict}
+class _Reader:
+    """Typed access to the parsed TOML that names the key and file on a wrong type."""
 
+    def __init__(self, doc: dict, path: str) -> None:
+        self.doc = doc
+        self.path = path
 
-def check_keys(doc: dict, path: str) -> tuple[list[str], tuple[str, ...]]:
-    """The type of every key NVIDIA's toolkit or nvdocker2 knows (ConfigError naming the
-    first wrong one); returns the warnings for keys no NVIDIA release knows, and the keys
-    set here that nvdocker2 does not use (`NOT_USED`)."""
-    warnings: list[str] = []
-    unused: list[str] = []
-    todo = [("", doc)]
-    while todo:
-        prefix, table = todo.pop()
-        for name, value in table.items():
-            key = prefix + name
-            want = NVIDIA_KEYS.get(key) or OWN_KEYS.get(key)
-            if want is None:
-                shown = key if key.isprintable() else repr(key)
-                warnings.append(f"key '{shown}' is not one any NVIDIA release knows; ignored")
-                continue
-            kind = _TYPES[want]
-            if not isinstance(value, kind) or (kind is str and isinstance(value, bool)) or (
-                    kind is list and not all(isinstance(v, str) for v in value)):
-                shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
-                raise ConfigError(
-                    f"{path}: key '{key}' must be {want}, got {type(value).__name__} {shown}")
-            if kind is dict:
-                todo.append((key + ".", value))
-            elif key in NOT_USED:
-                unused.append(key)
-    return warnings, tuple(sorted(unused))
+    def _wrong(self, key: str, want: str, value: Any) -> ConfigError:
+        return ConfigError(
+            f"{self.path}: key '{key}' must be {want}, got {type(value).__name__} {value!r}"
+        )
+
+    def table(self, name: str) -> dict:
+        value = self.doc.get(name, {})
+        if not isinstance(value, dict):
+            raise self._wrong(name, "a table", value)
+        return value
+
+    def _get(self, table: dict, key: str) -> Any:
+        return table.get(key.rsplit(".", 1)[-1] if "." in key else key)
+
+    def string(self, table: dict, key: str, default: str) -> str:
+        value = self._get(table, key)
+        if value is None:
+            return default
+        if not isinstance(value, str):
+            raise self._wrong(key, "a string", value)
+        return value
+
+    def optional_string(self, table: dict, key: str, default: str | None = None) -> str | None:
+        """A string where "" means unset (as NVIDIA's toolkit treats it)."""
+        value = self._get(table, key)
+        if value is None:
+            return default
+        if not isinstance(value, str):
+            raise self._wrong(key, "a string", value)
+        return value or None
+
+    def boolean(self, table: dict, key: str, default: bool) -> bool:
+        value = self._get(table, key)
+        if value is None:
+            return default
+        if not isinstance(value, bool):
+            raise self._wrong(key, "true or false", value)
+        return value
+
+    def string_list(self, table: dict, key: str, default: tuple[str, ...]) -> tuple[str, ...]:
+        value = self._get(table, key)
+        if value is None:
+            return tuple(default)
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise self._wrong(key, "a list of strings", value)
+        return tuple(value)
 
 
 def read_toml(text: str, path: str) -> dict:
@@ -586,7 +403,7 @@ _DIGITS = frozenset("0123456789")
 _CONTROLS = dict.fromkeys((*range(9), *range(11, 13), *range(14, 32), 127))
 
 
-def _read_plain_toml(text: str) -> dict | None:
+def read_plain_toml(text: str) -> dict | None:
     """The plain subset of TOML config.toml files are written in, or None for anything else.
 
     Accepted, one per line: blank lines, comments, `[bare-table]` and `[bare.dotted]`
@@ -702,58 +519,3 @@ def _plain_value(s: str):
     if digits and _DIGITS.issuperset(digits) and (digits == "0" or digits[0] != "0"):
         return int(word), rest
     return None
-
-
-class _Reader:
-    """Typed access to the parsed TOML that names the key and file on a wrong type."""
-
-    def __init__(self, doc: dict, path: str) -> None:
-        self.doc = doc
-        self.path = path
-
-    def _wrong(self, key: str, want: str, value: Any) -> ConfigError:
-        return ConfigError(
-            f"{self.path}: key '{key}' must be {want}, got {type(value).__name__} {value!r}"
-        )
-
-    def table(self, name: str) -> dict:
-        value = self.doc.get(name, {})
-        if not isinstance(value, dict):
-            raise self._wrong(name, "a table", value)
-        return value
-
-    def _get(self, table: dict, key: str) -> Any:
-        return table.get(key.rsplit(".", 1)[-1] if "." in key else key)
-
-    def string(self, table: dict, key: str, default: str) -> str:
-        value = self._get(table, key)
-        if value is None:
-            return default
-        if not isinstance(value, str):
-            raise self._wrong(key, "a string", value)
-        return value
-
-    def optional_string(self, table: dict, key: str, default: str | None = None) -> str | None:
-        """A string where "" means unset (as NVIDIA's toolkit treats it)."""
-        value = self._get(table, key)
-        if value is None:
-            return default
-        if not isinstance(value, str):
-            raise self._wrong(key, "a string", value)
-        return value or None
-
-    def boolean(self, table: dict, key: str, default: bool) -> bool:
-        value = self._get(table, key)
-        if value is None:
-            return default
-        if not isinstance(value, bool):
-            raise self._wrong(key, "true or false", value)
-        return value
-
-    def string_list(self, table: dict, key: str, default: tuple[str, ...]) -> tuple[str, ...]:
-        value = self._get(table, key)
-        if value is None:
-            return tuple(default)
-        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            raise self._wrong(key, "a list of strings", value)
-        return tuple(value)

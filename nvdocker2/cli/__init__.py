@@ -22,11 +22,11 @@ from typing import Any, List, Optional
 from nvdocker2 import redact
 from nvdocker2.cli import agent, cdi, doctor, install, state, system
 from nvdocker2.cli.app import (
-    _click_errors,
-    _debug,
-    _fail,
-    _interrupted,
-    _stderr,
+    click_errors,
+    debug_mode,
+    fail,
+    interrupted,
+    to_stderr,
     app,
     typer,
 )
@@ -89,8 +89,8 @@ def _usage_error(e: Any, argv: List[str]) -> int:
     message = _plain_words(message, argv)
     ctx = getattr(e, "ctx", None)
     where = ctx.command_path if ctx is not None else _command(argv)[0]
-    _stderr(f"error: {message}")
-    _stderr(f"hint: see '{where} --help' for its options")
+    to_stderr(f"error: {message}")
+    to_stderr(f"hint: see '{where} --help' for its options")
     return EXIT_BAD_INPUT
 
 
@@ -120,11 +120,11 @@ def _app_for(args: List[str]) -> Any:
 
 def _exits() -> tuple:
     """typer.Exit, and click's Exit where typer raises that instead (typer < 0.20)."""
-    return tuple({typer.Exit, getattr(_click_errors, "Exit", typer.Exit)})
+    return tuple({typer.Exit, getattr(click_errors, "Exit", typer.Exit)})
 
 
 def _aborts() -> tuple:
-    return tuple({typer.Abort, getattr(_click_errors, "Abort", typer.Abort)})
+    return tuple({typer.Abort, getattr(click_errors, "Abort", typer.Abort)})
 
 
 def main(argv: Optional[List[str]] = None) -> None:
@@ -134,37 +134,37 @@ def main(argv: Optional[List[str]] = None) -> None:
     for sig in (signal.SIGTERM, signal.SIGHUP):
         with contextlib.suppress(ValueError, OSError):
             signal.signal(sig, _on_signal)
-    no_args = getattr(_click_errors, "NoArgsIsHelpError", None)
+    no_args = getattr(click_errors, "NoArgsIsHelpError", None)
     args = sys.argv[1:] if argv is None else list(argv)
     try:
         empty = _empty_path(args)
         if empty is not None:
-            raise _click_errors.BadParameter("an empty path names no file",
+            raise click_errors.BadParameter("an empty path names no file",
                                              param_hint=f"'{empty}'")
         rv = _app_for(args)(args=argv, prog_name="nvdocker2", standalone_mode=False)
     except _exits() as e:
         sys.exit(e.exit_code)
-    except _click_errors.UsageError as e:
+    except click_errors.UsageError as e:
         if no_args is not None and isinstance(e, no_args) and e.ctx is not None:
             # click >= 8.2 (typer >= 0.20): no command given is an error; typer 0.7 prints the
             # help and exits 0, which every version does here.
             typer.echo(e.ctx.get_help())
             sys.exit(0)
         sys.exit(_usage_error(e, args))
-    except _click_errors.ClickException as e:
-        _stderr(f"error: {' '.join(e.format_message().split())}")
-        _stderr("hint: see 'nvdocker2 --help'")
+    except click_errors.ClickException as e:
+        to_stderr(f"error: {' '.join(e.format_message().split())}")
+        to_stderr("hint: see 'nvdocker2 --help'")
         sys.exit(e.exit_code)
     except _aborts() as e:
-        sys.exit(_interrupted(e))
+        sys.exit(interrupted(e))
     except NvDockerError as e:
-        sys.exit(_fail(e))
+        sys.exit(fail(e))
     except KeyboardInterrupt as e:
-        sys.exit(_interrupted(e))
+        sys.exit(interrupted(e))
     except Exception as e:  # an unexpected internal error: one line, traceback only in debug
-        if _debug():
+        if debug_mode():
             traceback.print_exc()
-        _stderr(f"error: internal error: {type(e).__name__}: {e}")
-        _stderr("hint: run again with NVDOCKER2_DEBUG=1 for a traceback and report it")
+        to_stderr(f"error: internal error: {type(e).__name__}: {e}")
+        to_stderr("hint: run again with NVDOCKER2_DEBUG=1 for a traceback and report it")
         sys.exit(EXIT_INTERNAL)
     sys.exit(rv if isinstance(rv, int) else 0)

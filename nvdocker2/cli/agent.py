@@ -7,14 +7,14 @@ from __future__ import annotations
 import os
 from typing import Any, Optional
 
-from nvdocker2.cli.app import _Command, _run, typer
+from nvdocker2.cli.app import Command, run_command, typer
 from nvdocker2.cli.options import ReloadMode, install_option
 from nvdocker2.engines import registry
 from nvdocker2.errors import BadInput, EnvironmentProblem
 
 
 def add(app: Any) -> None:
-    app.command("agent", cls=_Command)(agent)
+    app.command("agent", cls=Command)(agent)
 
 
 def agent(
@@ -94,4 +94,4 @@ def agent(
         except node_agent.CannotStart as e:
             raise EnvironmentProblem(str(e), e.hint) from None
 
-    _run(False, go)
+    run_command(False, go)

@@ -1,7 +1,7 @@
 """The typer plumbing of the `nvdocker2` command (docs/reference.md §2) and where its output goes.
 
 Errors are `NvDockerError`s carrying their exit code (reference §2); they become one `error:`
-line and one `hint:` line in exactly one place (`_fail`), with a traceback only when
+line and one `hint:` line in exactly one place (`fail`), with a traceback only when
 NVDOCKER2_DEBUG=1. With --json, stdout gets one JSON object whatever happens.
 """
 
@@ -22,7 +22,7 @@ from nvdocker2.oneline import one_line
 
 def _import_typer() -> Any:
     """typer, loaded without rich. typer < 0.8 imports rich (and markdown-it, ~0.1 s) as it
-    loads, only to format help, which we print plain on every typer version (see `_Command`);
+    loads, only to format help, which we print plain on every typer version (see `Command`);
     rich stays importable for the spinner, which imports it when it is shown."""
     if "typer" in sys.modules or "rich" in sys.modules:
         import typer
@@ -39,10 +39,10 @@ def _import_typer() -> Any:
 typer = _import_typer()
 # The exception classes typer raises: click's up to typer 0.19, its own copy of click from
 # typer 0.20 on. Named through typer's own export, never by importing click.
-_click_errors = sys.modules[typer.BadParameter.__module__]
+click_errors = sys.modules[typer.BadParameter.__module__]
 
 
-class _Command(typer.core.TyperCommand):
+class Command(typer.core.TyperCommand):
     """Plain click help on every typer: typer < 0.8 formats help with rich whenever rich is
     importable, and rich's tables cut long defaults with "…". Option values are converted
     without pydantic where typer >= 0.29 would import it for them (nvdocker2.cli.values)."""
@@ -60,7 +60,7 @@ class _Command(typer.core.TyperCommand):
 
 
 class _Group(typer.core.TyperGroup):
-    __doc__ = _Command.__doc__ + """ `--install-completion` says the shell by its name
+    __doc__ = Command.__doc__ + """ `--install-completion` says the shell by its name
     (`_install_completion`)."""
 
     def parse_args(self, ctx: Any, args: Any) -> Any:
@@ -91,12 +91,12 @@ def _install_completion(ctx: Any, param: Any, value: Any) -> Any:
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
 
-def _typer(**kw: Any) -> Any:
+def make_typer(**kw: Any) -> Any:
     return typer.Typer(cls=_Group, context_settings=CONTEXT, no_args_is_help=True,
                        rich_markup_mode=None, pretty_exceptions_enable=False, **kw)
 
 
-app = _typer(
+app = make_typer(
     add_completion=True,
     help="Configure Docker for NVIDIA GPUs: add, remove and check the nvidia runtime in "
     "daemon.json safely (merge, backup, atomic write, reload, verify, roll back).",
@@ -106,36 +106,36 @@ app = _typer(
 # --- output ------------------------------------------------------------------------------------
 
 
-class _Out:
+class Out:
     """Where the current command writes; set once per command."""
 
     json = False
 
 
-def _stderr(line: str) -> None:
+def to_stderr(line: str) -> None:
     """One line on stderr; control characters in it are escaped (reference §8: one line each)."""
     sys.stderr.write(one_line(line) + "\n")
     sys.stderr.flush()
 
 
-def _emit_json(obj: dict) -> None:
+def emit_json(obj: dict) -> None:
     sys.stdout.write(json.dumps(obj, indent=2, ensure_ascii=False, default=str) + "\n")
     sys.stdout.flush()
 
 
-def _debug() -> bool:
+def debug_mode() -> bool:
     return os.environ.get("NVDOCKER2_DEBUG", "") not in ("", "0")
 
 
-def _fail(e: NvDockerError) -> int:
+def fail(e: NvDockerError) -> int:
     """The one place an NvDockerError becomes output; returns the exit code."""
-    if _debug():
+    if debug_mode():
         traceback.print_exception(type(e), e, e.__traceback__)
-    if _Out.json:
-        _emit_json(dict(_failed_json(e), error=e.message, hint=e.hint, exit_code=e.exit_code))
-    _stderr(f"error: {e.message}")
+    if Out.json:
+        emit_json(dict(_failed_json(e), error=e.message, hint=e.hint, exit_code=e.exit_code))
+    to_stderr(f"error: {e.message}")
     if e.hint:
-        _stderr(f"hint: {e.hint}")
+        to_stderr(f"hint: {e.hint}")
     return e.exit_code
 
 
@@ -147,7 +147,7 @@ class CliReporter:
 
     def progress(self, message: str) -> None:
         if self.live:
-            _stderr(f"... {message}")
+            to_stderr(f"... {message}")
 
     @contextlib.contextmanager
     def waiting(self, message: str) -> Iterator[None]:
@@ -169,26 +169,26 @@ def _failed_json(e: Any) -> dict:
             "after": None}
 
 
-def _interrupted(e: BaseException | None = None) -> int:
+def interrupted(e: BaseException | None = None) -> int:
     # The transaction says exactly what the files hold (nvdocker2.errors.Interrupted).
     if e is not None and not hasattr(e, "state"):
         e = getattr(e, "__cause__", None) or e  # click's Abort, raised from the interrupt
     state = getattr(e, "state", None) or "daemon.json is unchanged or was restored"
     message = f"interrupted; {state}"
-    if _Out.json:
-        _emit_json(dict(_failed_json(e), error=message, hint=None, exit_code=EXIT_INTERNAL))
-    _stderr(f"error: {message}")
+    if Out.json:
+        emit_json(dict(_failed_json(e), error=message, hint=None, exit_code=EXIT_INTERNAL))
+    to_stderr(f"error: {message}")
     return EXIT_INTERNAL
 
 
-def _run(json_mode: bool, fn: Callable[[], int | None]) -> None:
-    _Out.json = json_mode
+def run_command(json_mode: bool, fn: Callable[[], int | None]) -> None:
+    Out.json = json_mode
     try:
         code = fn()
     except NvDockerError as e:
-        raise typer.Exit(_fail(e)) from None
+        raise typer.Exit(fail(e)) from None
     except KeyboardInterrupt as e:  # recent typer turns it into a silent exit 130
-        raise typer.Exit(_interrupted(e)) from None
+        raise typer.Exit(interrupted(e)) from None
     if code:
         raise typer.Exit(code)
 

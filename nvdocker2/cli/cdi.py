@@ -8,13 +8,13 @@ from pathlib import Path
 from typing import Any, Optional
 
 from nvdocker2 import locations
-from nvdocker2.cli.app import _Command, _emit_json, _Out, _run, _stderr, _typer, typer
+from nvdocker2.cli.app import Command, emit_json, Out, run_command, to_stderr, make_typer, typer
 from nvdocker2.cli.options import config_option, install_option, to_typer
 from nvdocker2.engines import registry
 from nvdocker2.errors import BadInput
 
 
-cdi_app = _typer(add_completion=False,
+cdi_app = make_typer(add_completion=False,
                  help="Container Device Interface specs for this host's GPUs.")
 
 
@@ -22,7 +22,7 @@ def add(app: Any) -> None:
     app.add_typer(cdi_app, name="cdi")
 
 
-@cdi_app.command("generate", cls=_Command)
+@cdi_app.command("generate", cls=Command)
 def cdi_generate(
     output: Optional[str] = typer.Option(
         None, "--output", metavar="PATH",
@@ -60,8 +60,8 @@ def cdi_generate(
         path = runtime_path or locations.default_runtime_path()[0]
         res = generate_cdi(output, driver_root=driver_root, runtime_path=path, ldconfig=ldconfig,
                            device_class=device_class)
-        if _Out.json:
-            _emit_json({"output": res.output, "gpus": res.gpus, "mounts": res.mounts,
+        if Out.json:
+            emit_json({"output": res.output, "gpus": res.gpus, "mounts": res.mounts,
                         "driver_root": res.driver_root, "wsl": res.wsl})
         elif device_class == "imex-channel":
             sys.stdout.write(f"wrote {res.output}: {res.gpus} IMEX channel(s), driver root "
@@ -75,10 +75,10 @@ def cdi_generate(
                              f"files, driver root {res.driver_root}\n")
         return 0
 
-    _run(json_, go)
+    run_command(json_, go)
 
 
-@cdi_app.command("refresh", cls=_Command)
+@cdi_app.command("refresh", cls=Command)
 def cdi_refresh(
     config: Optional[Path] = to_typer(config_option("cdi refresh", "whose CDI mode to refresh")),
     cdi_spec_dir: Optional[str] = typer.Option(
@@ -94,8 +94,8 @@ def cdi_refresh(
 
     def go() -> int:
         res = registry.frontend("docker").cdi_refresh(config, cdi_spec_dir, timeout)
-        if _Out.json:
-            _emit_json(res.to_json())
+        if Out.json:
+            emit_json(res.to_json())
         elif not res.present:
             sys.stdout.write(f"no CDI spec at {res.spec}: nothing to refresh "
                              "(nvdocker2 install --mode cdi writes one)\n")
@@ -109,14 +109,14 @@ def cdi_refresh(
                              f"({', '.join(res.devices)}); nothing written\n")
         return 0
 
-    _run(json_, go)
+    run_command(json_, go)
 
 
 
 _READERS = ("podman-4.3", "docker-25", "docker-26.1", "docker-28.0", "docker-28.1")
 
 
-@cdi_app.command("validate", cls=_Command)
+@cdi_app.command("validate", cls=Command)
 def cdi_validate(
     file: str = typer.Argument(
         "/etc/cdi/nvidia.yaml", metavar="[FILE]", show_default=False,
@@ -154,12 +154,12 @@ def cdi_validate(
             raise os_error(err, file) from None
         report = cv.validate(os.path.abspath(file), data, readers, mode)
         for note in report.notes:
-            _stderr(f"warning: {note}")
+            to_stderr(f"warning: {note}")
         refused = [v for v in report.verdicts if not v.ok]
-        if _Out.json:
-            _emit_json(report.to_json())
+        if Out.json:
+            emit_json(report.to_json())
         if not refused:
-            if not _Out.json:
+            if not Out.json:
                 names = ", ".join(f"{v.reader.name} (CDI {v.reader.library.version})"
                                   for v in report.verdicts)
                 sys.stdout.write(f"ok: {report.path}: cdiVersion {report.version}, "
@@ -173,9 +173,9 @@ def cdi_validate(
         hint = ("fix that field (nvdocker2 cdi generate writes a spec every reader accepts)"
                 if not accepted else f"accepted by {', '.join(accepted)}: if only those read "
                 "it, check with --for; else fix that field")
-        _stderr(f"error: {report.path}: {first.reader.name} (CDI "
+        to_stderr(f"error: {report.path}: {first.reader.name} (CDI "
                 f"{first.reader.library.version}) refuses it: {first.error}{also}")
-        _stderr(f"hint: {hint}")
+        to_stderr(f"hint: {hint}")
         return 2
 
-    _run(json_, go)
+    run_command(json_, go)

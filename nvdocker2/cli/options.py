@@ -14,7 +14,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional
 
-from nvdocker2.cli.app import _run, typer
+from nvdocker2.cli.app import run_command, typer
 from nvdocker2.engines import registry
 from nvdocker2.engines.front import CliOption
 from nvdocker2.errors import BadInput
@@ -196,7 +196,7 @@ class EngineCommand:
             opts = {k: v for k, v in kw.items() if k != "engine"}
             return self._body(registry.frontend(engine), opts)
 
-        _run(bool(kw.get("json")), go)
+        run_command(bool(kw.get("json")), go)
 
 
 def refuse_foreign_flags(command: str, engine: str, given: Mapping[str, Any]) -> None:
@@ -211,7 +211,7 @@ def refuse_foreign_flags(command: str, engine: str, given: Mapping[str, Any]) ->
 
 def register(app: Any, name: str, body: Callable[[Any, Mapping[str, Any]], int], doc: str,
              argument: Optional[tuple[str, Any]] = None) -> None:
-    from nvdocker2.cli.app import _Command
+    from nvdocker2.cli.app import Command
 
-    app.command(name, cls=_Command)(EngineCommand(name, doc, body, argument))
+    app.command(name, cls=Command)(EngineCommand(name, doc, body, argument))
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 from typing import Any, Callable, Optional
 
-from nvdocker2.cli.app import _emit_json, _Out, _stderr
+from nvdocker2.cli.app import emit_json, Out, to_stderr
 from nvdocker2.engines.front import BackupList, Outcome, Report
 
 
@@ -16,15 +16,15 @@ def render(res: Any, extra_notes: list[str], extra_warnings: list[str],
     whether the engine reports it."""
     warnings = list(extra_warnings) + list(res.warnings)
     notes = list(extra_notes) + list(res.notes)
-    if _Out.json:
+    if Out.json:
         obj = res.to_json()
         obj.update(extra_json or {})
         obj["warnings"] = warnings
         obj["notes"] = notes
-        _emit_json(obj)
+        emit_json(obj)
         return
     for w in warnings:
-        _stderr(f"warning: {w}")
+        to_stderr(f"warning: {w}")
     out = [f"config: {res.config} ({res.config_reason})" if res.config_reason
            else f"config: {res.config}"]
     if res.dry_run:
@@ -72,17 +72,17 @@ def render(res: Any, extra_notes: list[str], extra_warnings: list[str],
 
 def outcome(front: Any, out: Outcome) -> int:
     render(out.result, out.notes, out.warnings, out.extra_json, front.short)
-    if out.after and not _Out.json:
+    if out.after and not Out.json:
         sys.stdout.write("".join(f"{line}\n" for line in out.after))
     return 0
 
 
 def report(rep: Report) -> int:
-    if _Out.json:
-        _emit_json(rep.json)
+    if Out.json:
+        emit_json(rep.json)
         return rep.code
     for w in rep.warnings:
-        _stderr(f"warning: {w}")
+        to_stderr(f"warning: {w}")
     sys.stdout.write("\n".join(rep.lines) + "\n")
     return rep.code
 
@@ -98,8 +98,8 @@ def _backup_cells(b: Any) -> str:
 def backups(bl: BackupList) -> int:
     if not bl.grouped:
         return _one_file(bl)
-    if _Out.json:
-        _emit_json({"engine": bl.engine, "config": bl.config, "config_reason": bl.config_reason,
+    if Out.json:
+        emit_json({"engine": bl.engine, "config": bl.config, "config_reason": bl.config_reason,
                     "files": bl.files, "backup_dir": bl.backup_dir,
                     "backups": sorted(({**b.to_json(), "transaction": tag}
                                        for tag, bs in bl.groups for b in bs),
@@ -124,8 +124,8 @@ def backups(bl: BackupList) -> int:
 def _one_file(bl: BackupList) -> int:
     """One file's backups, without transactions (daemon.json's)."""
     found = [b for _, bs in bl.groups for b in bs]
-    if _Out.json:
-        _emit_json({"config": bl.config, "config_reason": bl.config_reason,
+    if Out.json:
+        emit_json({"config": bl.config, "config_reason": bl.config_reason,
                     "backup_dir": bl.backup_dir, "backups": [b.to_json() for b in found]})
         return 0
     lines = [f"config: {bl.config} ({bl.config_reason})"]

@@ -6,10 +6,10 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from nvdocker2.cli.app import _Command, _emit_json, _Out, _run, _typer, typer
+from nvdocker2.cli.app import Command, emit_json, Out, run_command, make_typer, typer
 from nvdocker2.cli.options import install_option
 
-system_app = _typer(add_completion=False, help="Device nodes and /dev/char links that stay.")
+system_app = make_typer(add_completion=False, help="Device nodes and /dev/char links that stay.")
 
 
 def add(app: Any) -> None:
@@ -22,8 +22,8 @@ def _dev_root() -> Any:
 
 
 def _show(res: Any, made_word: str) -> None:
-    if _Out.json:
-        _emit_json(res.to_json())
+    if Out.json:
+        emit_json(res.to_json())
         return
     if res.note:
         sys.stdout.write(res.note + "\n")
@@ -32,7 +32,7 @@ def _show(res: Any, made_word: str) -> None:
         sys.stdout.write(f"{made_word if e.made else 'unchanged:'} {e.path} ({e.what})\n")
 
 
-@system_app.command("create-device-nodes", cls=_Command)
+@system_app.command("create-device-nodes", cls=Command)
 def create_device_nodes(
     dev_root: str = _dev_root(),
     proc_root: str = typer.Option("/", "--proc-root", metavar="DIR",
@@ -50,10 +50,10 @@ def create_device_nodes(
         _show(devnodes.create_device_nodes(dev_root, proc_root), "made")
         return 0
 
-    _run(json_, go)
+    run_command(json_, go)
 
 
-@system_app.command("create-dev-char-symlinks", cls=_Command)
+@system_app.command("create-dev-char-symlinks", cls=Command)
 def create_dev_char_symlinks(
     dev_root: str = _dev_root(),
     json_: bool = install_option("json"),
@@ -69,4 +69,4 @@ def create_dev_char_symlinks(
         _show(devnodes.create_dev_char_symlinks(dev_root), "linked")
         return 0
 
-    _run(json_, go)
+    run_command(json_, go)

@@ -198,31 +198,6 @@ class Unreachable(NoService):
         raise self.problem
 
 
-def systemd_booted() -> bool:
-    """Whether systemd is the init system here (sd_booted(3): /run/systemd/system exists)."""
-    return os.path.isdir("/run/systemd/system")
-
-
-def unit_active(unit: str) -> bool:
-    """Whether systemctl knows `unit` as active (False without systemd or systemctl)."""
-    from nvdocker2.host import run
-
-    if not run.safe_which("systemctl"):
-        return False
-    try:
-        return run.run(["systemctl", "is-active", "--quiet", unit], timeout=15).returncode == 0
-    except OSError:
-        return False
-
-
-def systemctl_failure(unit: str, stderr: str, verb: str = "restart") -> str:
-    """What a failed `systemctl VERB UNIT` means, in one line of ours."""
-    if "not been booted with systemd" in stderr or "Failed to connect to bus" in stderr:
-        return f"systemd is not running on this host, so it cannot {verb} {unit}"
-    return f"systemctl {verb} {unit} failed: " + (stderr.strip().splitlines()
-                                                   or ["no reason given"])[-1]
-
-
 class Engine(Protocol):
     """One container engine's documents and edits (see `EngineBase` for the defaults)."""
 

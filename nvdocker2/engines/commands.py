@@ -11,8 +11,9 @@ from typing import Any, Mapping, Optional
 
 from nvdocker2 import locations
 from nvdocker2.engines import transaction as txn
-from nvdocker2.engines.base import NoService, Request, Service, Unreachable, systemd_booted
+from nvdocker2.engines.base import NoService, Request, Service, Unreachable
 from nvdocker2.engines.front import BackupList, Outcome, Report
+from nvdocker2.engines.systemd import systemd_booted
 from nvdocker2.errors import DaemonUnreachable, NvDockerError
 
 

@@ -11,20 +11,19 @@ after which `nvdocker2 install --engine podman` (and every other command) shows 
 its options and runs it; no module of the CLI changes. Every command line is parsed against
 the engines registered at that moment.
 
-An engine's options module is read without importing the engine's package: `--help` and
-every command need the options, and a package imports its format and its service, which
-would slow down every start of `nvdocker2` (docker's, containerd's and CRI-O's together
-take longer than the rest of the start).
+An engine's options are imported as any module is (`importlib.import_module`), so its
+package's `__init__.py` runs first: `--help` and every command need the options, so that file
+imports nothing of the engine (it re-exports lazily, see engines/containerd/__init__.py). The
+format and the service come in only with `frontend()`: docker's, containerd's and CRI-O's
+together take longer than the rest of the start.
 """
 
 from __future__ import annotations
 
 import importlib
-import sys
 from typing import Callable, Sequence
 
 from nvdocker2.engines.front import CliOption, EngineEntry, Frontend
-from nvdocker2.host.load import own_module
 
 BUILTIN = ("docker", "containerd", "crio")
 
@@ -102,12 +101,8 @@ _loading: list[bool] = []
 
 
 def _read_options(name: str) -> list[CliOption]:
-    """`nvdocker2/engines/<name>/options.py`'s OPTIONS, its package left unimported."""
-    module = f"nvdocker2.engines.{name}.options"
-    if module in sys.modules:
-        return list(sys.modules[module].OPTIONS)
-    # In sys.modules from here on: the package, once imported, finds this one (one Enum class).
-    return list(own_module(module).OPTIONS)
+    """`nvdocker2/engines/<name>/options.py`'s OPTIONS."""
+    return list(importlib.import_module(f"nvdocker2.engines.{name}.options").OPTIONS)
 
 
 def _front_maker(name: str) -> Callable[[], Frontend]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 
-from nvdocker2.hook.request import Request, _device_arg
+from nvdocker2.hook.request import Request, device_arg
 from nvdocker2.toolkit_config import ToolkitConfig
 
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -90,13 +90,13 @@ def argv_before_pid(cli: str, request: Request, config: ToolkitConfig) -> list[s
     devices = request.device_list
     if devices:
         argv.append(f"--device={devices}")
-    mig_config = _device_arg(request.mig_config)
+    mig_config = device_arg(request.mig_config)
     if mig_config:
         argv.append(f"--mig-config={mig_config}")
-    mig_monitor = _device_arg(request.mig_monitor)
+    mig_monitor = device_arg(request.mig_monitor)
     if mig_monitor:
         argv.append(f"--mig-monitor={mig_monitor}")
-    channels = _device_arg(request.imex_channels)
+    channels = device_arg(request.imex_channels)
     if channels:
         argv.append(f"--imex-channel={channels}")  # one flag, the list as NVIDIA's hook gives it
     argv.extend(f"--{cap}" for cap in request.capabilities)

@@ -81,10 +81,10 @@ class Request(Record):
     @property
     def device_list(self) -> str | None:
         """The value of nvidia-container-cli's `--device=`, None when no device is asked."""
-        return _device_arg(self.devices)
+        return device_arg(self.devices)
 
 
-def _device_arg(devices: Devices | None) -> str | None:
+def device_arg(devices: Devices | None) -> str | None:
     if devices is None or devices == "none":
         return None
     if isinstance(devices, str):

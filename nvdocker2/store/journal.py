@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from nvdocker2.errors import BadInput, EnvironmentProblem
+from nvdocker2.store import codec
 from nvdocker2.store.atomic import atomic_write, make_dirs, os_error
 from nvdocker2.store.lock import check_state_dir, read_state_file
 
@@ -25,8 +26,9 @@ class Journal:
      "runtime_mode": {"path": PATH, "previous": SLOT, "previous_toml": TEXT | absent,
                       "installed": MODE, "file": bool, "table": bool,
                       "dir": bool} | absent}             # install --mode: the global config.toml
-    where SLOT is {"present": false} or {"present": true, "value": ...}. Values are written
-    with the document writer, so numbers keep their exact text.
+    where SLOT is {"present": false} or {"present": true, "value": ...}. The file is strict
+    JSON (store/codec.py, which says why it is not daemon.json's parser); numbers keep their
+    exact text.
     """
 
     def __init__(self, state: Path, config: Path) -> None:
@@ -41,14 +43,12 @@ class Journal:
         return read_state_file(self.path, "journal")
 
     def load(self) -> dict[str, Any]:
-        from nvdocker2.engines.docker.daemonjson import document
-
         data = self.read_bytes()
         if data is None:
             return {}
         try:
-            rec = document.parse(data, str(self.path)).data
-        except BadInput:
+            rec = codec.loads(data)
+        except ValueError:
             raise EnvironmentProblem(
                 f"journal {self.path} is damaged",
                 f"remove it (uninstall then only removes entries pointing at this package's "
@@ -57,23 +57,23 @@ class Journal:
         return rec if rec.get("config") == str(self.config) else {}
 
     def write(self, record: dict[str, Any] | None) -> None:
-        """Replace the record (None or empty: remove the file)."""
-        from nvdocker2.engines.docker.daemonjson import document
-
+        """Replace the record (None or empty: remove the file). BadInput, nothing written, for
+        a value the journal cannot hold (nested deeper than codec.MAX_DEPTH)."""
         if not record or not any(record.get(k) for k in ("runtimes", "default_runtime",
                                                           "user_config", "runtime_mode")):
             self.restore(None)
             return
         try:
+            data = codec.dumps(record)
+        except ValueError as e:
+            raise BadInput(f"journal {self.path}: a value to record is {e}",
+                           "simplify that value in the config, then run again; nothing was "
+                           "changed") from None
+        try:
             make_dirs(self.dir)
         except OSError as e:
             raise os_error(e, f"journal directory {self.dir}") from None
-        atomic_write(
-            self.path,
-            document.dumps(record, document.Style(indent="  ")).encode(),
-            0o600,
-            follow=False,
-        )
+        atomic_write(self.path, data, 0o600, follow=False)
 
     def restore(self, data: bytes | None) -> None:
         """Put back bytes from `read_bytes()` (None: no journal)."""

@@ -24,7 +24,7 @@ comments = st.text(st.characters(blacklist_categories=("Cs", "Cc")), max_size=20
 
 
 def _v(v) -> str:
-    return E._val(v)
+    return E.toml_value(v)
 
 
 @st.composite

@@ -16,6 +16,7 @@ RUNTIME_SIDE = ["nvdocker2.direct", "nvdocker2.direct.discover", "nvdocker2.dire
                 "nvdocker2.direct.hook", "nvdocker2.direct.cdi", "nvdocker2.direct.ldcache",
                 "nvdocker2.direct.rootfs",
                 "nvdocker2.direct.errors", "nvdocker2.direct.create", "nvdocker2.toolkit_config",
+                "nvdocker2.toolkit_schema",
                 "nvdocker2.oneline", "nvdocker2.direct.confine",
                 "nvdocker2.direct.cdi_versions", "nvdocker2.direct.gated",
                 # the doors to the host, stdlib-only

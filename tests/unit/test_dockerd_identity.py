@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from nvdocker2.engines.docker.service.identity import socket_peer, untrusted_owner
+from nvdocker2.engines.peer import socket_peer, untrusted_owner
 from nvdocker2.host.run import unsafe_to_run
 from nvdocker2.doctor.host import run_command
 

@@ -197,7 +197,7 @@ def test_a_libnvidia_container_without_the_escape_fixes_warns(host, version, sta
 def test_a_dockerd_served_by_another_user_is_not_trusted_nor_its_path_used(host):
     """reference §8: the process behind the socket decides, and a user's is never trusted: its
     PATH (with a planted docker-runc first) is not searched."""
-    from nvdocker2.engines.docker.service.identity import Peer
+    from nvdocker2.engines.peer import Peer
 
     host.exe("/home/u/bin/docker-runc", sh("echo planted"))
     host.dockerd(
@@ -229,7 +229,7 @@ def test_with_nothing_answering_only_a_root_dockerd_is_taken_from_the_process_sc
 
 def test_under_socket_activation_the_root_dockerd_behind_init_is_taken(host):
     """systemd (pid 1) holds docker.socket and hands it to dockerd (`-H fd://`)."""
-    from nvdocker2.engines.docker.service.identity import Peer
+    from nvdocker2.engines.peer import Peer
 
     host.dockerd(["/usr/bin/dockerd", "-H", "fd://"], {"PATH": "/usr/bin"}, start=time.time())
     proc, _ = host.context(peer_of=lambda sock: Peer(1, 0, 0)).dockerd_process()
@@ -239,7 +239,7 @@ def test_under_socket_activation_the_root_dockerd_behind_init_is_taken(host):
 def test_only_the_process_serving_the_socket_is_the_dockerd(host):
     """A root dockerd that says it listens on the socket is not the one when another process
     serves it: the peer decides."""
-    from nvdocker2.engines.docker.service.identity import Peer
+    from nvdocker2.engines.peer import Peer
 
     host.file("/proc/77/cmdline", "nginx\0")
     host.file("/proc/77/status", "Uid:\t0\t0\t0\t0\n")

@@ -207,3 +207,21 @@ def test_the_cli_names_no_engine_and_imports_none():
                     isinstance(c, ast.Constant) and c.value in registry.BUILTIN
                     for c in node.comparators):
                 raise AssertionError(f"{path.name}:{node.lineno} compares with an engine name")
+
+
+@pytest.mark.parametrize("name", ["docker", "containerd", "crio"])
+def test_an_engines_options_import_neither_its_format_nor_its_service(name):
+    """The registry imports `options.py` as any module (its package's `__init__.py` first) on
+    every start of nvdocker2: that must bring in the options and nothing of the engine."""
+    import subprocess
+
+    code = (f"import sys, nvdocker2.engines.{name}.options as o; assert o.OPTIONS; "
+            "print('\\n'.join(sorted(sys.modules)))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    loaded = set(proc.stdout.split())
+    package = f"nvdocker2.engines.{name}"
+    assert {m for m in loaded if m.startswith(package + ".")} == {package + ".options"}
+    assert not loaded & {"tomlkit", "tomllib", "tomli", "json", "nvdocker2.engines.base",
+                         "nvdocker2.engines.transaction", "nvdocker2.store.journal"}

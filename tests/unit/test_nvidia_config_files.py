@@ -17,7 +17,7 @@ from nvdocker2.toolkit_config import (
     NOT_USED,
     NVIDIA_KEYS,
     ConfigError,
-    _read_plain_toml,
+    read_plain_toml,
     parse,
     read_toml,
 )
@@ -58,7 +58,7 @@ def test_nvidia_file_loads_unchanged_with_no_warning(path):
                          ids=lambda p: p.stem)
 def test_nvidia_config_default_output_is_read_without_tomllib(path):
     text = path.read_text()
-    assert _read_plain_toml(text) == read_toml(text, str(path))
+    assert read_plain_toml(text) == read_toml(text, str(path))
 
 
 @pytest.mark.parametrize("text", [
@@ -68,7 +68,7 @@ def test_nvidia_config_default_output_is_read_without_tomllib(path):
     "a = 1\n[a.b]\n",
 ])
 def test_plain_reader_leaves_dotted_tables_it_cannot_read_exactly_to_tomllib(text):
-    assert _read_plain_toml(text) is None
+    assert read_plain_toml(text) is None
 
 
 def spec(*env: str) -> dict:

@@ -16,6 +16,7 @@ MODULES = ["nvdocker2.runtime", "nvdocker2.runtime.args", "nvdocker2.runtime.spe
            "nvdocker2.runtime.jsonio", "nvdocker2.runtime.prestart",
            "nvdocker2.runtime.launcher", "nvdocker2.hook", "nvdocker2.hook.request",
            "nvdocker2.hook.cli_argv", "nvdocker2.toolkit_config",
+           "nvdocker2.toolkit_schema",
            # the doors to the host, stdlib-only
            "nvdocker2.host", "nvdocker2.host.files", "nvdocker2.host.run"]
 ALLOWED_NVDOCKER2 = {"nvdocker2", *MODULES}

@@ -128,7 +128,7 @@ except ImportError:  # Python < 3.11
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from nvdocker2.toolkit_config import Record, _read_plain_toml  # noqa: E402
+from nvdocker2.toolkit_config import Record, read_plain_toml  # noqa: E402
 
 FRAGMENTS = [
     "", "# comment", "  # indented comment with ü and 'quotes' and \"more\"",
@@ -150,7 +150,7 @@ FRAGMENTS = [
 @given(st.lists(st.sampled_from(FRAGMENTS), max_size=8), st.sampled_from(["\n", "\r\n"]))
 def test_plain_reader_agrees_with_tomllib(lines, newline):
     text = newline.join(lines)
-    plain = _read_plain_toml(text)
+    plain = read_plain_toml(text)
     try:
         expected = tomllib.loads(text)
     except tomllib.TOMLDecodeError:
@@ -161,11 +161,11 @@ def test_plain_reader_agrees_with_tomllib(lines, newline):
 
 
 def test_plain_reader_reads_the_packaged_file_and_test_configs():
-    assert _read_plain_toml(PACKAGED.read_text()) == {
+    assert read_plain_toml(PACKAGED.read_text()) == {
         "nvidia-container-runtime": {}, "nvidia-container-runtime-hook": {},
         "nvidia-container-cli": {}}
     text = '[nvidia-container-cli]\npath = "/x/cli"\nenvironment = ["A=1", \'B=2\']\n'
-    assert _read_plain_toml(text) == tomllib.loads(text)
+    assert read_plain_toml(text) == tomllib.loads(text)
 
 
 def test_record_behaves_like_a_frozen_dataclass():

@@ -42,7 +42,7 @@ class ContainerdFacts(Facts):
         parse)."""
 
         def compute() -> tuple[Any, dict]:
-            from nvdocker2.engines.containerd import ContainerdEngine
+            from nvdocker2.engines.containerd.engine import ContainerdEngine
             from nvdocker2.engines.containerd.front import ContainerdFront
 
             eng = ContainerdEngine(self.config, check=False)
@@ -85,8 +85,8 @@ def shadow(f: ContainerdFacts) -> Outcome:
     eng, _ = f.parsed()
     config = f.config
     try:
-        root = eng._root(read)
-        found = edit.shadowing(root, eng._imports(root, read, None),
+        root = eng.root(read)
+        found = edit.shadowing(root, eng.imports(root, read, None),
                                edit.layout(root, eng.major).deep_merge)
     except NvDockerError as e:
         return fail(e.message, e.hint or "fix the file")
@@ -97,8 +97,8 @@ def shadow(f: ContainerdFacts) -> Outcome:
               f"section (containerd {eng.major or 1}.x takes a plugin section from the last "
               f"file that has one): every CRI setting in {config}, and every later edit of "
               "it, is ignored")
-    if eng._legacy in found:
-        return fail(detail, f"{eng._legacy} was written by an older nvdocker2: run "
+    if eng.found.legacy in found:
+        return fail(detail, f"{eng.found.legacy} was written by an older nvdocker2: run "
                     "nvdocker2 install --engine containerd, which puts the runtime into "
                     f"{config} and removes that file")
     return warn(detail, f"keep the CRI settings in one file: move them from {names} into "
@@ -133,12 +133,12 @@ def dump(f: ContainerdFacts) -> Outcome:
     except NvDockerError as e:
         return fail(e.message, e.hint or "")
     cri = service.dump_cri(d)
-    r = service._get(d, cri + ("runtimes", runtime))
+    r = service.lookup(d, cri + ("runtimes", runtime))
     if not isinstance(r, dict):
         return fail(f'containerd config dump has no runtime "{runtime}" (an import '
                     "replaces the CRI section?)", "check imports; containerd ≤ 1.7 replaces "
                     "whole plugin sections")
-    binary = service._get(r, ("options", "BinaryName"))
+    binary = service.lookup(r, ("options", "BinaryName"))
     return ok(f"containerd config dump: {runtime} runs {binary}")
 
 
@@ -147,12 +147,10 @@ def running(f: ContainerdFacts) -> Outcome:
     from nvdocker2.engines.containerd import service
 
     runtime, address, unit = f.runtime, f.address, f.unit
-    if not service._ctr_alive(address):
+    if not service.ctr_alive(address):
         return warn(f"containerd does not answer on {address}",
                     f"systemctl start {unit}, or pass --containerd-address")
-    svc = service.SystemdContainerd(unit, address)
-    svc._since = 0
-    st = svc._cri_state()
+    st = service.SystemdContainerd(unit, address).cri_state(since=0)
     if st is None:
         return warn("containerd is running; its CRI plugin's configuration was not seen "
                     "(no crictl, nothing in the journal)", "install crictl (cri-tools)")

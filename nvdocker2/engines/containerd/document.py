@@ -9,17 +9,12 @@ table must change in place.
 from __future__ import annotations
 
 import re
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from nvdocker2.engines.tomlread import tomllib
 from nvdocker2.errors import BadInput
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - Python < 3.11
-    import tomli as tomllib
 
 MAX_BYTES = 16 << 20
 RUNC_V2 = "io.containerd.runc.v2"
@@ -137,7 +132,7 @@ def dotted(keys: tuple[str, ...] | list[str]) -> str:
 def merged(cfg: Config, imported: list[Config], deep: bool) -> dict:
     """The plugins an engine would run: root then imports in order; containerd ≤ 1.7 replaces a
     whole plugin section with an import's, 2.x merges tables key by key."""
-    out = _deep_copy(cfg.data)
+    out = deep_copy(cfg.data)
     for imp in imported:
         plugins = imp.data.get("plugins", {})
         if not isinstance(plugins, dict):
@@ -147,15 +142,15 @@ def merged(cfg: Config, imported: list[Config], deep: bool) -> dict:
             if deep and isinstance(section, dict) and isinstance(dst.get(name), dict):
                 _deep_merge(dst[name], section)
             else:
-                dst[name] = _deep_copy(section)
+                dst[name] = deep_copy(section)
     return out
 
 
-def _deep_copy(v: Any) -> Any:
+def deep_copy(v: Any) -> Any:
     if isinstance(v, dict):
-        return {k: _deep_copy(x) for k, x in v.items()}
+        return {k: deep_copy(x) for k, x in v.items()}
     if isinstance(v, list):
-        return [_deep_copy(x) for x in v]
+        return [deep_copy(x) for x in v]
     return v
 
 
@@ -164,4 +159,4 @@ def _deep_merge(dst: dict, src: dict) -> None:
         if isinstance(v, dict) and isinstance(dst.get(k), dict):
             _deep_merge(dst[k], v)
         else:
-            dst[k] = _deep_copy(v)
+            dst[k] = deep_copy(v)

@@ -29,12 +29,12 @@ from nvdocker2.changes import ABSENT, Change
 from nvdocker2.engines.base import FileEdit, Plan, Request
 from nvdocker2.engines.containerd import document as D
 from nvdocker2.engines.containerd.text import (
-    _drop_table,
-    _has_header,
-    _header_indent,
-    _loads_or,
-    _tk_set,
-    _val,
+    drop_table,
+    has_header,
+    header_indent,
+    loads_or,
+    tk_set,
+    toml_value,
     render_table,
 )
 from nvdocker2.errors import BadInput
@@ -100,7 +100,7 @@ def cri_imports(imported: list[D.Config]) -> list[Path]:
             if isinstance(_get_in(imp.data, ("plugins", D.CRI_PLUGIN[imp.version])), dict)]
 
 
-def _runtimes(data: dict, cri: tuple[str, ...], where: str) -> dict:
+def runtimes(data: dict, cri: tuple[str, ...], where: str) -> dict:
     ctd = D.table_at(data, cri, where) or {}
     rts = ctd.get("runtimes", {})
     return rts if isinstance(rts, dict) else {}
@@ -119,7 +119,7 @@ def runtime_table(data: dict, cri: tuple[str, ...], name: str, path: str, where:
     src = default_name(data, cri)
     if src == name:
         src = "runc"
-    base = _runtimes(data, cri, where).get(src, {})
+    base = runtimes(data, cri, where).get(src, {})
     opts = base.get("options", {}) if isinstance(base, dict) else {}
     copied = {k: v for k, v in opts.items() if k != "BinaryName"} if isinstance(opts, dict) else {}
     table: dict = {"runtime_type": D.RUNC_V2}
@@ -204,7 +204,7 @@ def _insert_import(root: D.Config, pattern: str) -> tuple[str, str | None]:
         doc = tomlkit.parse(text)
         doc["imports"].append(pattern)
         return tomlkit.dumps(doc), None
-    line = f"imports = [{_val(pattern)}]{nl}"
+    line = f"imports = [{toml_value(pattern)}]{nl}"
     first_header = re.search(r"^[ \t]*\[", text, re.MULTILINE)
     m = re.search(r"^version[ \t]*=.*(\r?\n|$)", text, re.MULTILINE)
     if m and (first_header is None or m.start() < first_header.start()):
@@ -228,7 +228,7 @@ def implicit_default(root: D.Config, imported: list[D.Config], major: int | None
     lay = layout(root, major)
     eff = D.merged(root, imported, lay.deep_merge)
     cri = root.cri()
-    return (not lay.deep_merge and not _runtimes(eff, cri, str(root.path))
+    return (not lay.deep_merge and not runtimes(eff, cri, str(root.path))
             and default_name(eff, cri) == "runc")
 
 
@@ -249,12 +249,12 @@ def plan_install(root: D.Config, imported: list[D.Config], dropin: D.Config | No
     if name == "runc":
         implicit = None
     table = runtime_table(eff, cri, name, path, where, cdi is not None)
-    before_rt = _runtimes(eff, cri, where).get(name, ABSENT)  # what uninstall puts back
+    before_rt = runtimes(eff, cri, where).get(name, ABSENT)  # what uninstall puts back
     # What containerd runs now, our drop-in included: what the change list and a put-back
     # compare with.
     now = eff if dropin is None or lay.dropin is None else D.merged(
         root, imported + [dropin], lay.deep_merge)
-    running = _runtimes(now, cri, where).get(name, ABSENT)
+    running = runtimes(now, cri, where).get(name, ABSENT)
     before_default = default_name(now, cri)
     changes = [Change(f"{D.dotted(cri)}.runtimes.{name}",
                       "unchanged" if running == table else
@@ -310,7 +310,7 @@ def plan_install(root: D.Config, imported: list[D.Config], dropin: D.Config | No
         new_root = root.raw
         if lay.import_pattern is not None:
             text, line = _insert_import(root, lay.import_pattern)
-            expected = D._deep_copy(root.data)
+            expected = D.deep_copy(root.data)
             expected["imports"] = root.imports() + [lay.import_pattern]
             new_root = _checked(root.path, text, expected)
             entry.setdefault("import_line", line)
@@ -341,7 +341,7 @@ def _install_in_place(root: D.Config, table: dict, req: Request, entry: dict,
     cri = root.cri()
     name = req.runtime_name
     text, nl = root.text, root.newline
-    expected = D._deep_copy(root.data)
+    expected = D.deep_copy(root.data)
     if not root.existed:
         text = f"version = {root.version}{nl}"
         expected["version"] = root.version
@@ -351,7 +351,7 @@ def _install_in_place(root: D.Config, table: dict, req: Request, entry: dict,
     appended = ""
     if cur is ABSENT:
         _set_in(expected, cri + ("runtimes", name), table)
-        indent = _header_indent(text, cri + ("runtimes",)) or _header_indent(text, cri)
+        indent = header_indent(text, cri + ("runtimes",)) or header_indent(text, cri)
         sep = "" if not text or text.endswith("\n") else nl
         appended = sep + (nl if text.strip() else "")
         if implicit is not None:
@@ -364,15 +364,15 @@ def _install_in_place(root: D.Config, table: dict, req: Request, entry: dict,
         _set_in(expected, cri + ("runtimes", name), merged)
         for k, v in table.items():
             if k != "options" and (k == "runtime_type" or cur.get(k) != v):
-                text = _tk_set(text, cri + ("runtimes", name, k), v)
+                text = tk_set(text, cri + ("runtimes", name, k), v)
         for k, v in table["options"].items():
-            text = _tk_set(text, cri + ("runtimes", name, "options", k), v)
+            text = tk_set(text, cri + ("runtimes", name, "options", k), v)
     if req.set_default and _get_in(root.data, cri + ("default_runtime_name",)) != name:
-        if _get_in(root.data, cri + ("default_runtime_name",)) is not ABSENT or _has_header(
+        if _get_in(root.data, cri + ("default_runtime_name",)) is not ABSENT or has_header(
                 text, cri):
-            text = _tk_set(text, cri + ("default_runtime_name",), name)
+            text = tk_set(text, cri + ("default_runtime_name",), name)
         else:
-            ind = _header_indent(text, cri + ("runtimes",))[:-2] if appended else ""
+            ind = header_indent(text, cri + ("runtimes",))[:-2] if appended else ""
             block = render_table(cri, {"default_runtime_name": name}, ind, nl)
             if appended:
                 appended += nl + block
@@ -413,12 +413,12 @@ def _turn_on_cdi(root: D.Config, text: str, appended: str, expected: dict, entry
                                       for k in CDI_KEYS})
     for k, v in turn_on.items():
         _set_in(expected, plugin + (k,), v)
-    if _has_header(text, plugin) or any(
+    if has_header(text, plugin) or any(
             _get_in(root.data, plugin + (k,)) is not ABSENT for k in turn_on):
         for k, v in turn_on.items():
-            text = _tk_set(text, plugin + (k,), v)
+            text = tk_set(text, plugin + (k,), v)
         return text, appended
-    block = render_table(plugin, turn_on, _header_indent(text, plugin[:1]), nl)
+    block = render_table(plugin, turn_on, header_indent(text, plugin[:1]), nl)
     if appended:
         return text, appended + nl + block
     sep = "" if not text or text.endswith("\n") else nl
@@ -432,10 +432,10 @@ def _put_back_runtime(text: str, keys: tuple[str, ...], cur: dict, prev: dict, e
     is not install's (as it was)."""
     for k in list(cur):
         if k not in prev:
-            text = _tk_set(text, keys + (k,), ABSENT)
+            text = tk_set(text, keys + (k,), ABSENT)
     for k, v in prev.items():
         if cur.get(k) != v:
-            text = _tk_set(text, keys + (k,), v)
+            text = tk_set(text, keys + (k,), v)
     if cur != prev:
         _set_in(expected, keys, prev)
         changes.append(Change(D.dotted(keys), "replaced", cur, prev))
@@ -455,7 +455,7 @@ def _put_back_cdi(root: D.Config, text: str, expected: dict, entry: dict,
         was = _unslot(prev.get(k))
         if now != want or was == now:
             continue
-        text = _tk_set(text, plugin + (k,), was)
+        text = tk_set(text, plugin + (k,), was)
         _set_in(expected, plugin + (k,), was)
         changes.append(Change(D.dotted(plugin + (k,)), "removed" if was is ABSENT else
                               "replaced", now, was))
@@ -473,7 +473,7 @@ def plan_uninstall(root: D.Config, dropin: D.Config | None, req: Request,
     changes: list[Change] = []
     warnings: list[str] = []
     text = root.text
-    expected = D._deep_copy(root.data)
+    expected = D.deep_copy(root.data)
     own = dropin is not None and dropin.text.startswith(MARK)
     if dropin is not None:
         if own or entry.get("dropin") == str(dropin.path):
@@ -484,14 +484,14 @@ def plan_uninstall(root: D.Config, dropin: D.Config | None, req: Request,
     cur = _get_in(root.data, cri + ("runtimes", name))
     appended = entry.get("appended")
     if cur is not ABSENT:
-        mine = bool(entry) or _binary(cur) in req.own_runtime_paths
+        mine = bool(entry) or binary_name(cur) in req.own_runtime_paths
         if not mine:
-            warnings.append(f'{root.path}: runtime "{name}" points at {_binary(cur)!r}, not at '
+            warnings.append(f'{root.path}: runtime "{name}" points at {binary_name(cur)!r}, not at '
                             "this package's runtime, and no install was recorded: left in place")
         elif isinstance(appended, str) and appended and text.endswith(appended):
             # The exact bytes install appended: taking them off gives back the file before.
             text = text[: -len(appended)]
-            expected = _loads_or(text, {"<error>": "unparsable"})
+            expected = loads_or(text, {"<error>": "unparsable"})
             # What they held: our runtime, or (where it was there before) only the default.
             # Whole tables that were not there before: taking them off only removes keys.
             for full in [cri + ("runtimes", name), cri + ("default_runtime_name",)] + [
@@ -512,7 +512,7 @@ def plan_uninstall(root: D.Config, dropin: D.Config | None, req: Request,
                 text = _put_back_runtime(text, cri + ("runtimes", name), cur, prev, expected,
                                          changes)
             else:
-                text = _drop_table(text, cri + ("runtimes", name))
+                text = drop_table(text, cri + ("runtimes", name))
                 _set_in(expected, cri + ("runtimes", name), ABSENT)
                 changes.append(Change(f"{D.dotted(cri)}.runtimes.{name}", "removed", cur, ABSENT))
                 # The built-in runc install spelled out goes too, unchanged and alone: with no
@@ -521,25 +521,25 @@ def plan_uninstall(root: D.Config, dropin: D.Config | None, req: Request,
                 rest = _get_in(expected, cri + ("runtimes",))
                 if (entry.get("implicit_default") == runc and isinstance(rest, dict)
                         and list(rest) == ["runc"]):
-                    text = _drop_table(text, cri + ("runtimes", "runc"))
+                    text = drop_table(text, cri + ("runtimes", "runc"))
                     _set_in(expected, cri + ("runtimes", "runc"), ABSENT)
     text = _put_back_cdi(root, text, expected, entry, changes)
     # A runtime that was there before install (put back) or is not ours (left) stays.
     gone = _get_in(expected, cri + ("runtimes", name)) is ABSENT
-    now_default = _get_in(_loads_or(text, expected), cri + ("default_runtime_name",))
+    now_default = _get_in(loads_or(text, expected), cri + ("default_runtime_name",))
     # The default goes back to what install recorded; unrecorded, or recorded as this runtime,
     # it stays while the runtime does and goes with it.
     prev_d = _unslot(entry.get("previous_default")) if entry.get("set_default") else name
     if prev_d == name and gone:
         prev_d = ABSENT
     if now_default == name and prev_d != name:
-        text = _tk_set(text, cri + ("default_runtime_name",), prev_d)
+        text = tk_set(text, cri + ("default_runtime_name",), prev_d)
         _set_in(expected, cri + ("default_runtime_name",), prev_d)
         changes.append(Change(f"{D.dotted(cri)}.default_runtime_name",
                               "removed" if prev_d is ABSENT else "replaced", name, prev_d))
     line = entry.get("import_line")
     added = entry.get("import_added")
-    if added and added in root.imports() and not _other_users(entry, journal, name):
+    if added and added in root.imports() and not other_users(entry, journal, name):
         if isinstance(line, str) and line and line in text:
             text = text.replace(line, "", 1)
         else:
@@ -549,7 +549,7 @@ def plan_uninstall(root: D.Config, dropin: D.Config | None, req: Request,
             text = tomlkit.dumps(doc)
         imps = [i for i in root.imports()]
         imps.remove(added)
-        if imps or isinstance(line, str) and line and "imports" in _loads_or(text, {}):
+        if imps or isinstance(line, str) and line and "imports" in loads_or(text, {}):
             expected["imports"] = imps
         else:
             expected.pop("imports", None)
@@ -559,8 +559,8 @@ def plan_uninstall(root: D.Config, dropin: D.Config | None, req: Request,
         new_root = _checked(root.path, text, expected)
         # Every runtime the edit takes off is listed: the built-in runc install spelled out
         # goes with ours.
-        left = _runtimes(expected, cri, str(root.path))
-        for other, table in _runtimes(root.data, cri, str(root.path)).items():
+        left = runtimes(expected, cri, str(root.path))
+        for other, table in runtimes(root.data, cri, str(root.path)).items():
             if other != name and other not in left:
                 changes.append(Change(f"{D.dotted(cri)}.runtimes.{other}", "removed", table,
                                       ABSENT))
@@ -576,12 +576,12 @@ def plan_uninstall(root: D.Config, dropin: D.Config | None, req: Request,
                 expect, expect_old, warnings=tuple(warnings), journal_before_write=False)
 
 
-def _binary(rt: Any) -> Any:
+def binary_name(rt: Any) -> Any:
     opts = rt.get("options") if isinstance(rt, dict) else None
     return opts.get("BinaryName") if isinstance(opts, dict) else None
 
 
-def _other_users(entry: dict, journal: dict, name: str) -> bool:
+def other_users(entry: dict, journal: dict, name: str) -> bool:
     """Another recorded runtime still needs the drop-in import."""
     rts = journal.get("runtimes") or {}
     return any(k != name and isinstance(v, dict) and v.get("dropin") for k, v in rts.items())

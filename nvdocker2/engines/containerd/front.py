@@ -21,7 +21,7 @@ class ContainerdFront(TransactionFront):
     name = "containerd"
 
     def engine(self, config: Optional[Path]) -> Any:
-        from nvdocker2.engines.containerd import DEFAULT_CONFIG, ContainerdEngine
+        from nvdocker2.engines.containerd.engine import DEFAULT_CONFIG, ContainerdEngine
 
         return ContainerdEngine(config or DEFAULT_CONFIG)
 
@@ -51,26 +51,26 @@ class ContainerdFront(TransactionFront):
         from nvdocker2.engines.containerd import document as D
         from nvdocker2.engines.containerd import edit as E
 
-        root = D.parse(eng.config, txn.read(eng.config))
-        own = eng._own(root, txn.read)
+        root = eng.root(txn.read)
+        found = eng.locate(root, txn.read)
         lay = E.layout(root, eng.major)
-        eff = D.merged(root, eng._imports(root, txn.read, eng._dropin) + ([own] if own else []),
-                       lay.deep_merge)
+        eff = D.merged(root, eng.imports(root, txn.read, found.dropin)
+                       + ([found.doc] if found.doc else []), lay.deep_merge)
         cri = root.cri()
         return dict(version=root.version, layout="drop-in " + str(lay.dropin)
                     if lay.dropin else "in place", runtimes={
-                        n: _binary(r) for n, r in E._runtimes(eff, cri, str(root.path)).items()},
+                        n: _binary(r) for n, r in E.runtimes(eff, cri, str(root.path)).items()},
                     default_runtime=E.default_name(eff, cri))
 
     def files(self, eng: Any, state: Path) -> list[Path]:
         # The root config and the drop-in its layout uses now.
         with contextlib.suppress(NvDockerError):  # a broken root config: its path is enough
-            eng._own(eng._root(txn.read), txn.read)
+            eng.locate(eng.root(txn.read), txn.read)
         return super().files(eng, state)
 
     def checks(self, config: Optional[Path], unit: Optional[str],
                address: Optional[str]) -> Any:
-        from nvdocker2.engines.containerd import DEFAULT_CONFIG
+        from nvdocker2.engines.containerd.engine import DEFAULT_CONFIG
         from nvdocker2.engines.containerd.service import DEFAULT_ADDRESS, DEFAULT_UNIT
         from nvdocker2.engines.containerd.doctor import containerd_checks
 
@@ -83,7 +83,7 @@ def _binary(runtime: Any) -> Any:
     from nvdocker2.engines.containerd import document as D
     from nvdocker2.engines.containerd import edit as E
 
-    found = E._binary(runtime)
+    found = E.binary_name(runtime)
     if found is None and isinstance(runtime, dict) and runtime.get("runtime_type") == D.RUNC_V2:
         return "runc"
     return found

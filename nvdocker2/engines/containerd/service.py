@@ -19,13 +19,14 @@ from pathlib import Path
 from typing import Any
 
 from nvdocker2.engines.base import (
+    NoService,
     Service,
     VerifyFailed,
     poll,
     runtime_mismatches,
-    systemctl_failure,
 )
 from nvdocker2.engines.containerd import document as D
+from nvdocker2.engines.systemd import systemctl_failure, unit_active
 from nvdocker2.errors import BadInput, EnvironmentProblem
 from nvdocker2.host import files as fs
 from nvdocker2.host import run
@@ -78,7 +79,7 @@ def dump_cri(dump: dict) -> tuple[str, ...]:
     return ("plugins", D.CRI_PLUGIN[3 if v == 3 else 2], "containerd")
 
 
-def _get(d: Any, keys: tuple[str, ...]) -> Any:
+def lookup(d: Any, keys: tuple[str, ...]) -> Any:
     for k in keys:
         if not isinstance(d, dict) or k not in d:
             return None
@@ -94,17 +95,17 @@ def compare_dumps(before: dict, after: dict, name: str, path: str, set_default: 
     of that name; `cdi`: the change must leave CDI on."""
     cri = dump_cri(after)
     problems = []
-    if cdi and _get(after, cri[:2] + ("enable_cdi",)) is not True:
+    if cdi and lookup(after, cri[:2] + ("enable_cdi",)) is not True:
         problems.append("enable_cdi would not be on in the CRI plugin")
-    rt = _get(after, cri + ("runtimes", name))
+    rt = lookup(after, cri + ("runtimes", name))
     if removing:
         if rt is not None:
             problems.append(f'the runtime "{name}" would still be configured')
     elif removing is False:
-        if not isinstance(rt, dict) or _get(rt, ("options", "BinaryName")) != path:
+        if not isinstance(rt, dict) or lookup(rt, ("options", "BinaryName")) != path:
             problems.append(f'the runtime "{name}" with BinaryName {path} would not be in '
                             "containerd's effective configuration (another import overrides it?)")
-        if set_default and _get(after, cri + ("default_runtime_name",)) != name:
+        if set_default and lookup(after, cri + ("default_runtime_name",)) != name:
             problems.append(f'default_runtime_name would not be "{name}"')
     problems += [f"{k} would change" for k in changed_keys(
         before, after, name, set_default or removing is not False, cdi_keys)]
@@ -118,14 +119,14 @@ def changed_keys(before: dict, after: dict, name: str, default_too: bool = True,
     b, a = json.loads(json.dumps(before)), json.loads(json.dumps(after))
     for d in (a, b):
         d.pop("imports", None)
-        plugin = _get(d, dump_cri(d)[:2])
+        plugin = lookup(d, dump_cri(d)[:2])
         if isinstance(plugin, dict):
             for k in plugin_keys:
                 plugin.pop(k, None)
-        rts = _get(d, dump_cri(d) + ("runtimes",))
+        rts = lookup(d, dump_cri(d) + ("runtimes",))
         if isinstance(rts, dict):
             rts.pop(name, None)
-        ctd = _get(d, dump_cri(d))
+        ctd = lookup(d, dump_cri(d))
         if default_too and isinstance(ctd, dict):
             ctd.pop("default_runtime_name", None)
     return _diff_keys(b, a)[:5]
@@ -151,7 +152,7 @@ def builtin_runtime(dump: dict) -> dict:
     """containerd's built-in `runc` runtime as the effective configuration `dump` shows it,
     the values it sets (not the zero ones): what a config that writes its own runtimes table
     must spell out to keep it on containerd ≤ 1.7 (1.6: runtime_type; 1.7: also sandbox_mode)."""
-    rt = _get(dump, dump_cri(dump) + ("runtimes", "runc"))
+    rt = lookup(dump, dump_cri(dump) + ("runtimes", "runc"))
     out = {k: v for k, v in (rt or {}).items() if k != "options" and not _zero(v)}
     opts = {k: v for k, v in ((rt or {}).get("options") or {}).items() if not _zero(v)}
     if opts:
@@ -214,7 +215,7 @@ def dump_current(exe: str, root: Path) -> dict:
 # --- the running containerd ----------------------------------------------------------------
 
 
-def _ctr_alive(address: str) -> bool:
+def ctr_alive(address: str) -> bool:
     ctr = safe_which("ctr")
     if not ctr:
         return os.path.exists(address)
@@ -296,8 +297,10 @@ class SystemdContainerd(Service):
         if p.returncode != 0:
             raise VerifyFailed(systemctl_failure(self.unit, p.stderr))
 
-    def _cri_state(self) -> tuple[dict[str, str], str, bool | None] | None:
-        """(runtimes, default runtime, CDI on) as the CRI reports them."""
+    def cri_state(self, since: float | None = None
+                  ) -> tuple[dict[str, str], str, bool | None] | None:
+        """(runtimes, default runtime, CDI on) as the CRI reports them (crictl, else the unit's
+        journal from `since`, by default the last restart)."""
         crictl = safe_which("crictl")
         if crictl:
             try:
@@ -311,8 +314,9 @@ class SystemdContainerd(Service):
             except (OSError, ValueError, AttributeError):
                 pass
         try:
+            start = self._since if since is None else since
             p = run.run(["journalctl", "-u", self.unit, "-o", "cat", "--no-pager",
-                         "--since", f"@{int(self._since)}"], timeout=30, text=True)
+                         "--since", f"@{int(start)}"], timeout=30, text=True)
         except OSError:
             return None
         found = runtimes_from_log(p.stdout)
@@ -320,11 +324,11 @@ class SystemdContainerd(Service):
 
     def verify(self, expect: Any, timeout: float) -> None:
         def probe() -> str | None:
-            if not _ctr_alive(self.address):
+            if not ctr_alive(self.address):
                 return ""
             if expect is None:
                 return None
-            state = self._cri_state()
+            state = self.cri_state()
             if state is None:
                 return "containerd is back, but its CRI plugin's configuration was not seen"
             bad = runtime_mismatches(expect, *state[:2]) + cdi_problem(expect, state[2])
@@ -335,8 +339,6 @@ class SystemdContainerd(Service):
 
 def auto_service(unit: str, address: str, verify: bool):
     """systemd when systemctl knows the unit as active, else none (with the reason)."""
-    from nvdocker2.engines.base import NoService, unit_active
-
     if unit_active(unit):
         return SystemdContainerd(unit, address, verify), f"systemd runs {unit}"
     return NoService(), f"systemd does not run the {unit} unit here"

@@ -13,7 +13,7 @@ from nvdocker2.changes import ABSENT
 from nvdocker2.engines.containerd import document as D
 
 
-def _val(v: Any) -> str:
+def toml_value(v: Any) -> str:
     return tomlkit.item(v).as_string()
 
 
@@ -25,24 +25,24 @@ def render_table(prefix: tuple[str, ...], table: dict, indent: str, nl: str) -> 
         if isinstance(v, dict):
             subs.append((k, v))
         else:
-            lines.append(f"{indent}  {D.quote(k)} = {_val(v)}")
+            lines.append(f"{indent}  {D.quote(k)} = {toml_value(v)}")
     out = nl.join(lines) + nl
     for k, v in subs:
         out += nl + render_table(prefix + (k,), v, indent + "  ", nl)
     return out
 
 
-def _header_indent(text: str, keys: tuple[str, ...]) -> str:
+def header_indent(text: str, keys: tuple[str, ...]) -> str:
     m = re.search(r"^([ \t]*)\[" + re.escape(D.dotted(keys)), text, re.MULTILINE)
     return m.group(1) if m else ""
 
 
-def _has_header(text: str, keys: tuple[str, ...]) -> bool:
+def has_header(text: str, keys: tuple[str, ...]) -> bool:
     return re.search(r"^[ \t]*\[" + re.escape(D.dotted(keys)) + r"\][ \t]*(#.*)?$", text,
                      re.MULTILINE) is not None
 
 
-def _tk_set(text: str, keys: tuple[str, ...], value: Any) -> str:
+def tk_set(text: str, keys: tuple[str, ...], value: Any) -> str:
     """Set (or with ABSENT delete) one key in place; the rest keeps its layout.
 
     A one-line key of a table with its own [header] is edited as a line (a new key goes after
@@ -68,7 +68,7 @@ def _tk_set(text: str, keys: tuple[str, ...], value: Any) -> str:
 
 
 def _line_set(text: str, keys: tuple[str, ...], value: Any) -> str | None:
-    """`_tk_set` as a line edit (adding a key, or deleting a one-line key), or None when
+    """`tk_set` as a line edit (adding a key, or deleting a one-line key), or None when
     tomlkit must do it."""
     if value is not ABSENT and not isinstance(value, (str, bool, int)) and not (
             isinstance(value, list) and all(isinstance(v, str) for v in value)):
@@ -134,7 +134,7 @@ def _header_keys(line: str) -> tuple[str, ...] | None:
     return tuple(keys)
 
 
-def _drop_table(text: str, keys: tuple[str, ...]) -> str:
+def drop_table(text: str, keys: tuple[str, ...]) -> str:
     """Remove the table `keys` and its sub-tables (headers and their lines) as text, with the
     blank lines before it; tomlkit when the table is not laid out as headers."""
     lines = text.splitlines(keepends=True)
@@ -168,7 +168,7 @@ def _drop_table(text: str, keys: tuple[str, ...]) -> str:
     if any(ln.strip() for ln in held):
         out += held
     if not found:
-        return _tk_set(text, keys, ABSENT)
+        return tk_set(text, keys, ABSENT)
     return "".join(out)
 
 
@@ -180,7 +180,7 @@ def _parses(text: str) -> bool:
     return True
 
 
-def _loads_or(text: str, fallback: dict) -> dict:
+def loads_or(text: str, fallback: dict) -> dict:
     try:
         return D.tomllib.loads(text)
     except D.tomllib.TOMLDecodeError:

@@ -34,8 +34,8 @@ def crio_checks(dropin: Path, runtime: str = "nvidia") -> CheckPlan:
 
 @check("crio-dropin", "CRI-O drop-in")
 def drop(f: CrioFacts) -> Outcome:
-    from nvdocker2.engines.containerd.document import tomllib
-    from nvdocker2.engines.crio import MARK
+    from nvdocker2.engines.crio.document import MARK
+    from nvdocker2.engines.tomlread import tomllib
 
     dropin, runtime = f.dropin, f.runtime
     try:

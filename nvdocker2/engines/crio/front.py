@@ -7,8 +7,9 @@ from pathlib import Path
 from typing import Any, Optional
 
 from nvdocker2.engines import transaction as txn
-from nvdocker2.engines.base import NoService, unit_active
+from nvdocker2.engines.base import NoService
 from nvdocker2.engines.commands import TransactionFront, not_running, systemd_restart
+from nvdocker2.engines.systemd import unit_active
 from nvdocker2.errors import BadInput
 
 
@@ -20,13 +21,13 @@ class CrioFront(TransactionFront):
     name = "crio"
 
     def engine(self, config: Optional[Path]) -> Any:
-        from nvdocker2.engines.crio import DEFAULT_DROPIN, CrioEngine
+        from nvdocker2.engines.crio.engine import DEFAULT_DROPIN, CrioEngine
 
         return CrioEngine(config or DEFAULT_DROPIN)
 
     def service(self, reload: str, verify: bool, unit: Optional[str],
                 address: Optional[str]) -> tuple[Any, list[str]]:
-        from nvdocker2.engines.crio import DEFAULT_SOCKET, make_service
+        from nvdocker2.engines.crio.service import DEFAULT_SOCKET, make_service
 
         if reload == "none":
             return NoService(), []
@@ -44,7 +45,7 @@ class CrioFront(TransactionFront):
         return svc, [f"reload mode {svc.strategy}: {why}"] if why else []
 
     def says(self, eng: Any, runtime_name: str) -> dict:
-        from nvdocker2.engines.crio import parse
+        from nvdocker2.engines.crio.document import parse
 
         raw = txn.read(eng.config)
         out: dict = {"dropin_present": raw is not None}
@@ -59,7 +60,7 @@ class CrioFront(TransactionFront):
 
     def checks(self, config: Optional[Path], unit: Optional[str],
                address: Optional[str]) -> Any:
-        from nvdocker2.engines.crio import DEFAULT_DROPIN
+        from nvdocker2.engines.crio.engine import DEFAULT_DROPIN
         from nvdocker2.engines.crio.doctor import crio_checks
 
         return crio_checks(config or DEFAULT_DROPIN)

@@ -13,36 +13,11 @@ from json.decoder import scanstring
 from typing import Any
 
 from nvdocker2.errors import BadInput
+from nvdocker2.store.codec import JsonFloat  # numbers keep their literal; shared with the journal
 
 MAX_DEPTH = 1000
 _WS = re.compile(r"[ \t\n\r]*")
 _NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(\.[0-9]+)?([eE][-+]?[0-9]+)?")
-
-
-class JsonFloat(float):
-    """A JSON number with a fraction or exponent: compares as a float, writes back its literal.
-
-    `1.0e400` stays `1.0e400` (the float is inf) and `0.10` stays `0.10`.
-    """
-
-    text: str
-
-    def __new__(cls, text: str) -> "JsonFloat":
-        self = super().__new__(cls, text)
-        self.text = text
-        return self
-
-    def __repr__(self) -> str:
-        return self.text
-
-    def __deepcopy__(self, memo: dict) -> "JsonFloat":
-        return self
-
-    def __copy__(self) -> "JsonFloat":
-        return self
-
-    def __reduce__(self) -> tuple:
-        return (JsonFloat, (self.text,))
 
 
 class DocumentError(BadInput):

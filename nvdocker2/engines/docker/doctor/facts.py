@@ -20,7 +20,7 @@ from typing import Any, Callable
 from nvdocker2.doctor.context import RUNTIME_EXE, RUNTIME_NAME, Context
 from nvdocker2.doctor.host import SYSTEM_PATH
 from nvdocker2.engines.docker.service.api import DockerHost, parse_docker_host
-from nvdocker2.engines.docker.service.identity import INIT_PID, Peer, socket_peer, untrusted_owner
+from nvdocker2.engines.peer import INIT_PID, Peer, socket_peer, untrusted_owner
 from nvdocker2.engines.docker.service.process import DockerdProcess, parse_flags
 from nvdocker2.errors import NvDockerError
 from nvdocker2.locations import ROOTFUL_CONFIG

@@ -23,7 +23,7 @@ from nvdocker2.engines.docker.service.api import (
     EngineUnavailable,
     parse_docker_host,
 )
-from nvdocker2.engines.docker.service.identity import INIT_PID, socket_peer, untrusted_owner
+from nvdocker2.engines.peer import INIT_PID, socket_peer, untrusted_owner
 from nvdocker2.engines.docker.service.logs import (
     RELOADED_MARKERS,
     STARTED_MARKERS,

@@ -11,9 +11,9 @@ import signal
 from collections.abc import Sequence
 from pathlib import Path
 
-from nvdocker2.engines.base import systemctl_failure
 from nvdocker2.engines.docker.service.logs import FileLog, JournalLog, LogSource, NoLog
 from nvdocker2.engines.docker.service.process import is_dockerd, read_pidfile
+from nvdocker2.engines.systemd import systemctl_failure, unit_main_pid
 from nvdocker2.errors import EnvironmentProblem
 from nvdocker2.host import run
 
@@ -87,15 +87,7 @@ class SystemdManager:
         return proc.returncode == 0
 
     def main_pid(self) -> int | None:
-        try:
-            proc = run_command(self._argv("show", "-p", "MainPID", self.unit), timeout=15)
-        except EnvironmentProblem:
-            return None
-        for line in proc.stdout.splitlines():
-            key, _, value = line.partition("=")
-            if key.strip() == "MainPID" and value.strip().isdigit() and int(value) > 0:
-                return int(value)
-        return None
+        return unit_main_pid(self.unit, self.systemctl, self.user)
 
     def _run(self, action: str) -> None:
         argv = self._argv(action, self.unit)

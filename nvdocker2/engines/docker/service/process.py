@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from nvdocker2.engines.docker.service.api import DockerHost
-from nvdocker2.engines.docker.service.identity import INIT_PID, Peer, socket_peer, untrusted_owner
+from nvdocker2.engines.peer import INIT_PID, Peer, is_named, socket_peer, untrusted_owner
 from nvdocker2.errors import EnvironmentProblem
 
 # dockerd 20.10 .. 29 shorthand flags (pflag), by their long name.
@@ -134,21 +134,6 @@ def is_dockerd(pid: int, proc: Path = Path("/proc"), euid: int | None = None) ->
     if untrusted_owner(pid, proc, euid) is not None:
         return False
     return is_named(pid, "dockerd", proc)
-
-
-def is_named(pid: int, name: str, proc: Path = Path("/proc")) -> bool:
-    """True when /proc/PID's command name, else its executable's file name, is `name`."""
-    base = Path(proc) / str(pid)
-    try:
-        if (base / "comm").read_text().strip() == name:
-            return True
-    except OSError:
-        return False
-    try:
-        exe = os.readlink(base / "exe")
-    except OSError:
-        return False
-    return os.path.basename(exe.replace(" (deleted)", "")) == name
 
 
 def read_process(

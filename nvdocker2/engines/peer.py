@@ -1,16 +1,18 @@
-"""Which dockerd is trusted (docs/reference.md §8): the process serving the Engine API socket.
+"""Which engine process is trusted (docs/reference.md §8): the process serving its socket.
 
-A local user can start any program named `dockerd`, give it `-H unix:///their/sock`, leave its
-pid in a stale pidfile, or set its PATH to their own directory. None of that may make root
-signal it, read flags from it, or run a program from its PATH or its executable. So:
+Shared by every engine that signals or asks a running daemon (dockerd, CRI-O) and by doctor.
+A local user can start any program named `dockerd` or `crio`, give it `-H unix:///their/sock`,
+leave its pid in a stale pidfile, or set its PATH to their own directory. None of that may make
+root signal it, read flags from it, or run a program from its PATH or its executable. So:
 
 - `socket_peer` asks the kernel who serves a unix socket (`SO_PEERCRED` on a connection):
   the pid and uid of the process that called listen(). That, not argv or a pidfile, says
-  which process is dockerd. Under systemd socket activation the listener is init (pid 1):
+  which process is the daemon. Under systemd socket activation the listener is init (pid 1):
   then the unit's MainPID (systemd's own word) is the hint to take.
 - `untrusted_owner` refuses a process unless all its uids are root's (or the invoking user's,
   for rootless Docker), as `nvdocker2.host.run.trusted_ids` counts them: in a user namespace
   that maps its own `nobody` to the overflow uid (an LXD container's), that uid is nobody's.
+- `is_named` says whether a process is the program it should be (comm, else exe).
 - Where a program may be run from is the door's to say (`nvdocker2.host.run`).
 """
 
@@ -37,7 +39,7 @@ class Peer:
 
 def socket_peer(path: str | os.PathLike, timeout: float = 2.0) -> Peer | None:
     """Who serves the unix socket at `path`, or None when nothing accepts a connection there."""
-    import socket  # only where dockerd is asked something
+    import socket  # only where a daemon is asked something
 
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
@@ -85,3 +87,18 @@ def untrusted_owner(
         whose = "root" if trusted == {0} else "root or uid " + str(max(trusted))
         return f"pid {pid} belongs to uid {bad[0]}, not {whose}"
     return None
+
+
+def is_named(pid: int, name: str, proc: Path = Path("/proc")) -> bool:
+    """True when /proc/PID's command name, else its executable's file name, is `name`."""
+    base = Path(proc) / str(pid)
+    try:
+        if (base / "comm").read_text().strip() == name:
+            return True
+    except OSError:
+        return False
+    try:
+        exe = os.readlink(base / "exe")
+    except OSError:
+        return False
+    return os.path.basename(exe.replace(" (deleted)", "")) == name
