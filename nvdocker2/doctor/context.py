@@ -18,10 +18,10 @@ from typing import Any, Callable
 
 from nvdocker2.doctor.host import SYSTEM_PATH, CommandResult, HostRoot, Runner, run_command
 from nvdocker2.doctor.model import Facts
-from nvdocker2.doctor.toolkit_files import ToolkitFile, _program_version, _read_toolkit_config
+from nvdocker2.doctor.toolkit_files import ToolkitFile, program_version, read_toolkit_config
 
 __all__ = ["CLI_EXE", "HOOK_EXE", "RUNTIME_EXE", "RUNTIME_NAME", "Context", "CommandResult",
-           "_program_version", "run_command"]
+           "program_version", "run_command"]
 
 RUNTIME_NAME = "nvidia"
 RUNTIME_EXE = "nvidia-container-runtime"
@@ -100,7 +100,7 @@ class Context(Facts):
     # -- the programs of the stack --------------------------------------------------------
 
     def toolkit_config(self) -> ToolkitFile:
-        return self.fact("toolkit_config", lambda: _read_toolkit_config(self))
+        return self.fact("toolkit_config", lambda: read_toolkit_config(self))
 
     def is_wsl(self) -> bool:
         return self.root.is_char_device("/dev/dxg") is not None
@@ -137,10 +137,10 @@ class Context(Facts):
         return self.root.which(exe, search), where
 
     def runtime_version(self) -> tuple[str | None, str]:
-        return self.fact("runtime_version", lambda: _program_version(self, self.runtime_path()[0]))
+        return self.fact("runtime_version", lambda: program_version(self, self.runtime_path()[0]))
 
     def hook_version(self) -> tuple[str | None, str]:
-        return self.fact("hook_version", lambda: _program_version(self, self.hook_path()[0]))
+        return self.fact("hook_version", lambda: program_version(self, self.hook_path()[0]))
 
     def cli_version(self) -> CommandResult | None:
         path = self.cli_path()[0]

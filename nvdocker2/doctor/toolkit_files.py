@@ -33,7 +33,7 @@ class ToolkitFile:
     user_exists: bool = False
 
 
-def _read_toolkit_config(ctx: Context) -> ToolkitFile:
+def read_toolkit_config(ctx: Context) -> ToolkitFile:
     """config.toml through the runtime's own reader, so doctor refuses what the runtime would;
     for a rootless Docker with the per-user file over it, as that runtime reads them."""
     env_path = ctx.env.get(toolkit_config.CONFIG_ENV)
@@ -73,7 +73,7 @@ _SYS_PATH_LINE = re.compile(
     r"sys\.path\[len\(sys\.path\):\] = (\[[^\]]*\])"
     r"|sys\.path\.insert\(\s*0\s*,\s*(['\"][^'\"]+['\"])\s*\)"
 )
-# Prefix of a `_program_version` answer for an nvdocker2 launcher that cannot start.
+# Prefix of a `program_version` answer for an nvdocker2 launcher that cannot start.
 BROKEN = "broken: "
 _VERSION_LINE = re.compile(r"""^__version__ = ["']([^"']+)["']""", re.MULTILINE)
 
@@ -110,7 +110,7 @@ def _sh_assignments(text: str) -> dict[str, str]:
     return values
 
 
-def _program_version(ctx: Context, path: Path | None) -> tuple[str | None, str]:
+def program_version(ctx: Context, path: Path | None) -> tuple[str | None, str]:
     """The nvdocker2 version a runtime/hook executable belongs to, and how it was learnt.
 
     nvdocker2's executables are pip console scripts (`#!PYTHON` … `from nvdocker2…`) or the

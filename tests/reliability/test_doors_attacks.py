@@ -34,7 +34,7 @@ from fixtures.fake_driver import build_fake_driver
 
 import nvdocker2
 from nvdocker2 import locations
-from nvdocker2.doctor.context import Context, _program_version
+from nvdocker2.doctor.context import Context, program_version
 from nvdocker2.host import run as door
 
 from .conftest import NVDOCKER2, _need, run_cli
@@ -174,7 +174,7 @@ def test_doctor_runtime_probe_does_not_import_a_package_planted_in_the_cwd(top, 
     script.write_text(f"#!{sys.executable}\nfrom nvdocker2.runtime import main\nmain()\n")
     script.chmod(0o755)
     monkeypatch.chdir(cwd)
-    version, how = _program_version(Context(), script)
+    version, how = program_version(Context(), script)
     assert ran(marker) == "", "root imported nobody's module"
     assert version == nvdocker2.__version__, how
 

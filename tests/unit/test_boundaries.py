@@ -19,13 +19,6 @@ PACKAGE = Path(__file__).resolve().parents[2] / "nvdocker2"
 
 # (file, name) pairs still to be made public by their owners (issue 40): remove as they go.
 ALLOWED = {
-    ("nvdocker2/doctor/context.py", "_program_version"),
-    ("nvdocker2/doctor/context.py", "_read_toolkit_config"),
-    ("nvdocker2/engines/docker/daemonjson/document.py", "_line_col"),
-    ("nvdocker2/engines/docker/daemonjson/document.py", "_Node"),
-    ("nvdocker2/engines/docker/daemonjson/document.py", "_Parser"),
-    ("nvdocker2/engines/docker/daemonjson/features.py", "_type_name"),
-    ("nvdocker2/engines/docker/doctor/checks_config.py", "_norm_socket"),
     ("nvdocker2/engines/docker/service/daemon.py", "_argv"),
 }
 

@@ -21,9 +21,9 @@ from typing import Any
 from nvdocker2.engines.docker.daemonjson.parser import (
     DocumentError,
     JsonFloat,
-    _line_col,
-    _Node,
-    _Parser,
+    line_col,
+    Node,
+    Parser,
 )
 from nvdocker2.errors import EnvironmentProblem
 
@@ -81,7 +81,7 @@ class Document:
     # the writer can tell whether another program changed it meanwhile (docs/reference.md §8).
     stat: os.stat_result | None = field(default=None, repr=False)
     _text: str = field(default="", repr=False)
-    _root: _Node | None = field(default=None, repr=False)
+    _root: Node | None = field(default=None, repr=False)
 
     def serialize(self, data: dict | None = None) -> bytes:
         """The bytes for `data` (default: this document's own data) in this file's style.
@@ -127,7 +127,7 @@ def same(a: Any, b: Any) -> bool:
     return True
 
 
-def _detect_style(text: str, root: _Node, data: Any) -> Style:
+def _detect_style(text: str, root: Node, data: Any) -> Style:
     prefix = text[: root.start]
     suffix = text[root.end :]
     newline = "\r\n" if "\r\n" in text else "\n"
@@ -191,7 +191,7 @@ class _Writer:
             return float.__repr__(v)
         raise TypeError(f"cannot write {type(v).__name__} as JSON")
 
-    def splice(self, v: dict, nd: _Node | None, d: int) -> list[tuple] | None:
+    def splice(self, v: dict, nd: Node | None, d: int) -> list[tuple] | None:
         """Work items that rewrite a changed object by editing its original text: members kept
         keep their key, separator and surrounding whitespace exactly as written; removed ones
         go with the separator before them; new ones are appended in the object's own layout.
@@ -245,7 +245,7 @@ class _Writer:
         parts.append(("s", t[kids[last].end : nd.end]))
         return parts
 
-    def emit(self, value: Any, node: _Node | None, depth: int) -> str:
+    def emit(self, value: Any, node: Node | None, depth: int) -> str:
         """Write `value` at nesting `depth`; reuse the original text when nothing changed.
 
         Iterative, so even a 1000-deep value cannot exhaust the interpreter's stack.
@@ -384,13 +384,13 @@ def parse(data: bytes, source: str = "<bytes>") -> Document:
             _text="",
             _root=None,
         )
-    p = _Parser(text, source)
+    p = Parser(text, source)
     value, root = p.parse()
     if not isinstance(value, dict):
         kind = {list: "an array", str: "a string", bool: "a boolean", type(None): "null"}.get(
             type(value), "a number"
         )
-        line, col = _line_col(text, root.start)
+        line, col = line_col(text, root.start)
         raise DocumentError(
             source,
             f"the top level is {kind}, but daemon.json must be a JSON object",

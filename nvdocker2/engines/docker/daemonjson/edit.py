@@ -31,7 +31,7 @@ class ShapeError(BadInput):
         self.key = key
 
 
-def _type_name(v: Any) -> str:
+def type_name(v: Any) -> str:
     if isinstance(v, bool):
         return "a boolean"
     if isinstance(v, dict):
@@ -51,7 +51,7 @@ def check_shape(doc: Any) -> None:
     if not isinstance(doc, dict):
         raise ShapeError(
             "",
-            f"the top level is {_type_name(doc)}, not an object",
+            f"the top level is {type_name(doc)}, not an object",
             "daemon.json must be a JSON object: { ... }",
         )
     rts = doc.get(RUNTIMES, ABSENT)
@@ -59,21 +59,21 @@ def check_shape(doc: Any) -> None:
         if not isinstance(rts, dict):
             raise ShapeError(
                 RUNTIMES,
-                f'"runtimes" is {_type_name(rts)}, not an object',
+                f'"runtimes" is {type_name(rts)}, not an object',
                 'write it as "runtimes": {"NAME": {"path": "/abs/path"}}',
             )
         for name, entry in rts.items():
             if not isinstance(entry, dict):
                 raise ShapeError(
                     f"{RUNTIMES}.{name}",
-                    f'"runtimes" entry "{name}" is {_type_name(entry)}, not an object',
+                    f'"runtimes" entry "{name}" is {type_name(entry)}, not an object',
                     f'write it as "{name}": {{"path": "/abs/path"}}',
                 )
     dflt = doc.get(DEFAULT_RUNTIME, ABSENT)
     if dflt is not ABSENT and not isinstance(dflt, str):
         raise ShapeError(
             DEFAULT_RUNTIME,
-            f'"default-runtime" is {_type_name(dflt)}, not a string',
+            f'"default-runtime" is {type_name(dflt)}, not a string',
             'write it as "default-runtime": "runc" (a runtime name), or remove it',
         )
 

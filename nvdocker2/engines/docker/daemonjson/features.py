@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from nvdocker2.engines.docker.daemonjson.edit import ABSENT, Change, ShapeError, _type_name
+from nvdocker2.engines.docker.daemonjson.edit import ABSENT, Change, ShapeError, type_name
 
 FEATURES = "features"
 CDI = "cdi"
@@ -34,14 +34,14 @@ def _features(doc: dict) -> Any:
     if value is not ABSENT and not isinstance(value, dict):
         raise ShapeError(
             FEATURES,
-            f'"features" is {_type_name(value)}, not an object',
+            f'"features" is {type_name(value)}, not an object',
             'write it as "features": {"cdi": true}',
         )
     cdi = value.get(CDI, ABSENT) if isinstance(value, dict) else ABSENT
     if cdi is not ABSENT and not isinstance(cdi, bool):
         raise ShapeError(
             f"{FEATURES}.{CDI}",
-            f'"features.cdi" is {_type_name(cdi)}, not a boolean',
+            f'"features.cdi" is {type_name(cdi)}, not a boolean',
             'write it as "cdi": true',
         )
     return value

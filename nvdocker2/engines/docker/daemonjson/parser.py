@@ -40,7 +40,7 @@ class DocumentError(BadInput):
 
 
 @dataclass(frozen=True, eq=False)
-class _Node:
+class Node:
     """Where a parsed value sits in the text; `children` is a dict (object) or list (array)."""
 
     start: int
@@ -53,7 +53,7 @@ class _Node:
     dups: frozenset = frozenset()
 
 
-def _line_col(text: str, pos: int) -> tuple[int, int]:
+def line_col(text: str, pos: int) -> tuple[int, int]:
     line = text.count("\n", 0, pos) + 1
     col = pos - (text.rfind("\n", 0, pos) + 1) + 1
     return line, col
@@ -65,7 +65,7 @@ def _describe(text: str, pos: int) -> str:
     return repr(text[pos])
 
 
-class _Parser:
+class Parser:
     def __init__(self, text: str, source: str) -> None:
         self.text = text
         self.n = len(text)
@@ -73,7 +73,7 @@ class _Parser:
         self.duplicates: list[str] = []
 
     def fail(self, pos: int, reason: str, hint: str | None = None) -> DocumentError:
-        line, col = _line_col(self.text, pos)
+        line, col = line_col(self.text, pos)
         return DocumentError(self.source, reason, hint, line, col)
 
     def ws(self, pos: int) -> int:
@@ -173,7 +173,7 @@ class _Parser:
                 ) from None
             raise self.fail(e.pos, msg) from None
 
-    def parse(self) -> tuple[Any, _Node]:
+    def parse(self) -> tuple[Any, Node]:
         t = self.text
         n = self.n
         pos = self.ws(0)
@@ -195,7 +195,7 @@ class _Parser:
                 if pos < n and t[pos] == closer:
                     pos += 1
                     value: Any = {} if is_obj else []
-                    node = _Node(start, pos, value, {} if is_obj else [], {} if is_obj else None)
+                    node = Node(start, pos, value, {} if is_obj else [], {} if is_obj else None)
                 else:
                     # [is_obj, start, container, child nodes, key, key span, key spans, dups]
                     frame = [is_obj, start, {} if is_obj else [], {} if is_obj else [], None,
@@ -208,7 +208,7 @@ class _Parser:
                     continue
             elif c == '"':
                 value, end = self.string(pos)
-                node = _Node(pos, end, value)
+                node = Node(pos, end, value)
                 pos = end
             elif c == "-" or c.isdigit():
                 m = _NUMBER.match(t, pos)
@@ -219,16 +219,16 @@ class _Parser:
                     raise self.fail(bad if m else pos, "malformed number")
                 lit = m.group(0)
                 value = JsonFloat(lit) if (m.group(1) or m.group(2)) else int(lit)
-                node = _Node(pos, m.end(), value)
+                node = Node(pos, m.end(), value)
                 pos = m.end()
             elif t.startswith("true", pos):
-                value, node = True, _Node(pos, pos + 4, True)
+                value, node = True, Node(pos, pos + 4, True)
                 pos += 4
             elif t.startswith("false", pos):
-                value, node = False, _Node(pos, pos + 5, False)
+                value, node = False, Node(pos, pos + 5, False)
                 pos += 5
             elif t.startswith("null", pos):
-                value, node = None, _Node(pos, pos + 4, None)
+                value, node = None, Node(pos, pos + 4, None)
                 pos += 4
             else:
                 if stack and c and c in "}]":
@@ -289,7 +289,7 @@ class _Parser:
                     pos += 1
                     stack.pop()
                     value = frame[2]
-                    node = _Node(frame[1], pos, value, frame[3], frame[6] if is_obj else None,
+                    node = Node(frame[1], pos, value, frame[3], frame[6] if is_obj else None,
                                  frozenset(frame[7]))
                     continue
                 if c and c in "}]":

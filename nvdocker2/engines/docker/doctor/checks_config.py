@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from nvdocker2.doctor.context import RUNTIME_NAME
 from nvdocker2.engines.docker.doctor.facts import DockerContext as Context
-from nvdocker2.engines.docker.doctor.facts import _norm_socket, dockerd_option_values
+from nvdocker2.engines.docker.doctor.facts import norm_socket, dockerd_option_values
 from nvdocker2.engines.docker.doctor.modes import cdi_only
 from nvdocker2.doctor.model import Checks, Outcome, fail, ok, skip, warn
 
@@ -46,12 +46,12 @@ def config_target(ctx: Context) -> Outcome:
             )
         return ok(f"dockerd pid {proc.pid} at {host.url} reads {loc.path}")
     if host.source in ("DOCKER_HOST",) or host.context_name is not None:
-        expected = _norm_socket(
+        expected = norm_socket(
             f"unix://{ctx.env.get('XDG_RUNTIME_DIR', '')}/docker.sock"
             if loc.kind == "rootless"
             else "unix:///var/run/docker.sock"
         )
-        if _norm_socket(host.url) != expected:
+        if norm_socket(host.url) != expected:
             return warn(
                 f"{host.source} points at {host.url}, a different daemon than the one that "
                 f"reads {loc.path} ({loc.reason})",

@@ -330,7 +330,7 @@ def _choice(ctx: DockerContext, url: str, source: str, name: str | None = None) 
     return HostChoice(host, source, name)
 
 
-def _norm_socket(url: str) -> str | None:
+def norm_socket(url: str) -> str | None:
     """The socket path of a unix:// (or fd://, systemd's socket) address, /var/run as /run."""
     if url.startswith("fd://"):
         path = "/run/docker.sock"
@@ -366,7 +366,7 @@ def _find_dockerd(ctx: DockerContext) -> tuple[SeenDockerd | None, str]:
     """The process serving the socket (`SO_PEERCRED`); when nothing answers there, or init
     holds it (systemd socket activation), a trusted dockerd that says it listens there."""
     target = ctx.docker_host().url
-    sock = _norm_socket(target)
+    sock = norm_socket(target)
     if sock is None:
         return None, f"{target} is not a local socket, so its dockerd process cannot be inspected"
     proc_root = ctx.root.path("/proc")
@@ -387,9 +387,9 @@ def _find_dockerd(ctx: DockerContext) -> tuple[SeenDockerd | None, str]:
         argv = _proc_argv(ctx, pid)
         if not _is_dockerd(argv) or untrusted_owner(pid, proc_root, ctx.uid) is not None:
             continue
-        if sock in {_norm_socket(h) for h in _dockerd_hosts(ctx, argv)}:
+        if sock in {norm_socket(h) for h in _dockerd_hosts(ctx, argv)}:
             return _process(ctx, pid, argv, f"listens on {target}"), ""
-    if sock == _norm_socket(f"unix://{DEFAULT_SOCKET}"):
+    if sock == norm_socket(f"unix://{DEFAULT_SOCKET}"):
         text = ctx.root.read_text(DEFAULT_PIDFILE)
         if text and text.strip().isdigit():
             pid = int(text.strip())
