@@ -15,25 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from ..agent_proc import AgentProc  # noqa: E402
+from ..agent_proc import ORIGINAL, AgentProc  # noqa: E402
 
 from nvdocker2.agent.watch import Watcher, fingerprint  # noqa: E402
-
-# A non-runc default set before, odd spacing and a key order install must keep.
-ORIGINAL = (b'{\n    "log-level":   "warn",\n    "default-runtime": "crun",\n'
-            b'    "runtimes": {"crun": {"path": "/usr/bin/crun"}}\n}\n')
-
-
-@pytest.fixture
-def host(tmp_path):
-    """A host root with /etc/docker/daemon.json holding ORIGINAL."""
-    root = tmp_path / "host"
-    (root / "etc" / "docker").mkdir(parents=True)
-    root.chmod(0o755)
-    cfg = root / "etc" / "docker" / "daemon.json"
-    cfg.write_bytes(ORIGINAL)
-    return root
-
 
 def _cfg(host: Path) -> Path:
     return host / "etc" / "docker" / "daemon.json"

@@ -28,10 +28,10 @@ from pathlib import Path
 
 import pytest
 
-from ..agent_proc import AgentProc  # noqa: E402
+from ..agent_proc import ORIGINAL, AgentProc  # noqa: E402
 from nvdocker2.agent.serve import (  # noqa: E402
     CONNECTION_SECONDS, MAX_CONNECTIONS, Readiness, serve_healthz)
-from .test_agent import ORIGINAL, _cfg, _installed, host  # noqa: E402,F401 - host: a fixture
+from .test_agent import _cfg, _installed  # noqa: E402
 
 PLANTED = ("ldconfig", "gcc", "cc", "ld", "objdump")
 

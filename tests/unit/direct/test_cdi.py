@@ -8,7 +8,7 @@ from pathlib import Path
 
 import jsonschema
 import pytest
-from fixtures.fake_driver import DRIVER_VERSION, LIB64_DIR, build_fake_driver
+from fixtures.fake_driver import DRIVER_VERSION, LIB64_DIR
 
 from nvdocker2.direct import DirectError, discover
 from nvdocker2.direct.cdi import cdi_spec, dump_yaml, render
@@ -51,11 +51,6 @@ def read_block_yaml(text):
         return out
 
     return block(0)
-
-
-@pytest.fixture
-def driver(tmp_path):
-    return build_fake_driver(tmp_path / "driver")
 
 
 def test_cdi_spec_validates_and_names_gpus_by_index_uuid_and_all(driver):

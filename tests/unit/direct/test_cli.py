@@ -9,8 +9,6 @@ import sys
 from pathlib import Path
 
 import jsonschema
-import pytest
-from fixtures.fake_driver import build_fake_driver
 
 SCHEMA = json.loads((Path(__file__).parents[2] / "fixtures/cdi_schema.json").read_text())
 
@@ -19,11 +17,6 @@ def nvdocker2(*args, env=None):
     full = {**os.environ, **(env or {})}
     return subprocess.run([sys.executable, "-m", "nvdocker2", *args], capture_output=True,
                           text=True, env=full, timeout=60)
-
-
-@pytest.fixture
-def driver(tmp_path):
-    return build_fake_driver(tmp_path / "driver")
 
 
 REPO = Path(__file__).parents[3]

@@ -7,16 +7,11 @@ import json
 import sys
 
 import pytest
-from fixtures.fake_driver import LIB64_DIR, build_fake_driver, make_bundle
+from fixtures.fake_driver import LIB64_DIR, make_bundle
 
 from nvdocker2 import runtime, toolkit_config
 from nvdocker2.direct import DirectError
 from nvdocker2.direct.create import edit_for_create
-
-
-@pytest.fixture
-def driver(tmp_path):
-    return build_fake_driver(tmp_path / "driver")
 
 
 def config_for(driver, tmp_path, extra=""):

@@ -33,10 +33,10 @@ NVSWITCH = ["/dev/nvidia-nvswitchctl", "/dev/nvidia-nvswitch0", "/dev/nvidia-nvs
 
 
 @pytest.fixture
-def driver(tmp_path):
-    fake = build_fake_driver(tmp_path / "driver")
-    add_fabric(fake)
-    return fake
+def driver(driver):
+    """The fake driver tree (tests/unit/conftest.py) with the fabric's devices."""
+    add_fabric(driver)
+    return driver
 
 
 def request_for(env):

@@ -12,7 +12,6 @@ from fixtures.fake_driver import (
     add_compat,
     add_dri,
     add_graphics,
-    build_fake_driver,
     make_bundle,
 )
 
@@ -28,11 +27,11 @@ RUNTIME = "/usr/bin/nvidia-container-runtime"
 
 
 @pytest.fixture
-def driver(tmp_path):
-    fake = build_fake_driver(tmp_path / "driver")
-    fake.dri = add_dri(fake)
-    add_graphics(fake)
-    return fake
+def driver(driver):
+    """The fake driver tree (tests/unit/conftest.py) with DRI nodes and graphics files."""
+    driver.dri = add_dri(driver)
+    add_graphics(driver)
+    return driver
 
 
 def config_for(driver, tmp_path, extra=""):

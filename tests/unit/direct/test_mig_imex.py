@@ -20,7 +20,6 @@ from fixtures.fake_driver import (
     build_fake_driver,
     build_fake_nvml,
     default_migs,
-    make_bundle,
     mig_minor,
 )
 from ..hook_process import HookProcess
@@ -43,17 +42,12 @@ def cap(gi, ci=None):
 
 
 @pytest.fixture
-def driver(tmp_path):
-    fake = build_fake_driver(tmp_path / "driver")
-    add_mig(fake, default_migs())
-    add_imex(fake, [0, 5])
-    build_fake_nvml(fake, tmp_path)
-    return fake
-
-
-@pytest.fixture
-def bundle(tmp_path):
-    return make_bundle(tmp_path)
+def driver(driver, tmp_path):
+    """The fake driver tree (tests/unit/conftest.py) with MIG devices and IMEX channels."""
+    add_mig(driver, default_migs())
+    add_imex(driver, [0, 5])
+    build_fake_nvml(driver, tmp_path)
+    return driver
 
 
 def edit(driver, bundle, devices, caps=("utility",), **kw):

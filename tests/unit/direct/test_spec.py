@@ -6,7 +6,7 @@ import copy
 import os
 
 import pytest
-from fixtures.fake_driver import DRIVER_VERSION, LIB64_DIR, build_fake_driver, make_bundle
+from fixtures.fake_driver import DRIVER_VERSION, LIB64_DIR
 
 from nvdocker2.direct import DirectError, direct_edit
 from nvdocker2.direct.rootfs import UnsafePath
@@ -14,16 +14,6 @@ from nvdocker2.direct.rootfs import UnsafePath
 RUNTIME = "/usr/bin/nvidia-container-runtime"
 V = DRIVER_VERSION
 COMPUTE_UTILITY = {"compute", "utility"}
-
-
-@pytest.fixture
-def driver(tmp_path):
-    return build_fake_driver(tmp_path / "driver")
-
-
-@pytest.fixture
-def bundle(tmp_path):
-    return make_bundle(tmp_path)
 
 
 def edit(driver, bundle, devices, caps=COMPUTE_UTILITY, **kw):

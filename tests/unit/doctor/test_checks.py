@@ -157,11 +157,6 @@ class FakeHost:
         return {r.id: r for r in run_checks(self.context(**kw))}
 
 
-@pytest.fixture
-def host(tmp_path: Path) -> FakeHost:
-    return FakeHost(tmp_path / "root")
-
-
 def assert_status(results: dict, check_id: str, status: str, *words: str):
     r = results[check_id]
     assert r.status == status, f"{check_id}: {r.status}: {r.detail}"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from .test_checks import FakeHost, assert_status
+from .test_checks import assert_status
 
 from nvdocker2.doctor.registry import FAIL, OK, SKIP
 
@@ -27,11 +27,11 @@ def spec(uvm_major=511, gpu_uuid=UUID, kind="nvidia.com/gpu"):
 
 
 @pytest.fixture
-def host(tmp_path):
-    h = FakeHost(tmp_path / "root")
-    h.file("/proc/driver/nvidia/gpus/0000:01:00.0/information",
-           f"Model: NVIDIA H200\nDevice Minor: 0\nGPU UUID: {UUID}\n")
-    return h
+def host(host):
+    """The healthy fake host (doctor/conftest.py) with an H200 of a known UUID."""
+    host.file("/proc/driver/nvidia/gpus/0000:01:00.0/information",
+              f"Model: NVIDIA H200\nDevice Minor: 0\nGPU UUID: {UUID}\n")
+    return host
 
 
 def test_no_spec_is_skipped(host):

@@ -7,7 +7,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from .test_checks import WARN, FakeHost, assert_status
+from .test_checks import WARN, assert_status
 
 import nvdocker2
 from nvdocker2.doctor.context import run_command
@@ -16,8 +16,7 @@ from nvdocker2.runtime.launcher import render_pip
 REPO = Path(__file__).resolve().parents[3]
 
 
-def test_version_of_a_pip_launcher_is_its_own_answer(tmp_path):
-    host = FakeHost(tmp_path / "root")
+def test_version_of_a_pip_launcher_is_its_own_answer(host):
     site = host.path(f"/usr/lib/python{sys.version_info[0]}.{sys.version_info[1]}/site-packages")
     shutil.copytree(REPO / "nvdocker2", site / "nvdocker2",
                     ignore=shutil.ignore_patterns("__pycache__"))

@@ -8,49 +8,10 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
-from ..hook_process import HookProcess
 
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-
-
-class Hook(HookProcess):
-    def __init__(self, root: Path):
-        super().__init__(root)
-        self.config.write_text(
-            f'[nvidia-container-cli]\npath = "{self.cli}"\n'
-            f'environment = ["FIXTURE_RECORD_DIR={self.record}"]\n')
-
-    def write_spec(self, env, root_path="rootfs", **extra):
-        spec = {"ociVersion": "1.0.2", "process": {"args": ["sh"], "env": env},
-                "root": {"path": root_path}, **extra}
-        (self.bundle / "config.json").write_text(json.dumps(spec))
-
-    def state(self, **changes):
-        state = {"ociVersion": "1.0.2", "id": "ctr", "status": "creating",
-                 "pid": os.getpid(), "bundle": str(self.bundle)}
-        state.update(changes)
-        return json.dumps(state)
-
-    def run(self, *args, stdin=None, env=None, config=True):
-        argv = [sys.executable, "-m", "nvdocker2.hook"]
-        if config:
-            argv += ["--config", str(self.config)]
-        argv += list(args or ["prestart"])
-        return subprocess.run(argv, input=self.state() if stdin is None else stdin,
-                              capture_output=True, text=True, timeout=60,
-                              env=env if env is not None else {"PATH": os.environ["PATH"]})
-
-    def recorded(self, name):
-        f = self.record / name
-        return f.read_text() if f.exists() else None
-
-
-@pytest.fixture
-def hook(tmp_path):
-    return Hook(tmp_path)
 
 
 def test_gpu_request_execs_the_cli_with_exact_argv_and_clean_env(hook):

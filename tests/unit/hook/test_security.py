@@ -7,17 +7,13 @@ from __future__ import annotations
 import os
 
 import pytest
-from .test_main import Hook
+
+from ..hook_process import Hook
 
 OPTIONS_WITH_VALUE = ("--root=", "--debug=", "--user=", "--ldconfig=", "--device=",
                       "--mig-config=", "--mig-monitor=", "--require=", "--pid=")
 BARE_OPTIONS = ("--load-kmods", "--no-cgroups", "--compute", "--utility", "--video",
                 "--graphics", "--display", "--compat32", "--ngx")
-
-
-@pytest.fixture
-def hook(tmp_path):
-    return Hook(tmp_path)
 
 
 def _assert_only_our_options(argv: list[str], hook: Hook) -> None:

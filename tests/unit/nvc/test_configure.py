@@ -10,7 +10,7 @@ import subprocess
 import sys
 
 import pytest
-from fixtures.fake_driver import DRIVER_VERSION, LIB64_DIR, build_fake_driver
+from fixtures.fake_driver import DRIVER_VERSION, LIB64_DIR
 
 from nvdocker2.direct.discover import DeviceNode
 from nvdocker2.nvc.configure import NvcError, allow_devices
@@ -39,11 +39,6 @@ def _configure(rootfs, *args, driver):
         point, options = line.split(" ")
         mounts["/" + os.path.relpath(point, rootfs)] = options
     return code, mounts, done.stderr
-
-
-@pytest.fixture
-def driver(tmp_path):
-    return build_fake_driver(tmp_path / "driver")
 
 
 @pytest.fixture

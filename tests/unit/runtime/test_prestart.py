@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from ..hook.test_main import Hook
+from ..hook_process import Hook
 
 import nvdocker2
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 from fixtures.fake_driver import make_bundle
-from ..hook.test_main import Hook
+from ..hook_process import Hook
 
 import nvdocker2
 

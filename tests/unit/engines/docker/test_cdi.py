@@ -13,7 +13,6 @@ from pathlib import Path
 
 import jsonschema
 import pytest
-from ...dockerd_fixtures import running_engine
 from fixtures.fake_driver import build_fake_driver
 from ...direct.test_cdi import read_block_yaml as _read_block_yaml
 
@@ -73,12 +72,6 @@ class Host:
     def backups(self) -> list[str]:
         d = self.state / "backups"
         return sorted(p.name for p in d.glob("*.meta.json")) if d.exists() else []
-
-
-@pytest.fixture
-def host(tmp_path):
-    with running_engine(tmp_path) as engine:
-        yield Host(tmp_path, engine)
 
 
 DIRS = '"cdi-spec-dirs": ["/etc/cdi", "SPECDIR"]'

@@ -46,12 +46,6 @@ def shared():
 
 
 @pytest.fixture
-def host(tmp_path):
-    with running_engine(tmp_path) as engine:
-        yield Host(tmp_path, engine)
-
-
-@pytest.fixture
 def secret(tmp_path) -> Path:
     """A root-only file beside the Host of `host`."""
     p = tmp_path / "shadow-like"

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-from ....dockerd_fixtures import running_engine
 
 from nvdocker2.engines.docker.service.api import (
     EngineClient,
@@ -12,12 +11,6 @@ from nvdocker2.engines.docker.service.api import (
     parse_docker_host,
 )
 from nvdocker2.errors import BadInput
-
-
-@pytest.fixture
-def engine(tmp_path):
-    with running_engine(tmp_path) as fake:
-        yield fake
 
 
 def test_docker_host_defaults_to_the_rootful_socket():

@@ -6,17 +6,11 @@ from __future__ import annotations
 import json
 
 import pytest
-from ....dockerd_fixtures import FIXTURES, NamedDockerd, named_dockerd_in
+from ....dockerd_fixtures import FIXTURES, NamedDockerd
 
 from nvdocker2.engines.docker.service.daemon import DaemonOptions, Dockerd, NoReload, make_daemon
 from nvdocker2.engines.docker.service.logs import FileLog
 from nvdocker2.errors import BadInput, EnvironmentProblem
-
-
-@pytest.fixture
-def named_dockerd(tmp_path):
-    with named_dockerd_in(tmp_path) as d:
-        yield d
 
 
 @pytest.fixture

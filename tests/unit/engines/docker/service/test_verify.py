@@ -7,7 +7,7 @@ import json
 import time
 
 import pytest
-from ....dockerd_fixtures import FIXTURES, named_dockerd_in, running_engine
+from ....dockerd_fixtures import FIXTURES
 
 from nvdocker2.engines.docker.service import daemon as daemon_module
 from nvdocker2.engines.docker.service.api import EngineClient, parse_docker_host
@@ -24,18 +24,6 @@ from nvdocker2.engines.docker.service.progress import PlainReporter, RecordingRe
 from nvdocker2.errors import EnvironmentProblem
 from nvdocker2.engines.base import VerifyFailed
 from nvdocker2.engines.docker.service import Expectation
-
-
-@pytest.fixture
-def engine(tmp_path):
-    with running_engine(tmp_path) as fake:
-        yield fake
-
-
-@pytest.fixture
-def named_dockerd(tmp_path):
-    with named_dockerd_in(tmp_path) as d:
-        yield d
 
 
 NVIDIA = Expectation({"nvidia": "/usr/bin/nvidia-container-runtime"}, (), "nvidia")
