@@ -14,6 +14,11 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+# The daemon.json of the agent tests' host root (agent/conftest.py): a non-runc default set
+# before, odd spacing and a key order install must keep.
+ORIGINAL = (b'{\n    "log-level":   "warn",\n    "default-runtime": "crun",\n'
+            b'    "runtimes": {"crun": {"path": "/usr/bin/crun"}}\n}\n')
+
 
 class AgentProc:
     def __init__(self, args: list[str], log: Path, env: dict | None = None,

@@ -51,7 +51,7 @@ class NamedDockerd:
 @contextlib.contextmanager
 def running_engine(tmp_path: Path) -> Iterator:
     """A FakeEngine serving on tmp_path/api.sock for the duration of the block."""
-    from fake_engine import FakeEngine
+    from .fake_engine import FakeEngine
 
     fake = FakeEngine(tmp_path / "api.sock").start()
     try:

@@ -54,3 +54,38 @@ class HookProcess:
             input=json.dumps(state), capture_output=True, text=True, timeout=60,
             env={"PATH": os.environ["PATH"]}, check=False)
         return proc, (argv.read_text().splitlines()[1:] if argv.exists() else None)
+
+
+class Hook(HookProcess):
+    """The hook as runc runs it, with a config.toml naming the fixture cli and its record
+    directory: `write_spec`, `run`, then what the cli `recorded`."""
+
+    def __init__(self, root: Path):
+        super().__init__(root)
+        self.config.write_text(
+            f'[nvidia-container-cli]\npath = "{self.cli}"\n'
+            f'environment = ["FIXTURE_RECORD_DIR={self.record}"]\n')
+
+    def write_spec(self, env, root_path="rootfs", **extra):
+        spec = {"ociVersion": "1.0.2", "process": {"args": ["sh"], "env": env},
+                "root": {"path": root_path}, **extra}
+        (self.bundle / "config.json").write_text(json.dumps(spec))
+
+    def state(self, **changes):
+        state = {"ociVersion": "1.0.2", "id": "ctr", "status": "creating",
+                 "pid": os.getpid(), "bundle": str(self.bundle)}
+        state.update(changes)
+        return json.dumps(state)
+
+    def run(self, *args, stdin=None, env=None, config=True):
+        argv = [sys.executable, "-m", "nvdocker2.hook"]
+        if config:
+            argv += ["--config", str(self.config)]
+        argv += list(args or ["prestart"])
+        return subprocess.run(argv, input=self.state() if stdin is None else stdin,
+                              capture_output=True, text=True, timeout=60,
+                              env=env if env is not None else {"PATH": os.environ["PATH"]})
+
+    def recorded(self, name):
+        f = self.record / name
+        return f.read_text() if f.exists() else None

@@ -14,7 +14,7 @@ import json
 import os
 
 import pytest
-from cli_run import cli
+from .cli_run import cli
 from fixtures.fake_driver import build_fake_driver
 
 from nvdocker2.cdi_validate import READERS

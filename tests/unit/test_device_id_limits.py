@@ -5,7 +5,7 @@ the function and through the hook started as a process."""
 from __future__ import annotations
 
 import pytest
-from hook_process import PROG, HookProcess
+from .hook_process import PROG, HookProcess
 
 from nvdocker2.device_ids import RequestError, parse_device_list, validate_id
 

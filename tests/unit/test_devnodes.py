@@ -10,7 +10,7 @@ import stat
 from pathlib import Path
 
 import pytest
-from cli_run import cli
+from .cli_run import cli
 from fixtures.fake_driver import (
     CAPS_MAJOR,
     MIG_CONFIG_MINOR,

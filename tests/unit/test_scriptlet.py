@@ -8,7 +8,7 @@ import json
 import subprocess
 import sys
 
-from cli_run import cli
+from .cli_run import cli
 
 # The scripts' hand-over; dash's `echo "$result"` turned the \\ of a JSON string into one \.
 HAND_OVER = 'printf \'%s\\n\' "$RESULT" | "$PYTHON" -I -m nvdocker2.scriptlet "$ACTION"'
