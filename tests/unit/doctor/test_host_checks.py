@@ -11,12 +11,11 @@ from pathlib import Path, PurePosixPath
 
 import pytest
 from fixtures.fake_driver import WSL_STORE, build_fake_wsl
-from test_doctor_checks import BTIME, DOCKERD_PID, DRIVER, FakeHost, assert_status, host, sh
+from .test_checks import BTIME, DOCKERD_PID, DRIVER, FakeHost, assert_status, sh
 
 import nvdocker2
 from nvdocker2.doctor.model import FAIL, OK, SKIP, WARN
 
-__all__ = ["host"]  # the fixture, shared with test_doctor_checks.py
 
 
 # -- runtime, hook, config.toml, libnvidia-container, runc ---------------------------------
@@ -384,7 +383,7 @@ def test_dev_char_links_with_systemd_cgroup_driver(host):
 
 
 def test_dev_char_warns_until_create_dev_char_symlinks_ran(host):
-    from cli_run import cli
+    from ..cli_run import cli
 
     host.info["CgroupDriver"] = "systemd"
     host.chardev("/dev/nvidia-caps/nvidia-cap1", 508, 1)
@@ -397,7 +396,7 @@ def test_dev_char_warns_until_create_dev_char_symlinks_ran(host):
 
 
 def test_control_nodes_warn_until_create_device_nodes_ran(host):
-    from cli_run import cli
+    from ..cli_run import cli
 
     host.path("/dev/nvidia-uvm-tools").unlink()
     host.path("/dev/nvidia-modeset").unlink()
@@ -502,7 +501,7 @@ def test_open_kernel_module_version_line_is_read(host):
 
 # -- config.toml against NVIDIA's toolkit (docs/nvidia-toolkit.md) --------------------------
 
-NVIDIA_MAIN = Path(__file__).parent.parent / "data" / "nvidia-config" / "main.toml"
+NVIDIA_MAIN = Path(__file__).parents[2] / "data" / "nvidia-config" / "main.toml"
 
 
 def test_nvidias_own_file_is_valid_its_unused_keys_listed_and_auto_resolved(host):

@@ -10,13 +10,13 @@ import json
 from pathlib import Path
 
 import pytest
-from cli_run import cli, engine_env
+from ..cli_run import cli, engine_env
 
 from nvdocker2.doctor import CheckPlan, report
 from nvdocker2.doctor.model import Check, Facts, fail, ok, run_checks, run_order, skip, warn
 from nvdocker2.doctor.render import render_report
 
-DOCTOR = Path(__file__).resolve().parents[2] / "nvdocker2" / "doctor"
+DOCTOR = Path(__file__).resolve().parents[3] / "nvdocker2" / "doctor"
 
 
 class Seen(Facts):
