@@ -427,6 +427,8 @@ class Worker:
             return "survived", elapsed
         if proc.returncode in (1, 3):  # tests failed / internal error (an import broke)
             return "killed", elapsed
+        if proc.returncode < 0:  # the test run crashed (a segfault in a driver library call)
+            return "killed", elapsed
         return f"error rc={proc.returncode}: {output.decode(errors='replace')[-300:]}", elapsed
 
     def try_mutant(self, mutant: Mutant, tests: list[str], timeout: float) -> str:

@@ -210,3 +210,12 @@ def test_a_tag_that_is_no_commit_is_refused(repo):
     assert done.returncode == 2
     assert done.stderr == ("error: v9.9 is not a commit of this repository's history\n"
                            "hint: give a tag that HEAD descends from, e.g. --changed-since v1.0\n")
+
+
+def test_a_test_run_that_crashes_kills_the_mutant(repo, tool, tmp_path):
+    """A mutant that makes a driver library call segfault is noticed, not an error."""
+    (repo / "tests" / "test_crash.py").write_text(
+        "import os, signal\n\n\ndef test_crash():\n    os.kill(os.getpid(), signal.SIGSEGV)\n")
+    worker = tool.Worker(tmp_path / "w", sys.executable)
+    assert worker.run_tests(["tests/test_crash.py"], 60)[0] == "killed"
+    assert worker.run_tests(["tests/test_m.py"], 60)[0] == "survived"
