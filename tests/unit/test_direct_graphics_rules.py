@@ -9,21 +9,13 @@ from __future__ import annotations
 import dataclasses
 import os
 
-import pytest
-from fixtures.fake_driver import LIB64_DIR, add_dri, add_graphics, build_fake_driver
+import test_direct_graphics
+from fixtures.fake_driver import LIB64_DIR
 
 from nvdocker2.direct.discover import discover
 from nvdocker2.direct.graphics import dri_nodes, graphics_files
 
-VULKAN = "/etc/vulkan/icd.d/nvidia_icd.json"
-
-
-@pytest.fixture
-def driver(tmp_path):
-    fake = build_fake_driver(tmp_path / "driver")
-    fake.dri = add_dri(fake)
-    add_graphics(fake)
-    return fake
+driver = test_direct_graphics.driver  # the fake driver with its DRI nodes and graphics files
 
 
 def files(driver, *caps):
