@@ -8,6 +8,7 @@ symlink in root's directory, a FIFO) against what the host's root owns."""
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 
 import pytest
@@ -185,3 +186,55 @@ def test_the_processs_own_namespace_is_read_once(monkeypatch):
     again = run.trusted_ids(0)
     assert len(opened) == reads
     assert (again.uids, again.gids, again.shared) == (first.uids, first.gids, first.shared)
+
+
+SWAPPED = """
+import json, os, sys
+sys.path.insert(0, sys.argv[1])
+from nvdocker2.host import run
+target, when = sys.argv[2], sys.argv[3]
+real_open = os.open
+
+def wait():  # the test moves the file away, then answers
+    print("now", flush=True)
+    sys.stdin.readline()
+
+def asking_open(path, flags, *args, **kwargs):
+    if path != target or not flags & os.O_NOATIME:
+        return real_open(path, flags, *args, **kwargs)
+    if when == "before":
+        wait()
+        return real_open(path, flags, *args, **kwargs)
+    try:
+        return real_open(path, flags, *args, **kwargs)
+    finally:
+        wait()
+
+os.open = asking_open
+print(json.dumps(run.unsafe_to_run(target)), flush=True)
+"""
+
+
+@pytest.mark.parametrize("when", ["before", "after"])
+def test_a_file_moved_away_while_the_kernel_is_asked_is_not_trusted(ns, planted, when):
+    """The host root's runc, moved away by its owner just before the kernel is asked (the
+    open fails, not for its owner) or just after it answered (the file is no longer the one
+    asked about): nothing is learnt, it is not root's. The move is the test's, at the
+    moment the probe says."""
+    import json
+
+    ours = _runc(planted, "root", 0)
+    probe = subprocess.Popen(
+        ns.argv(0, sys.executable, "-I", "-S", "-c", SWAPPED, str(REPO), str(ours), when),
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={"PATH": "/usr/bin:/bin"}, cwd="/")
+    try:
+        assert probe.stdout.readline() == "now\n"
+        os.rename(ours, planted / "root" / "moved")
+        out, err = probe.communicate("go\n", timeout=60)
+    finally:
+        if probe.poll() is None:
+            probe.kill()
+            probe.wait()
+    assert (probe.returncode, err) == (0, "")
+    assert json.loads(out) == f"{ours} belongs to uid {OVERFLOW}"
