@@ -9,13 +9,23 @@ module's selected tests there (fail fast, a timeout per mutant). Tests that star
 runtime as real processes import the copy's package too, whatever environment they hand the
 child: the mutant is in the files, not in a switch.
 
+`--changed-since [TAG]` is the quick guard of the test command: only the listed modules whose
+file changed since TAG (default: the newest `v*` tag reachable from HEAD), committed or not,
+and in each only the functions the change touched (the whole module when it touched lines
+outside any function), within a time budget (`--budget`, seconds): a module gets its share of
+what is left, and the mutants it had no time for are counted apart (the rest are a fixed
+shuffle, so a run cut short still samples the whole change).
+With no such tag or no listed module changed it says so and passes.
+
 Output: one line per module, `MODULE: KILLED/TOTAL killed (SCORE%)`, then each surviving mutant
 as `file:line  the change`. Mutants listed as equivalent in the configuration are counted apart
 and not part of TOTAL. Exit status 0 when every module reaches its `min_score`, 1 when one does
 not, 2 for a configuration or set-up error (a module's tests failing unmutated included).
 
-    python3 scripts/mutation.py [--list] [--jobs N] [MODULE_NAME_OR_PATH ...]
+    python3 scripts/mutation.py [--list] [--jobs N] [--functions F,...] [MODULE_NAME_OR_PATH ...]
+    python3 scripts/mutation.py --changed-since [TAG] [--budget SECONDS]
     make mutation [MUTATION_MODULES="device_ids hook/request"] [MUTATION_JOBS=N]
+    make mutation-changed [MUTATION_SINCE=v0.3.0]
 """
 
 from __future__ import annotations
@@ -24,6 +34,8 @@ import argparse
 import ast
 import copy
 import os
+import random
+import re
 import resource
 import shutil
 import signal
@@ -42,6 +54,7 @@ except ModuleNotFoundError:  # Python < 3.11
 
 REPO = Path(__file__).resolve().parent.parent
 CONFIG = REPO / "tests" / "mutation" / "modules.toml"
+CHANGED_BUDGET = 540.0  # seconds: the guard in scripts/test.sh stays within 10 minutes
 
 _CMP_SWAP = {
     ast.Eq: ast.NotEq, ast.NotEq: ast.Eq, ast.Lt: ast.LtE, ast.LtE: ast.Lt,
@@ -57,6 +70,7 @@ class Mutant:
     key: str           # stable across line moves: "function: old -> new"
     change: str        # shown to people: "old -> new"
     source: str = field(repr=False)
+    qualname: str = ""  # the function it is in ("<module>" outside any)
 
 
 def _snippet(node: ast.AST, limit: int = 70) -> str:
@@ -232,9 +246,14 @@ def _is_text(node: ast.BinOp) -> bool:
                isinstance(getattr(side, "value", ""), str) for side in (node.left, node.right))
 
 
-def mutants_of(path: Path, functions: list[str] | None = None) -> list[Mutant]:
+def _within(qualname: str, functions: list[str]) -> bool:
+    return any(qualname == f or qualname.startswith(f + ".") for f in functions)
+
+
+def mutants_of(path: Path, functions: list[str] | None = None,
+               only: list[str] | None = None) -> list[Mutant]:
     """Every single mutant of `path`; only those inside `functions` (qualified names, a nested
-    function belongs to its parent) when given."""
+    function belongs to its parent) when given, and inside `only` too when that is given."""
     source = path.read_text()
     tree = ast.parse(source)
     sites = _Sites(source)
@@ -244,8 +263,9 @@ def mutants_of(path: Path, functions: list[str] | None = None) -> list[Mutant]:
     seen: dict[str, int] = {}
     done: set[tuple[int, int, str]] = set()
     for node, text, qualname, change in sites.sites:
-        if functions and not any(qualname == f or qualname.startswith(f + ".")
-                                 for f in functions):
+        if functions and not _within(qualname, functions):
+            continue
+        if only is not None and not _within(qualname, only):
             continue
         start = sites.offsets[node.lineno - 1] + _col(sites.lines[node.lineno - 1], node.col_offset)
         end = sites.offsets[node.end_lineno - 1] + _col(sites.lines[node.end_lineno - 1],
@@ -264,13 +284,96 @@ def mutants_of(path: Path, functions: list[str] | None = None) -> list[Mutant]:
         seen[key] = seen.get(key, 0) + 1
         if seen[key] > 1:
             key += f" #{seen[key]}"
-        out.append(Mutant(rel, node.lineno, key, change, new))
+        out.append(Mutant(rel, node.lineno, key, change, new, qualname))
     return out
 
 
 def _col(line: str, byte_col: int) -> int:
     """ast columns count UTF-8 bytes; the source string counts characters."""
     return len(line.encode()[:byte_col].decode(errors="ignore"))
+
+# --- what changed since a release tag -------------------------------------------------------
+
+_HUNK = re.compile(r"^@@ -\d+(?:,\d+)? \+(\d+)(?:,(\d+))? @@")
+
+
+def _git(repo: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["git", "-c", "core.quotePath=false", *args], cwd=repo,
+                          capture_output=True, text=True)
+
+
+def last_tag(repo: Path) -> str | None:
+    """The newest `v*` tag reachable from HEAD; None without one (or without a repository)."""
+    done = _git(repo, "describe", "--tags", "--abbrev=0", "--match", "v*")
+    return (done.stdout.strip() or None) if done.returncode == 0 else None
+
+
+def changed_lines(repo: Path, tag: str) -> dict[str, set[int] | None]:
+    """The files changed between where HEAD's history left `tag` and the working tree (committed
+    or not), each with the lines of its current text that the change touched: None for a file
+    that is new (all of it). ValueError when `tag` names no commit."""
+    base = _git(repo, "merge-base", tag, "HEAD")
+    if base.returncode != 0:
+        raise ValueError(f"{tag} is not a commit of this repository's history")
+    diff = _git(repo, "diff", "-U0", "--no-color", "--no-ext-diff", "--no-renames",
+                base.stdout.strip(), "--")
+    if diff.returncode != 0:
+        raise ValueError(f"git diff against {tag} failed: {diff.stderr.strip()}")
+    out: dict[str, set[int] | None] = {}
+    current: str | None = None
+    new_file = False
+    for line in diff.stdout.splitlines():
+        if line.startswith("diff --git "):
+            current, new_file = None, False
+        elif line.startswith("--- "):
+            new_file = line == "--- /dev/null"
+        elif line.startswith("+++ "):
+            current = line[len("+++ b/"):] if line.startswith("+++ b/") else None
+            if current is not None:
+                out[current] = None if new_file else set()
+        elif current is not None and (hunk := _HUNK.match(line)):
+            lines = out[current]
+            if lines is None:
+                continue
+            start, count = int(hunk.group(1)), int(hunk.group(2) or 1)
+            # A deletion touches the lines on both sides of where the text was.
+            lines.update(range(start, start + count) if count else (max(start, 1), start + 1))
+    untracked = _git(repo, "ls-files", "--others", "--exclude-standard")
+    for name in untracked.stdout.splitlines():
+        out[name] = None
+    return out
+
+
+def _defs(tree: ast.AST) -> list[tuple[int, int, str]]:
+    """(first line, last line, qualified name) of each outermost function, methods included
+    (the classes around them give their names); decorators belong to their function."""
+    spans: list[tuple[int, int, str]] = []
+
+    def walk(body: list[ast.stmt], scope: list[str]) -> None:
+        for node in body:
+            if isinstance(node, ast.ClassDef):
+                walk(node.body, scope + [node.name])
+            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                first = min([node.lineno] + [d.lineno for d in node.decorator_list])
+                spans.append((first, node.end_lineno or node.lineno,
+                              ".".join(scope + [node.name])))
+    walk(tree.body, [])  # type: ignore[attr-defined]
+    return spans
+
+
+def changed_mutants(path: Path, mutants: list[Mutant], lines: set[int] | None) -> list[Mutant]:
+    """The mutants a change touching `lines` of `path` is answerable for: every mutant of each
+    function with a touched line (all of its body: a change may leave its other lines
+    untested), and those outside any function on a touched line. All of them for None."""
+    if lines is None:
+        return list(mutants)
+    spans = _defs(ast.parse(path.read_text()))
+    touched = [name for first, last, name in spans if any(first <= n <= last for n in lines)]
+
+    def in_def(line: int) -> bool:
+        return any(first <= line <= last for first, last, _ in spans)
+    return [m for m in mutants if (_within(m.qualname, touched) if in_def(m.line)
+                                   else m.line in lines)]
 
 
 # --- running ---------------------------------------------------------------------------------
@@ -324,6 +427,8 @@ class Worker:
             return "survived", elapsed
         if proc.returncode in (1, 3):  # tests failed / internal error (an import broke)
             return "killed", elapsed
+        if proc.returncode < 0:  # the test run crashed (a segfault in a driver library call)
+            return "killed", elapsed
         return f"error rc={proc.returncode}: {output.decode(errors='replace')[-300:]}", elapsed
 
     def try_mutant(self, mutant: Mutant, tests: list[str], timeout: float) -> str:
@@ -355,6 +460,16 @@ def main(argv: list[str] | None = None) -> int:
                         default=int(os.environ.get("MUTATION_JOBS") or os.cpu_count() or 1),
                         help="mutants tested at once, each in its own copy (default: the CPUs)")
     parser.add_argument("--python", default=None, help="the interpreter that runs pytest")
+    parser.add_argument("--functions", default=None, metavar="F,...",
+                        help="mutate only inside these functions (qualified names, commas)")
+    parser.add_argument("--changed-since", nargs="?", const="", default=None, metavar="TAG",
+                        help="only the listed modules changed since TAG, committed or not, and "
+                             "in them the functions the change touched (default TAG: the newest "
+                             "v* tag reachable from HEAD)")
+    parser.add_argument("--budget", type=float, default=None, metavar="SECONDS",
+                        help="stop starting mutants after this long; those left are counted "
+                             f"apart (default: {CHANGED_BUDGET:.0f} with --changed-since, "
+                             "none otherwise)")
     args = parser.parse_args(argv)
 
     config = load_config()
@@ -381,9 +496,19 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"hint: update its tests in {CONFIG.relative_to(REPO)}", file=sys.stderr)
                 return 2
 
+    only = [f for f in args.functions.split(",") if f] if args.functions else None
+    plan = [(m, mutants_of(REPO / m["path"], m.get("functions"), only)) for m in modules]
+    budget = args.budget
+    if args.changed_since is not None:
+        budget = CHANGED_BUDGET if budget is None else budget
+        selected = changed_plan(plan, args.changed_since)
+        if isinstance(selected, int):
+            return selected
+        plan = selected
+
     if args.list:
-        for module in modules:
-            for mutant in mutants_of(REPO / module["path"], module.get("functions")):
+        for _, mutants in plan:
+            for mutant in mutants:
                 print(f"{mutant.path}:{mutant.line}  {mutant.key}")
         return 0
 
@@ -396,8 +521,16 @@ def main(argv: list[str] | None = None) -> int:
         # Readable by other users, as a checkout is: some tests run the copy as `nobody`.
         os.chmod(tmp, 0o755)
         workers = [Worker(Path(tmp) / f"w{n}", python) for n in range(max(1, args.jobs))]
-        for module in modules:
-            line, failed = run_module(module, workers)
+        left = sum(len(mutants) for _, mutants in plan)
+        for module, mutants in plan:
+            deadline = None
+            if budget is not None:
+                # Each module gets its share of the time left, by its number of mutants.
+                now = time.monotonic()
+                share = max(0.0, started + budget - now) * len(mutants) / max(left, 1)
+                deadline = now + share
+                left -= len(mutants)
+            line, failed = run_module(module, workers, mutants, deadline)
             report.append(line)
             print(line, flush=True)
             status = max(status, failed)
@@ -407,20 +540,61 @@ def main(argv: list[str] | None = None) -> int:
     return status
 
 
-def run_module(module: dict, workers: list[Worker]) -> tuple[str, int]:
+def changed_plan(plan: list[tuple[dict, list[Mutant]]], since: str
+                 ) -> list[tuple[dict, list[Mutant]]] | int:
+    """The part of `plan` a change since the tag `since` ("": the newest v* tag) is answerable
+    for; an exit status when there is nothing to run (0) or the tag is unusable (2)."""
+    tag = since or last_tag(REPO)
+    if tag is None:
+        print("mutation: no v* tag reachable from HEAD, nothing to compare with: no mutant run")
+        return 0
+    try:
+        changed = changed_lines(REPO, tag)
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        print("hint: give a tag that HEAD descends from, e.g. --changed-since "
+              f"{last_tag(REPO) or 'v0.3.0'}", file=sys.stderr)
+        return 2
+    out = []
+    for module, mutants in plan:
+        if module["path"] in changed:
+            chosen = changed_mutants(REPO / module["path"], mutants, changed[module["path"]])
+            print(f"mutation: {module['name']} changed since {tag}: {len(chosen)} of "
+                  f"{len(mutants)} mutants in what the change touched", flush=True)
+            if chosen:
+                # A fixed shuffle, so a run cut short by its budget still samples all of them.
+                random.Random(module["name"]).shuffle(chosen)
+                out.append((module, chosen))
+    if not out:
+        print(f"mutation: no mutant in what changed since {tag} in the listed modules "
+              f"({CONFIG.relative_to(REPO)}): no mutant run")
+        return 0
+    return out
+
+
+def run_module(module: dict, workers: list[Worker], mutants: list[Mutant],
+               deadline: float | None = None) -> tuple[str, int]:
     name, tests = module["name"], module["tests"]
     equivalent = {e["key"]: e["reason"] for e in module.get("equivalent", [])}
     verdict, baseline = workers[0].run_tests(tests, timeout=600)
     if verdict != "survived":
         return f"{name}: error: its tests fail without a mutant ({verdict})", 2
     timeout = max(20.0, 4 * baseline)
-    mutants = mutants_of(REPO / module["path"], module.get("functions"))
     counted = [m for m in mutants if m.key not in equivalent]
-    stale = set(equivalent) - {m.key for m in mutants}
+    every = mutants_of(REPO / module["path"], module.get("functions"))
+    stale = set(equivalent) - {m.key for m in every}
 
     def job(index_mutant):
         index, mutant = index_mutant
-        return mutant, workers[index % len(workers)].try_mutant(mutant, tests, timeout)
+        limit = timeout
+        if deadline is not None:
+            limit = min(timeout, deadline - time.monotonic())
+            if limit <= 0:
+                return mutant, "not run"
+        verdict = workers[index % len(workers)].try_mutant(mutant, tests, limit)
+        if verdict == "timeout" and limit < timeout:
+            verdict = "not run"  # cut by the budget, not by the mutant
+        return mutant, verdict
 
     # Each worker takes every len(workers)-th mutant, so no two share a copy at once.
     results: list[tuple[Mutant, str]] = []
@@ -431,14 +605,16 @@ def run_module(module: dict, workers: list[Worker]) -> tuple[str, int]:
             results.extend(lane_results)
     results.sort(key=lambda r: r[0].line)
     killed = sum(1 for _, v in results if v in ("killed", "timeout"))
-    total = len(results)
+    not_run = sum(1 for _, v in results if v == "not run")
+    total = len(results) - not_run
     score = 100.0 * killed / total if total else 100.0
     lines = [f"{name}: {killed}/{total} killed ({score:.1f}%)"
-             + (f", {len(equivalent) - len(stale)} equivalent excluded" if equivalent else "")]
+             + (f", {len(equivalent) - len(stale)} equivalent excluded" if equivalent else "")
+             + (f", {not_run} not run (time budget spent)" if not_run else "")]
     for mutant, verdict in results:
         if verdict == "survived":
             lines.append(f"  survived {mutant.path}:{mutant.line}  {mutant.key}")
-        elif verdict not in ("killed", "timeout"):
+        elif verdict not in ("killed", "timeout", "not run"):
             lines.append(f"  {verdict} {mutant.path}:{mutant.line}  {mutant.key}")
     for key in sorted(stale):
         lines.append(f"  stale equivalent entry (no such mutant now): {key}")

@@ -26,6 +26,7 @@ fi
 if wanted NVDOCKER2_MATRIX $#; then
     make --no-print-directory matrix || failed+=("platform matrix")
 fi
+if wanted NVDOCKER2_MUTATION $#; then make --no-print-directory mutation-changed || failed+=("mutation guard (make mutation-changed)"); fi
 status=0
 .venv/bin/python -m pytest -q -p no:cacheprovider --ignore=tests/platforms "$@" || status=$?
 if [ "${#failed[@]}" -gt 0 ]; then
