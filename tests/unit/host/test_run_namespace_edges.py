@@ -13,9 +13,10 @@ import sys
 
 import pytest
 
-import test_user_namespace_ids as userns
 from nvdocker2.host import run
-from test_user_namespace_ids import (
+
+from . import test_run_user_namespace as userns
+from .test_run_user_namespace import (
     ALL_CAPS, HOST_BASE, MAPPED_NOBODY, OVERFLOW, REPO, _runc, fake_proc)
 
 ns, planted = userns.ns, userns.planted  # the real namespace of 65536 ids and its files

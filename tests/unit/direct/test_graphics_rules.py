@@ -9,13 +9,13 @@ from __future__ import annotations
 import dataclasses
 import os
 
-import test_direct_graphics
+from . import test_graphics
 from fixtures.fake_driver import LIB64_DIR
 
 from nvdocker2.direct.discover import discover
 from nvdocker2.direct.graphics import dri_nodes, graphics_files
 
-driver = test_direct_graphics.driver  # the fake driver with its DRI nodes and graphics files
+driver = test_graphics.driver  # the fake driver with its DRI nodes and graphics files
 
 
 def files(driver, *caps):
