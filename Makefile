@@ -1,6 +1,7 @@
 # Project tasks.
 #   make check  the quick check before a commit: `make lint`, then tests/unit without the tests
-#               marked slow, stopping at the first failure (docs/testing.md)
+#               marked slow, stopping at the first failure (docs/testing.md); scripts/test.sh
+#               runs it first
 #   make lint   ruff on the tree, mypy --strict on nvdocker2/host and nvdocker2/store (the
 #               settings in pyproject.toml; scripts/setup.sh tests installs both)
 #   make deb    dist/nvdocker2_VERSION_all.deb   (dpkg-buildpackage, debian/)

@@ -15,23 +15,23 @@ root=$(mktemp -d /tmp/nvdocker2-venvs.XXXXXX)
 chmod 0755 "$root"
 trap 'rm -rf "$root"' EXIT
 mkdir -p "$cache"
-failed=()
-for name in newest oldest; do
-    venv=$root/$name
-    log=$root/$name.log
-    pins=()
+# The two venvs are built and tested at the same time, each in one process (the unit suite
+# keeps one CPU busy), so two CPUs finish both in about the time of one; each one's output is
+# printed, in order, when both are done.
+one_venv() {  # one_venv NAME PYTEST_ARGS...: 0 passed, 1 tests failed, 3 not built (CI), 4 skipped
+    local name=$1 venv=$root/$1 log=$root/$1.log start=$SECONDS pins=() reason versions
+    shift
     [ "$name" = oldest ] && pins=(-c tests/venv/oldest.txt)
-    start=$SECONDS
     if ! { "$python" -m venv "$venv" \
             && "$venv/bin/python" -m pip install -q --disable-pip-version-check \
                 --cache-dir "$cache" "${pins[@]}" ".[test]" "vermin==1.9.2"; } >"$log" 2>&1; then
         reason=$({ grep -E '^(ERROR|error):' "$log" || grep -v '^\s*$' "$log" | tail -n1; } | head -n1)
         if [ "${CI:-}" = true ]; then
             echo "error: venv $name could not be built: ${reason:-pip failed}" >&2
-            exit 3
+            return 3
         fi
         echo "warning: venv $name skipped: could not be built: ${reason:-pip failed}" >&2
-        continue
+        return 4
     fi
     install -m 0644 /dev/null "$venv/nvdocker2-test-hooks"  # the test suite's switch
     versions=$("$venv/bin/python" -c 'import importlib.metadata as m
@@ -39,10 +39,30 @@ print(" ".join(f"{d} {m.version(d)}" for d in ("typer", "rich", "jsonschema", "f
     echo "venv $name: $versions (built in $((SECONDS - start)) s)"
     # pytest from the venv's bin (not `python -m`), so the installed package is the one tested.
     # The Ansible module's tests run it under the Ansible venv's own Python, not this one.
-    if ! (cd tests && "$venv/bin/pytest" -q -p no:cacheprovider -o addopts= \
-            --ignore=unit/repo/test_ansible_module.py unit "$@"); then
-        failed+=("$name")
-    fi
+    (cd tests && "$venv/bin/pytest" -q -p no:cacheprovider -o addopts= \
+        --ignore=unit/repo/test_ansible_module.py unit "$@") || return 1
+}
+names=(newest oldest)
+pids=()
+for name in "${names[@]}"; do
+    one_venv "$name" "$@" >"$root/$name.out" 2>"$root/$name.err" &
+    pids+=($!)
+done
+codes=()
+for pid in "${pids[@]}"; do
+    code=0
+    wait "$pid" || code=$?
+    codes+=("$code")
+done
+failed=()
+for i in "${!names[@]}"; do
+    cat "$root/${names[$i]}.out"
+    cat "$root/${names[$i]}.err" >&2
+    case ${codes[$i]} in
+        0 | 4) ;;
+        3) exit 3 ;;  # the first venv that could not be built, in one line
+        *) failed+=("${names[$i]}") ;;
+    esac
 done
 if [ "${#failed[@]}" -gt 0 ]; then
     echo "error: tests failed in venv ${failed[*]}" >&2

@@ -20,6 +20,14 @@ def pytest_configure(config):
             "(run the tests from the venv scripts/setup.sh tests makes)\n")
 
 
+def pytest_collection_modifyitems(items):
+    """Every test under tests/unit is marked `unit`: scripts/test.sh's last run leaves out the
+    ones `make check` has already passed (`-m "not unit or slow"`)."""
+    for item in items:
+        if "/tests/unit/" in str(item.fspath):
+            item.add_marker(pytest.mark.unit)
+
+
 @pytest.fixture(autouse=True)
 def _isolated_environment(tmp_path, monkeypatch):
     monkeypatch.setenv("NVDOCKER2_STATE_DIR", str(tmp_path / "state"))

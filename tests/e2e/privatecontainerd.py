@@ -231,7 +231,7 @@ class PrivateContainerd:
     def remove_container(self, cid: str) -> None:
         """Kill a running container's task and delete the container."""
         self.ctr("task", "kill", "-s", "SIGKILL", cid)
-        time.sleep(0.5)
+        # --force waits for the task to exit before it deletes it (containerd's WithProcessKill).
         self.ctr("task", "delete", "-f", cid, check=False)
         self.ctr("container", "delete", cid)
 
@@ -246,7 +246,6 @@ class PrivateContainerd:
             for line in self.ctr("task", "ls", check=False).stdout.splitlines()[1:]:
                 cid = line.split()[0]
                 self.ctr("task", "kill", "-s", "SIGKILL", cid, check=False)
-            time.sleep(0.5)
             for line in self.ctr("container", "ls", "-q", check=False).stdout.splitlines():
                 self.ctr("task", "delete", "-f", line.strip(), check=False)
                 self.ctr("container", "delete", line.strip(), check=False)

@@ -16,6 +16,7 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[2] / "nvdocker2"
 
 
+@pytest.mark.slow
 def test_package_needs_nothing_newer_than_python_3_9():
     try:
         import vermin  # noqa: F401

@@ -145,6 +145,7 @@ def test_install_failure_is_retried_and_not_ready_until_it_works(host, tmp_path)
     assert _cfg(host).read_bytes() == ORIGINAL
 
 
+@pytest.mark.slow  # it watches the second agent wait for 1.5 s
 def test_a_second_agent_on_the_node_says_why_and_waits(host, tmp_path):
     a = _start(host, tmp_path, name="a")
     a.wait_for("ready:")
@@ -182,7 +183,9 @@ def test_sigkill_before_the_rename_leaves_the_file_and_the_next_agent_completes(
     assert _cfg(host).read_bytes() == ORIGINAL
 
 
-@pytest.mark.parametrize("delay", [0.0, 0.3, 0.6, 0.9, 1.2, 1.8, 3.0])
+@pytest.mark.parametrize("delay", [0.0, 0.3, 0.6, 0.9, 1.2,
+                                   pytest.param(1.8, marks=pytest.mark.slow),
+                                   pytest.param(3.0, marks=pytest.mark.slow)])
 def test_sigkill_at_any_moment_then_a_new_agent_restores_the_original(host, tmp_path, delay):
     """Killed at a few instants of its start (before, during and after install), the agent
     leaves a daemon.json that parses and is either the original or installed; the next agent

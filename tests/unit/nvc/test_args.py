@@ -104,6 +104,7 @@ _WORDS = sorted({f"--{o.name}" for opts, _, _ in COMMANDS.values() for o in opts
                 | {f"--{o.name}" for o in GLOBAL} | set(COMMANDS) | {"--", "-", "/r"})
 
 
+@pytest.mark.slow
 @settings(max_examples=400, deadline=None)
 @given(st.lists(st.one_of(st.sampled_from(_WORDS), st.text(max_size=12),
                           st.sampled_from(_WORDS).flatmap(

@@ -84,6 +84,7 @@ documents = st.recursive(scalars, lambda inner: st.one_of(
     st.lists(inner, max_size=4), st.dictionaries(keys, inner, max_size=4)), max_leaves=20)
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(st.dictionaries(keys, documents, min_size=1, max_size=5))
 def test_the_reader_reads_back_every_document_dump_yaml_writes(doc):
