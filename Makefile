@@ -1,6 +1,7 @@
 # Project tasks.
 #   make check  the quick check before a commit: `make lint`, then tests/unit without the tests
-#               marked slow, stopping at the first failure (docs/testing.md)
+#               marked slow in CHECK_JOBS (2) shares side by side, each stopping at its first
+#               failure (docs/testing.md)
 #   make lint   ruff on the tree, mypy --strict on nvdocker2/host and nvdocker2/store (the
 #               settings in pyproject.toml; scripts/setup.sh tests installs both)
 #   make deb    dist/nvdocker2_VERSION_all.deb   (dpkg-buildpackage, debian/)
@@ -151,8 +152,30 @@ lint:
 	.venv-mypy/bin/mypy || status=1
 	exit $$status
 
+# The unit tests in CHECK_JOBS shares side by side (tests/conftest.py's --shard), each share's
+# output after the first's; CHECK_STOP= runs every test past a failure (scripts/test.sh).
+CHECK_JOBS ?= 2
+CHECK_STOP ?= -x
 check: lint
-	@.venv/bin/python -m pytest tests/unit -q -x -p no:cacheprovider -m "not slow"
+	@tmp=$$(mktemp -d /tmp/nvdocker2-check.XXXXXX)
+	trap 'rm -rf "$$tmp"' EXIT
+	run_share() {
+	    .venv/bin/python -m pytest tests/unit -q $(CHECK_STOP) -p no:cacheprovider -m "not slow" \
+	        --shard "$$1/$(CHECK_JOBS)"
+	}
+	pids=()
+	for ((i = 1; i < $(CHECK_JOBS); i++)); do
+	    run_share "$$i" > "$$tmp/$$i.log" 2>&1 &
+	    pids+=("$$!")
+	done
+	status=0
+	run_share 0 || status=1
+	for ((i = 1; i < $(CHECK_JOBS); i++)); do
+	    wait "$${pids[i - 1]}" || status=1
+	    echo "--- make check: share $$i of $(CHECK_JOBS)"
+	    cat "$$tmp/$$i.log"
+	done
+	exit $$status
 
 matrix:
 	@$(MATRIX_PYTHON) scripts/matrix.py $(MATRIX_PLATFORMS)
