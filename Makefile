@@ -152,30 +152,13 @@ lint:
 	.venv-mypy/bin/mypy || status=1
 	exit $$status
 
-# The unit tests in CHECK_JOBS shares side by side (tests/conftest.py's --shard), each share's
-# output after the first's; CHECK_STOP= runs every test past a failure (scripts/test.sh).
+# The unit tests in CHECK_JOBS shares side by side (scripts/pytest-shares.sh); CHECK_STOP= runs
+# every test past a failure (scripts/test.sh).
 CHECK_JOBS ?= 2
 CHECK_STOP ?= -x
 check: lint
-	@tmp=$$(mktemp -d /tmp/nvdocker2-check.XXXXXX)
-	trap 'rm -rf "$$tmp"' EXIT
-	run_share() {
-	    .venv/bin/python -m pytest tests/unit -q $(CHECK_STOP) -p no:cacheprovider -m "not slow" \
-	        --shard "$$1/$(CHECK_JOBS)"
-	}
-	pids=()
-	for ((i = 1; i < $(CHECK_JOBS); i++)); do
-	    run_share "$$i" > "$$tmp/$$i.log" 2>&1 &
-	    pids+=("$$!")
-	done
-	status=0
-	run_share 0 || status=1
-	for ((i = 1; i < $(CHECK_JOBS); i++)); do
-	    wait "$${pids[i - 1]}" || status=1
-	    echo "--- make check: share $$i of $(CHECK_JOBS)"
-	    cat "$$tmp/$$i.log"
-	done
-	exit $$status
+	@scripts/pytest-shares.sh $(CHECK_JOBS) .venv/bin/python -m pytest tests/unit -q $(CHECK_STOP) \
+	    -p no:cacheprovider -m "not slow"
 
 matrix:
 	@$(MATRIX_PYTHON) scripts/matrix.py $(MATRIX_PLATFORMS)

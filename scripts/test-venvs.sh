@@ -3,13 +3,15 @@
 # as a user's pip would: "newest" takes the newest release of every dependency on PyPI,
 # "oldest" the oldest the bounds admit (Debian 12's versions, tests/venv/oldest.txt).
 # pip's cache is kept in $NVDOCKER2_PIP_CACHE (default /var/cache/nvdocker2-tests/pip), so a
-# warm run downloads nothing new. Extra arguments go to pytest.
+# warm run downloads nothing new. The tests run in NVDOCKER2_VENV_JOBS (2) shares side by side.
+# Extra arguments go to pytest.
 # A venv that cannot be built: one line naming it; under CI=true that fails the run, else
 # the venv is skipped with a warning (no network, say).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cache=${NVDOCKER2_PIP_CACHE:-/var/cache/nvdocker2-tests/pip}
 python=${NVDOCKER2_VENV_PYTHON:-/usr/bin/python3}
+jobs=${NVDOCKER2_VENV_JOBS:-2}
 root=$(mktemp -d /tmp/nvdocker2-venvs.XXXXXX)
 # Readable by other users, as a checkout is: some tests run the venv's python as `nobody`.
 chmod 0755 "$root"
@@ -39,8 +41,9 @@ print(" ".join(f"{d} {m.version(d)}" for d in ("typer", "rich", "jsonschema", "f
     echo "venv $name: $versions (built in $((SECONDS - start)) s)"
     # pytest from the venv's bin (not `python -m`), so the installed package is the one tested.
     # The Ansible module's tests run it under the Ansible venv's own Python, not this one.
-    if ! (cd tests && "$venv/bin/pytest" -q -p no:cacheprovider -o addopts= \
-            --ignore=unit/test_ansible_module.py unit "$@"); then
+    # In two shares side by side (scripts/pytest-shares.sh): the two CPUs of CI.
+    if ! (cd tests && ../scripts/pytest-shares.sh "$jobs" "$venv/bin/pytest" -q \
+            -p no:cacheprovider -o addopts= --ignore=unit/test_ansible_module.py unit "$@"); then
         failed+=("$name")
     fi
 done
