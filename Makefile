@@ -1,7 +1,7 @@
 # Project tasks.
 #   make check  the quick check before a commit: `make lint`, then tests/unit without the tests
-#               marked slow, stopping at the first failure (docs/testing.md); scripts/test.sh
-#               runs it first
+#               marked slow in CHECK_JOBS (2) shares side by side, each stopping at its first
+#               failure (docs/testing.md); scripts/test.sh runs it first
 #   make lint   ruff on the tree, mypy --strict on nvdocker2/host and nvdocker2/store (the
 #               settings in pyproject.toml; scripts/setup.sh tests installs both)
 #   make deb    dist/nvdocker2_VERSION_all.deb   (dpkg-buildpackage, debian/)
@@ -154,8 +154,13 @@ lint:
 	.venv-mypy/bin/mypy || status=1
 	exit $$status
 
+# The unit tests in CHECK_JOBS shares side by side (scripts/pytest-shares.sh); CHECK_STOP= runs
+# every test past a failure (scripts/test.sh).
+CHECK_JOBS ?= 2
+CHECK_STOP ?= -x
 check: lint
-	@.venv/bin/python -m pytest tests/unit -q -x -p no:cacheprovider -m "not slow"
+	@scripts/pytest-shares.sh $(CHECK_JOBS) .venv/bin/python -m pytest tests/unit -q $(CHECK_STOP) \
+	    -p no:cacheprovider -m "not slow"
 
 matrix:
 	@$(MATRIX_PYTHON) scripts/matrix.py $(MATRIX_PLATFORMS)
