@@ -8,9 +8,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 # A file with tests marked slow and not, and a parametrized one.
-FILE = "tests/unit/test_agent.py"
+FILE = "tests/unit/agent/test_agent.py"
 
 
 def _collect(*args: str) -> subprocess.CompletedProcess:
