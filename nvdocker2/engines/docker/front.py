@@ -26,7 +26,7 @@ def _resolve_config(config: Optional[Path]) -> tuple[Path, str]:
 
 def _make_daemon(o: Mapping[str, Any], config: Path) -> tuple[Any, list[str]]:
     """The Daemon for the reload flags. The one place dockerd reloading gets wired in."""
-    from nvdocker2.engines.docker.service.daemon import DaemonOptions, make_daemon
+    from nvdocker2.engines.docker.service.select import DaemonOptions, make_daemon
     from nvdocker2.engines.docker.service.progress import reporter_for
 
     mode = o["reload"].value
@@ -179,11 +179,11 @@ class DockerFront:
     def cdi_refresh(self, config: Optional[Path], spec_dir: Optional[str],
                     timeout: float) -> Any:
         """`cdi refresh`: CDI mode's spec regenerated from the GPUs present."""
-        from nvdocker2.engines.docker import cdi
+        from nvdocker2.engines.docker import cdi_refresh
 
         cfg, _ = _resolve_config(config)
-        return cdi.refresh(cfg, spec_dir=spec_dir,
-                           runtime_path=locations.default_runtime_path()[0], timeout=timeout)
+        return cdi_refresh.refresh(cfg, spec_dir=spec_dir, timeout=timeout,
+                                   runtime_path=locations.default_runtime_path()[0])
 
 
 def _no_cdi_spec_dir(cdi_spec_dir: Optional[str]) -> None:
