@@ -214,3 +214,9 @@ def test_the_transaction_runs_the_toy_engine_without_the_cli(tmp_path):
         txn.run(eng, "install", Request("nvidia", "/new/rt"), service=Toyd(cfg, refuse=True),
                 state=st, timeout=0.1)
     assert e.value.exit_code == 4 and cfg.read_bytes() == BEFORE
+
+
+def test_every_engine_front_builds_on_the_transaction_front(toy):
+    assert registry.names()[-1] == "toy"
+    for name in registry.names():
+        assert isinstance(registry.frontend(name), TransactionFront), name
