@@ -207,10 +207,10 @@ class DockerEngine(EngineBase):
     def plan_install(self, read: Reader, req: Request, journal: dict) -> Plan:
         """Add (or update) the runtime entry of `req`, `req.extra["runtime_args"]` its
         runtimeArgs; make it the default with `req.set_default`."""
-        ctx = Said()
+        said = Said()
         runtime_name, runtime_path = req.runtime_name, req.runtime_path
         set_default = req.set_default
-        doc = self.load(ctx)
+        doc = self.load(said)
         args = list(req.extra.get("runtime_args", ())) or None
         new, ch = wrap_shape(self.config,
                              lambda: edit.add_runtime(doc.data, runtime_name, runtime_path, args))
@@ -223,10 +223,10 @@ class DockerEngine(EngineBase):
         if not doc.existed:
             new_bytes = doc.serialize(new)
         if data_changed or not doc.existed or new_bytes != doc.raw:
-            self.schema_check(ctx, new)
+            self.schema_check(said, new)
         else:
             _, warns = validate.validate(new)
-            ctx.warnings.extend(f"{self.config}: {w}" for w in warns)
+            said.warnings.extend(f"{self.config}: {w}" for w in warns)
         record = None
         if data_changed:
             record = self._install_record(journal, doc, runtime_name,
@@ -249,9 +249,9 @@ class DockerEngine(EngineBase):
             changes.append(ch_mode)
             extras.append(mode_edit)
         expect = expectation(new, doc.data, must_have={runtime_name: runtime_path})
-        return ctx.into(self.plan(doc, new, new_bytes, changes,
-                                  f"install runtime {runtime_name}", expect, record,
-                                  extras=extras))
+        return said.into(self.plan(doc, new, new_bytes, changes,
+                                   f"install runtime {runtime_name}", expect, record,
+                                   extras=extras))
 
     def _set_mode(self, read: Reader, journal: dict, record: dict | None
                   ) -> tuple[FileEdit, Change, dict | None]:
@@ -299,9 +299,9 @@ class DockerEngine(EngineBase):
         """Put back what install replaced, from the journal; without a journal entry remove
         the runtime only when it points at one of `req.own_runtime_paths` (this package's
         runtime). Never leaves default-runtime naming a runtime that no longer exists."""
-        ctx = Said()
+        said = Said()
         runtime_name, own_runtime_paths = req.runtime_name, req.own_runtime_paths
-        doc = self.load(ctx)
+        doc = self.load(said)
         wrap_shape(self.config, lambda: edit.check_shape(doc.data))
         rec = dict(journal)
         rts_rec = dict(rec.get("runtimes") or {})
@@ -336,7 +336,7 @@ class DockerEngine(EngineBase):
                 new, ch = edit.remove_runtime(new, runtime_name)
                 changes.append(ch)
             else:
-                ctx.warnings.append(
+                said.warnings.append(
                     f'{self.config}: runtime "{runtime_name}" points at {path!r}, not at this '
                     f"package's runtime ({', '.join(own_runtime_paths) or 'unknown'}), and no "
                     "install of it was recorded: left in place"
@@ -347,12 +347,12 @@ class DockerEngine(EngineBase):
         if edit.dangling_default(new) == runtime_name:
             new, ch = edit.unset_default(new)
             changes.append(ch)
-            ctx.notes.append(
+            said.notes.append(
                 f'removed "default-runtime": "{runtime_name}" (it named the removed runtime; '
                 "dockerd now uses runc)"
             )
         data_changed = any(c.changed for c in changes)
-        extras, remove_dirs = self._put_back_user_config(read, ctx, rec, changes) \
+        extras, remove_dirs = self._put_back_user_config(read, said, rec, changes) \
             if isinstance(mine, dict) and not rts_rec else ([], ())
         if extras:
             rec = {k: v for k, v in rec.items() if k != rootless.JOURNAL_KEY}
@@ -364,16 +364,17 @@ class DockerEngine(EngineBase):
         if (new_bytes is not None and data_changed and not rts_rec and isinstance(file_rec, dict)
                 and file_rec.get("bom") and not new_bytes.startswith(document.BOM)):
             new_bytes = document.BOM + new_bytes
-            ctx.notes.append("put back the UTF-8 byte order mark that install dropped")
+            said.notes.append("put back the UTF-8 byte order mark that install dropped")
         if data_changed:
-            self.schema_check(ctx, new)
+            self.schema_check(said, new)
         record = rec
         if not rts_rec:
-            record, remove_dirs = self._put_back_mode(read, ctx, journal, record, changes,
+            record, remove_dirs = self._put_back_mode(read, said, journal, record, changes,
                                                       extras, remove_dirs)
-        plan = ctx.into(self.plan(doc, new, new_bytes, changes,
-                                  f"uninstall runtime {runtime_name}", expectation(new, doc.data),
-                                  record, journal_before_write=False, extras=extras))
+        plan = said.into(self.plan(doc, new, new_bytes, changes,
+                                   f"uninstall runtime {runtime_name}",
+                                   expectation(new, doc.data), record,
+                                   journal_before_write=False, extras=extras))
         return dataclasses.replace(plan, remove_dirs=remove_dirs) if remove_dirs else plan
 
     def _put_back_mode(self, read: Reader, ctx: Says, full: dict, record: dict | None,
