@@ -21,7 +21,7 @@ from nvdocker2.changes import Change
 from nvdocker2.errors import EXIT_REJECTED, NvDockerError
 
 if TYPE_CHECKING:  # pragma: no cover
-    from nvdocker2.engines.transaction import Context
+    from nvdocker2.engines.context import Context
 
 Reader = Callable[[Path], Optional[bytes]]  # the bytes of a file, None when it does not exist
 
@@ -199,16 +199,31 @@ class Unreachable(NoService):
 
 
 class Engine(Protocol):
-    """One container engine's documents and edits (see `EngineBase` for the defaults)."""
+    """One container engine's documents and edits: the whole contract the transaction
+    (nvdocker2.engines.transaction) and the shared front (nvdocker2.engines.commands) hold an
+    engine to. `EngineBase` gives the defaults; the front gives the engine's service, what its
+    files say (`describe`) and its doctor's checks."""
 
     name: str  # the --engine value
     process: str  # the daemon's name in messages
     config: Path  # the file the journal, the backups list and rollback are keyed on
-    config_reason: str
     groups_backups: bool
+
+    @property
+    def config_reason(self) -> str:
+        """Why this config (the output's "config_reason": the default, --config, ...)."""
 
     def files(self) -> Sequence[Path]:
         """Every file a plan of this engine may touch (the root config first)."""
+
+    def plan_install(self, read: Reader, req: Request, journal: dict) -> Plan:
+        """The plan that installs `req`'s runtime: `read` gives the bytes of a file (its
+        identity kept for compare before replace), `journal` what earlier installs recorded
+        ({}: none). Raises BadInput (exit 2) on a file the engine cannot edit."""
+
+    def plan_uninstall(self, read: Reader, req: Request, journal: dict) -> Plan:
+        """The plan that puts back what install replaced (from `journal`), or removes a
+        runtime that points at one of `req.own_runtime_paths`."""
 
     def check_candidate(self, ctx: "Context", plan: Plan,
                         staged: Sequence[tuple[Path, bytes, Path]]) -> None:

@@ -7,11 +7,11 @@ from __future__ import annotations
 import contextlib
 import os
 from pathlib import Path
-from typing import Any, Mapping, Optional
+from typing import Any, Generic, Mapping, Optional, TypeVar
 
 from nvdocker2 import locations
 from nvdocker2.engines import transaction as txn
-from nvdocker2.engines.base import NoService, Request, Service, Unreachable
+from nvdocker2.engines.base import Engine, NoService, Request, Service, Unreachable
 from nvdocker2.engines.front import BackupList, Outcome, Report
 from nvdocker2.engines.systemd import systemd_booted
 from nvdocker2.errors import DaemonUnreachable, NvDockerError
@@ -45,21 +45,24 @@ def _config(o: Mapping[str, Any]) -> Optional[Path]:
     return Path(os.path.abspath(os.path.expanduser(str(config)))) if config else None
 
 
-class TransactionFront:
-    """The Frontend of a transaction engine; subclasses give `engine`, `service`, `says`
-    and `checks`."""
+E = TypeVar("E", bound=Engine)
+
+
+class TransactionFront(Generic[E]):
+    """The Frontend of a transaction engine (of type E); subclasses give `engine`, `service`,
+    `says` and `checks`."""
 
     name = ""
 
-    def engine(self, config: Optional[Path]) -> Any:
+    def engine(self, config: Optional[Path]) -> E:
         raise NotImplementedError
 
     def service(self, reload: str, verify: bool, unit: Optional[str],
-                address: Optional[str]) -> tuple[Any, list[str]]:
+                address: Optional[str]) -> tuple[Service, list[str]]:
         """(service, notes) for the reload flags."""
         raise NotImplementedError
 
-    def says(self, eng: Any, runtime_name: str) -> dict:
+    def says(self, eng: E, runtime_name: str) -> dict:
         """What the engine's files say about runtimes (no service asked)."""
         raise NotImplementedError
 
@@ -92,7 +95,7 @@ class TransactionFront:
             res = txn.run(eng, action, req, service=svc, **common)
         return Outcome(res, notes if res.changed and not res.dry_run else [])
 
-    def describe(self, eng: Any, runtime_name: str = "nvidia") -> dict:
+    def describe(self, eng: E, runtime_name: str = "nvidia") -> dict:
         """`status`: what the files say, and what install recorded."""
         from nvdocker2.store.journal import Journal
         from nvdocker2.store.lock import state_dir
@@ -107,7 +110,7 @@ class TransactionFront:
         st = self.describe(self.engine(_config(o)))
         return Report(st, [f"{k}: {v}" for k, v in st.items()])
 
-    def files(self, eng: Any, state: Path) -> list[Path]:
+    def files(self, eng: E, state: Path) -> list[Path]:
         """The files whose backups belong to `eng`: those a plan may touch and the drop-ins
         its journal records."""
         paths = [Path(eng.config)]

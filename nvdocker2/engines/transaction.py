@@ -20,20 +20,16 @@ check; its `Service` brings apply and verify.
 from __future__ import annotations
 
 import contextlib
-import difflib
 import os
 import secrets
-import signal
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, ContextManager, Sequence
+from typing import Any, Callable, Sequence
 
 from nvdocker2.store.atomic import (
     AsRead,
     ChangedMeanwhile,
     Ownership,
     atomic_remove,
-    atomic_write,
     clean_stale_temps,
     make_dirs,
     os_error,
@@ -45,6 +41,7 @@ from nvdocker2.store.journal import Journal
 from nvdocker2.store.lock import clean_state_temps, locked, state_dir
 from nvdocker2.changes import ABSENT, Change
 from nvdocker2.engines.base import (
+    Engine,
     EngineDied,
     FileEdit,
     NoService,
@@ -60,151 +57,27 @@ from nvdocker2.errors import (
     EnvironmentProblem,
     Interrupted,
     NvDockerError,
-    RollbackFailed,
 )
 from nvdocker2.host import testing
-from nvdocker2.redact import mask_credentials, masked_text
+from nvdocker2.redact import masked_text
+
+from nvdocker2.engines.context import Context, Planner, Reporter, Result, read, unified_diff
+from nvdocker2.engines.putback import (
+    as_read,
+    discard,
+    interrupted,
+    put_old,
+    putting_back,
+    restore,
+)
+
+__all__ = ["ATTEMPTS", "Context", "Planner", "Reporter", "Result", "read", "rollback", "run",
+           "transact", "unified_diff"]
 
 ATTEMPTS = 3  # reads of files another program keeps changing before giving up
 
 
-class Reporter:
-    """Live progress for a person watching; the default says nothing. The CLI subclasses it."""
-
-    def progress(self, message: str) -> None:
-        return None
-
-    def waiting(self, message: str) -> ContextManager[None]:
-        return contextlib.nullcontext()
-
-
-@dataclass(frozen=True)
-class Result:
-    """What a transaction did; the CLI renders it as text or as one JSON object."""
-
-    action: str
-    changed: bool
-    config: str
-    config_reason: str = ""
-    backup: str | None = None
-    backup_file: str | None = None
-    reload: str = "none"
-    verified: bool = False
-    warnings: tuple[str, ...] = ()
-    notes: tuple[str, ...] = ()
-    changes: tuple[Change, ...] = ()
-    dry_run: bool = False
-    diff: str | None = None
-    style: str = ""
-    unchecked: tuple[str, ...] = ()  # a dry run's checks that needed the engine's daemon
-    before: str | None = None  # the file's text before (None: no file), credentials masked
-    after: str | None = None  # its text after, or what a dry run would write; masked
-
-    def to_json(self) -> dict:
-        out: dict[str, Any] = {
-            "action": self.action,
-            "changed": self.changed,
-            "config": self.config,
-            "config_reason": self.config_reason,
-            "backup": self.backup,
-            "backup_file": self.backup_file,
-            "reload": self.reload,
-            "verified": self.verified,
-            "warnings": list(self.warnings),
-            "notes": list(self.notes),
-            "changes": [c.to_json() for c in self.changes if c.changed],
-            "dry_run": self.dry_run,
-            "before": self.before,
-            "after": self.after,
-        }
-        if self.dry_run:
-            out["diff"] = self.diff or ""
-            out["unchecked"] = list(self.unchecked)
-        return out
-
-
-def unified_diff(config: Path, old: bytes, new: bytes | None) -> str:
-    """The change as a unified diff (`new` None: the file is removed)."""
-    a = old.decode("utf-8", "replace").splitlines(keepends=True)
-    b = [] if new is None else new.decode("utf-8", "replace").splitlines(keepends=True)
-    lines = []
-    for line in difflib.unified_diff(
-        a,
-        b,
-        f"a{config}" if str(config).startswith("/") else f"a/{config}",
-        f"b{config}" if str(config).startswith("/") else f"b/{config}",
-    ):
-        if not line.endswith("\n"):
-            line += "\n\\ No newline at end of file\n"
-        lines.append(line.replace("\r\n", "\n") if line.endswith("\r\n") else line)
-    return mask_credentials("".join(lines))
-
-
-@dataclass
-class Context:
-    """One transaction's engine, service, options and what it has to say; the planner gets it."""
-
-    engine: Any
-    service: Service
-    reporter: Reporter
-    timeout: float
-    state: Path
-    dry_run: bool
-    warnings: list[str] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-    stats: dict[Path, os.stat_result] = field(default_factory=dict)
-    require_daemon: bool = False  # a dry run fails, as the change would, without the daemon
-    unchecked: list[str] = field(default_factory=list)
-    done: Any = None  # the change's main Backup once it is made (for an interruption after)
-    kept: Any = None  # the main Backup a failed change leaves (it names it), for --json
-
-    def unreachable(self, problem: DaemonUnreachable) -> None:
-        """The daemon cannot be asked: a change stops here (nothing written yet, exit 3); a
-        dry run notes what it could not check and goes on, unless `require_daemon`."""
-        if not self.dry_run or self.require_daemon:
-            raise problem
-        why = problem.message.replace("; the change could not be verified", "")
-        line = f"{problem.unchecked}: {why}"
-        if line not in self.unchecked:
-            self.unchecked.append(line)
-
-    def read(self, path: Path) -> bytes | None:
-        """The bytes of `path` (None: no file), its identity kept for compare before replace."""
-        return read(path, self.stats)
-
-    @property
-    def config(self) -> Path:
-        return Path(self.engine.config)
-
-    def journal(self) -> Journal:
-        return Journal(self.state, self.engine.config)
-
-    def warn(self, message: str) -> None:
-        if message not in self.warnings:
-            self.warnings.append(message)
-
-
-Planner = Callable[[Context], Plan]
-
-
-def read(path: Path, stats: dict[Path, os.stat_result] | None = None) -> bytes | None:
-    """The bytes of an engine's file (None: no file); `stats` gets the file's identity."""
-    try:
-        with open(path, "rb") as f:
-            if stats is not None:
-                stats[Path(path)] = os.fstat(f.fileno())
-            return f.read()
-    except FileNotFoundError:
-        if stats is not None:
-            stats.pop(Path(path), None)
-        return None
-    except IsADirectoryError:
-        raise BadInput(f"{path} is a directory", "pass --config with a file") from None
-    except OSError as e:
-        raise os_error(e, str(path)) from None
-
-
-def transact(engine: Any, action: str, planner: Planner, *, service: Service | None = None,
+def transact(engine: Engine, action: str, planner: Planner, *, service: Service | None = None,
              reporter: Reporter | None = None, timeout: float = 30.0, dry_run: bool = False,
              state: Path | None = None, require_daemon: bool = False) -> Result:
     """Run `planner` (read → edit) and carry its plan out as one transaction."""
@@ -223,7 +96,7 @@ def transact(engine: Any, action: str, planner: Planner, *, service: Service | N
         if ctx.done is not None:
             raise _about(ctx, Interrupted(f"{engine.config}: interrupted after the change was "
                                           f"made (backup {ctx.done.id})")) from None
-        raise _about(ctx, _interrupted(ctx, None)) from None
+        raise _about(ctx, interrupted(ctx, None)) from None
 
 
 def _about(ctx: Context, e: Any) -> Any:
@@ -384,10 +257,6 @@ def _clean_temps(ctx: Context, path: Path) -> None:
         ctx.notes.append(f"removed {p}, left behind by an interrupted earlier run")
 
 
-def _as_read(ctx: Context, f: FileEdit) -> AsRead:
-    return AsRead(f.old, f.stat if f.stat is not None else ctx.stats.get(f.path))
-
-
 def _apply(ctx: Context, action: str, plan: Plan, journal: Journal,
            staged: list[tuple[Path, bytes, Any]]) -> Result:
     """Back up, write, apply, verify; or put everything back (exit 4, or 5 naming the backups)."""
@@ -406,7 +275,7 @@ def _apply(ctx: Context, action: str, plan: Plan, journal: Journal,
     try:
         for f in changed:
             made.append(backups.create(f.path, f.old, (f.reason or plan.reason) + tag,
-                                       Ownership.of(_as_read(ctx, f).stat), engine.config))
+                                       Ownership.of(as_read(ctx, f).stat), engine.config))
         main = next((b for b, f in zip(made, changed) if f.path == engine.config), made[0])
         ctx.reporter.progress(f"backup {main.id} saved")
         journal_old = journal.read_bytes()
@@ -415,7 +284,7 @@ def _apply(ctx: Context, action: str, plan: Plan, journal: Journal,
     except BaseException:
         for _, _, s in staged:
             s.discard()
-        _discard(backups, made)  # nothing was written: no backup of it stays, none is counted
+        discard(backups, made)  # nothing was written: no backup of it stays, none is counted
         raise
 
     mark = service.mark()
@@ -425,10 +294,10 @@ def _apply(ctx: Context, action: str, plan: Plan, journal: Journal,
         testing.pause("before-write")
         for f in changed:
             if f.path in first:
-                first[f.path].commit(_as_read(ctx, f))
+                first[f.path].commit(as_read(ctx, f))
                 _note_in_place(ctx, f.path, first[f.path], main)
             else:
-                atomic_remove(f.path, _as_read(ctx, f))
+                atomic_remove(f.path, as_read(ctx, f))
             written.append(f)
         phase = "apply"
         testing.pause("after-write")
@@ -464,22 +333,22 @@ def _apply(ctx: Context, action: str, plan: Plan, journal: Journal,
 
             def left() -> Interrupted:
                 if not written:
-                    return _interrupted(ctx, None)
+                    return interrupted(ctx, None)
                 if put_back:
-                    return _interrupted(ctx, False)
+                    return interrupted(ctx, False)
                 return Interrupted(f"{engine.config}: interrupted while writing, and putting "
                                    f"the previous bytes back failed: they are backup {main.id}")
 
-            with _putting_back(ctx, exc, left):
+            with putting_back(ctx, exc, left):
                 with contextlib.suppress(Exception):
-                    _put_old(ctx, reversed(written))
+                    put_old(ctx, reversed(written))
                     put_back = True
                 with contextlib.suppress(Exception):
                     journal.restore(journal_old)
             if put_back:
                 # The files hold the bytes they had (never replaced, or put back): a failed run
                 # leaves no backup, so it never pushes a real one out of the newest kept.
-                _discard(backups, made)
+                discard(backups, made)
             else:
                 ctx.kept = main
             if isinstance(exc, KeyboardInterrupt):
@@ -488,12 +357,12 @@ def _apply(ctx: Context, action: str, plan: Plan, journal: Journal,
         ctx.kept = main
         died = isinstance(exc, EngineDied)  # nothing left to reload: the files go back alone
         reapply = not died and (phase != "apply" or service.reapply_after_failed_apply)
-        with _putting_back(ctx, exc, lambda: _interrupted(ctx, main)):
-            _restore(ctx, plan, written, made, exc, reapply)
+        with putting_back(ctx, exc, lambda: interrupted(ctx, main)):
+            restore(ctx, plan, written, made, exc, reapply)
             with contextlib.suppress(Exception):
                 journal.restore(journal_old)
         if isinstance(exc, KeyboardInterrupt):
-            raise _interrupted(ctx, main) from None
+            raise interrupted(ctx, main) from None
         if died:
             raise DockerdRejected(
                 f"{exc.message} (it was taking the new {engine.config}); the previous file "
@@ -521,47 +390,6 @@ def _apply(ctx: Context, action: str, plan: Plan, journal: Journal,
     return _result(ctx, action, plan, backup=main, verified=verified)
 
 
-def _interrupted(ctx: Context, restored: Backup | None | bool) -> Interrupted:
-    """What an interrupted change left, exactly: nothing written (`restored` None), or the
-    previous bytes back (from backup `restored`; False: put back from memory, no backup kept)."""
-    if restored is None:
-        return Interrupted(f"{ctx.engine.config} is unchanged: interrupted before writing")
-    kept = f" (backup {restored.id})" if isinstance(restored, Backup) else ""
-    return Interrupted(f"{ctx.engine.config}: restored the previous bytes{kept}")
-
-
-def _discard(backups: Backups, made: Sequence[Backup]) -> None:
-    for b in made:
-        with contextlib.suppress(Exception):
-            backups.discard(b)
-
-
-@contextlib.contextmanager
-def _putting_back(ctx: Context, exc: BaseException, left: Callable[[], Interrupted]) -> Any:
-    """While the previous bytes go back, SIGINT, SIGTERM and SIGHUP wait: a second Ctrl-C must
-    not leave the files half restored. The signals that came are delivered after, as an
-    interruption saying what `left()` says the files hold (unless one is under way already)."""
-    came: list[int] = []
-    saved: dict[int, Any] = {}
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        try:
-            saved[sig] = signal.signal(sig, lambda signum, frame: came.append(signum))
-        except (ValueError, OSError):  # not the main thread: nothing to defer
-            pass
-    try:
-        testing.pause("restore")
-        yield
-    finally:
-        for sig, handler in saved.items():
-            signal.signal(sig, handler)
-    if came and not isinstance(exc, KeyboardInterrupt):
-        try:
-            for sig in dict.fromkeys(came):
-                signal.raise_signal(sig)  # the handler the process had: the CLI's, the agent's
-        except KeyboardInterrupt:
-            raise left() from None
-
-
 def _note_in_place(ctx: Context, path: Path, staged: Any, backup: Backup) -> None:
     if staged.in_place is not None:
         ctx.warn(f"{path} cannot be replaced by a rename ({staged.in_place}; a bind mount?), so "
@@ -569,81 +397,10 @@ def _note_in_place(ctx: Context, path: Path, staged: Any, backup: Backup) -> Non
                  f"backup {backup.id})")
 
 
-def _put_old(ctx: Context, files: Any) -> None:
-    for f in files:
-        if f.old is None:
-            atomic_remove(f.path)
-        else:
-            atomic_write(f.path, f.old, owner=Ownership.of(_as_read(ctx, f).stat))
+# --- engines planned from a Request (every engine) -----------------------------------------
 
 
-def _restore(ctx: Context, plan: Plan, written: list[FileEdit], made: list[Backup],
-             exc: BaseException, reapply: bool) -> None:
-    """Put the old bytes back and, when the engine may have taken the new ones (`reapply`),
-    apply and verify the old state; RollbackFailed (exit 5) naming the backups if that fails."""
-    engine, service = ctx.engine, ctx.service
-    step = "write"
-    try:
-        if reapply and service.strategy != "none" and written:
-            back = [f for f in written if f.path in plan.back_via]
-            for f in back:
-                atomic_write(f.path, plan.back_via[f.path])
-            _put_old(ctx, (f for f in reversed(written) if f.path not in plan.back_via))
-            step = service.verb
-            ctx.reporter.progress(
-                f"{service.verb_ing} {engine.process} ({service.strategy}) with the previous file")
-            service.apply()
-            if service.verifies:
-                step = "verify"
-                with ctx.reporter.waiting(
-                        f"waiting for {engine.process} to report the previous state"):
-                    service.verify(plan.expect_old, ctx.timeout)
-            step = "write"
-            _put_old(ctx, back)
-        else:
-            _put_old(ctx, reversed(written))
-    except BaseException as e2:
-        why = e2.message if isinstance(e2, NvDockerError) else _msg(e2)
-        try:  # whether or not the engine is there to take them, the previous bytes go back
-            _put_old(ctx, reversed(written))
-            restored = True
-        except BaseException:
-            restored = False
-        by_hand = "; ".join(f"cp {b.file} {b.config}" if b.existed else f"rm {b.config}"
-                            for b in made) + f", then: {engine.restart_hint()}"
-        if len(made) == 1:
-            saved = str(made[0].file) if made[0].existed else "(there was no file)"
-            where = f"the previous file is backup {saved}"
-        else:
-            where = "the previous files are backups " + ", ".join(
-                str(b.file) if b.existed else f"(no {b.config})" for b in made)
-            by_hand = "see nvdocker2 backups for " + ", ".join(b.config for b in made) + \
-                f"; {by_hand}"
-        hint = f"restore by hand: {by_hand}"
-        if restored and (isinstance(e2, EngineDied) or any(f.path in plan.back_via
-                                                           for f in written)):
-            # The in-between bytes of the way back were on disk: say they are gone again.
-            where += ", and the file has its previous bytes again"
-            if isinstance(e2, EngineDied) and e2.hint:
-                hint = e2.hint
-        raise RollbackFailed(
-            f"{engine.config}: the change failed ({_msg(exc)}) and putting the previous state "
-            f"back failed at the {step} step too: {why}; {where}", hint,
-        ) from None
-
-
-def _msg(exc: BaseException) -> str:
-    if isinstance(exc, NvDockerError):
-        return exc.message
-    if isinstance(exc, KeyboardInterrupt):
-        return "interrupted"
-    return f"{type(exc).__name__}: {exc}"
-
-
-# --- engines planned from a Request (containerd, CRI-O) -----------------------------------------
-
-
-def run(engine: Any, action: str, req: Request, *, service: Service | None = None,
+def run(engine: Engine, action: str, req: Request, *, service: Service | None = None,
         reporter: Reporter | None = None, timeout: float = 30.0, dry_run: bool = False,
         state: Path | None = None, require_daemon: bool = False) -> Result:
     """install or uninstall through an engine that plans from a `Request`."""
@@ -658,7 +415,7 @@ def run(engine: Any, action: str, req: Request, *, service: Service | None = Non
                     require_daemon=require_daemon)
 
 
-def rollback(engine: Any, backup_id: str | None, *, service: Service | None = None,
+def rollback(engine: Engine, backup_id: str | None, *, service: Service | None = None,
              reporter: Reporter | None = None, timeout: float = 30.0, dry_run: bool = False,
              state: Path | None = None, files: list[Path] | None = None,
              require_daemon: bool = False) -> Result:

@@ -1,16 +1,18 @@
-"""The Docker engine: daemon.json edits planned for the engine transaction (reference §2, §8, §9).
+"""DockerEngine: daemon.json edits planned for the engine transaction (reference §2, §8, §9).
 
 The document format (parse with the style kept, pure edits, schema, `dockerd --validate`) is
-`daemonjson/`; dockerd as the service is `service.DaemonService`. `install`, `uninstall` and
-`rollback` here are the daemon.json transactions `front.py` runs for the CLI (CDI mode,
-`cdi.py`, plans through the same engine).
+`daemonjson/`; dockerd as the service is `service.DaemonService`. `install` and `uninstall`
+plan from a Request through `transaction.run` like every engine; `rollback` restores
+daemon.json and the other files of its change (CDI mode's spec, `cdi.py`, plans through the
+same engine).
 """
 
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Protocol, Sequence
 
 from nvdocker2 import locations
 from nvdocker2.engines.docker import rootless, runtime_mode
@@ -21,7 +23,7 @@ from nvdocker2.store.journal import slot, unslot
 from nvdocker2.store.lock import state_dir
 from nvdocker2.store.probes import Probes
 from nvdocker2.changes import ABSENT, Change
-from nvdocker2.engines.base import EngineBase, FileEdit, Plan, Request
+from nvdocker2.engines.base import EngineBase, FileEdit, Plan, Reader, Request
 from nvdocker2.engines.docker.service import (
     DaemonService,
     Expectation,
@@ -30,6 +32,7 @@ from nvdocker2.engines.docker.service import (
     needs_transition,
     transitional,
 )
+from nvdocker2.engines import transaction as txn
 from nvdocker2.engines.transaction import Context, Reporter, Result, transact
 from nvdocker2.errors import BadInput, DaemonUnreachable
 
@@ -40,6 +43,30 @@ def wrap_shape(config: Path, fn: Callable[[], Any]) -> Any:
         return fn()
     except edit.ShapeError as e:
         raise BadInput(f"{config}: {e.message}", e.hint) from None
+
+
+class Says(Protocol):
+    """Where a plan's warnings go: the transaction's Context, or a plan's own `Said`."""
+
+    warnings: list[str]
+
+    def warn(self, message: str) -> None: ...
+
+
+@dataclass
+class Said:
+    """The warnings and notes of one plan, carried by the plan it makes."""
+
+    warnings: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def warn(self, message: str) -> None:
+        if message not in self.warnings:
+            self.warnings.append(message)
+
+    def into(self, plan: Plan) -> Plan:
+        return dataclasses.replace(plan, warnings=tuple(self.warnings) + plan.warnings,
+                                   notes=tuple(self.notes) + plan.notes)
 
 
 class DockerEngine(EngineBase):
@@ -60,7 +87,7 @@ class DockerEngine(EngineBase):
         self.mode = mode
 
     @property
-    def config_reason(self) -> str:  # type: ignore[override]
+    def config_reason(self) -> str:
         return self.reason
 
     def service(self) -> DaemonService:
@@ -78,12 +105,12 @@ class DockerEngine(EngineBase):
 
     # --- the document ---------------------------------------------------------------------
 
-    def load(self, ctx: Context) -> document.Document:
+    def load(self, ctx: Says) -> document.Document:
         doc = document.load(self.config)
         ctx.warnings.extend(doc.warnings)
         return doc
 
-    def schema_check(self, ctx: Context, new: dict) -> None:
+    def schema_check(self, ctx: Says, new: dict) -> None:
         errors, warnings = validate.validate(new)
         for w in warnings:
             ctx.warn(f"{self.config}: {w}")
@@ -177,10 +204,14 @@ class DockerEngine(EngineBase):
 
     # --- the three transactions' plans ----------------------------------------------------
 
-    def plan_install(self, ctx: Context, runtime_name: str, runtime_path: str,
-                     runtime_args: Sequence[str], set_default: bool) -> Plan:
-        doc = self.load(ctx)
-        args = list(runtime_args) or None
+    def plan_install(self, read: Reader, req: Request, journal: dict) -> Plan:
+        """Add (or update) the runtime entry of `req`, `req.extra["runtime_args"]` its
+        runtimeArgs; make it the default with `req.set_default`."""
+        said = Said()
+        runtime_name, runtime_path = req.runtime_name, req.runtime_path
+        set_default = req.set_default
+        doc = self.load(said)
+        args = list(req.extra.get("runtime_args", ())) or None
         new, ch = wrap_shape(self.config,
                              lambda: edit.add_runtime(doc.data, runtime_name, runtime_path, args))
         changes = [ch]
@@ -192,55 +223,55 @@ class DockerEngine(EngineBase):
         if not doc.existed:
             new_bytes = doc.serialize(new)
         if data_changed or not doc.existed or new_bytes != doc.raw:
-            self.schema_check(ctx, new)
+            self.schema_check(said, new)
         else:
             _, warns = validate.validate(new)
-            ctx.warnings.extend(f"{self.config}: {w}" for w in warns)
+            said.warnings.extend(f"{self.config}: {w}" for w in warns)
         record = None
-        if not ctx.dry_run and data_changed:
-            record = self._install_record(ctx, doc, runtime_name,
+        if data_changed:
+            record = self._install_record(journal, doc, runtime_name,
                                           edit.runtime_entry(runtime_path, args),
                                           set_default and changes[-1].changed)
         extras: list[FileEdit] = []
         if self.user_config is not None:
             user = self.user_config
             rootless.check_trusted(user)
-            old_user = ctx.read(user)
+            old_user = read(user)
             new_user, ch_user, rec_user = rootless.set_no_cgroups(old_user, user)
             changes.append(ch_user)
             extras.append(FileEdit(user, old_user, new_user, f"install {rootless.KEY} "
                                    f"for rootless Docker ({self.config})"))
-            if rec_user is not None and not ctx.dry_run:
-                record = record or dict(ctx.journal().load() or {"config": str(self.config)})
+            if rec_user is not None:
+                record = record or dict(journal or {"config": str(self.config)})
                 record.setdefault(rootless.JOURNAL_KEY, rec_user)
         if self.mode is not None:
-            mode_edit, ch_mode, record = self._set_mode(ctx, record)
+            mode_edit, ch_mode, record = self._set_mode(read, journal, record)
             changes.append(ch_mode)
             extras.append(mode_edit)
         expect = expectation(new, doc.data, must_have={runtime_name: runtime_path})
-        return self.plan(doc, new, new_bytes, changes, f"install runtime {runtime_name}",
-                         expect, record, extras=extras)
+        return said.into(self.plan(doc, new, new_bytes, changes,
+                                   f"install runtime {runtime_name}", expect, record,
+                                   extras=extras))
 
-    def _set_mode(self, ctx: Context, record: dict | None
+    def _set_mode(self, read: Reader, journal: dict, record: dict | None
                   ) -> tuple[FileEdit, Change, dict | None]:
         """install --mode: config.toml's edit, and the journal record with what it replaced."""
         assert self.mode is not None
         mode, path = self.mode
         runtime_mode.check_trusted(path)
-        old = ctx.read(path)
+        old = read(path)
         new, change, rec = runtime_mode.set_mode(old, path, mode)
-        if not ctx.dry_run:
-            base = record or dict(ctx.journal().load() or {"config": str(self.config)})
-            merged = runtime_mode.record_install(base, path, rec, mode)
-            if merged is not base or record is not None:
-                record = merged
+        base = record or dict(journal or {"config": str(self.config)})
+        merged = runtime_mode.record_install(base, path, rec, mode)
+        if merged is not base or record is not None:
+            record = merged
         return (FileEdit(path, old, new, f"install {runtime_mode.TABLE} {runtime_mode.KEY} = "
                          f"{mode} ({self.config})"), change, record)
 
-    def _install_record(self, ctx: Context, doc: document.Document, runtime_name: str,
+    def _install_record(self, journal: dict, doc: document.Document, runtime_name: str,
                         entry: dict, default_set: bool) -> dict:
         """What install replaces, unless an earlier install already recorded it."""
-        rec = dict(ctx.journal().load() or {"config": str(self.config), "runtimes": {}})
+        rec = dict(journal or {"config": str(self.config), "runtimes": {}})
         rts = dict(rec.get("runtimes") or {})
         if not rts:
             rec["file"] = {"existed": doc.existed}
@@ -264,14 +295,15 @@ class DockerEngine(EngineBase):
             }
         return rec
 
-    def plan_uninstall(self, ctx: Context, runtime_name: str,
-                       own_runtime_paths: Sequence[str]) -> Plan:
+    def plan_uninstall(self, read: Reader, req: Request, journal: dict) -> Plan:
         """Put back what install replaced, from the journal; without a journal entry remove
-        the runtime only when it points at one of `own_runtime_paths` (this package's
+        the runtime only when it points at one of `req.own_runtime_paths` (this package's
         runtime). Never leaves default-runtime naming a runtime that no longer exists."""
-        doc = self.load(ctx)
+        said = Said()
+        runtime_name, own_runtime_paths = req.runtime_name, req.own_runtime_paths
+        doc = self.load(said)
         wrap_shape(self.config, lambda: edit.check_shape(doc.data))
-        rec = ctx.journal().load()
+        rec = dict(journal)
         rts_rec = dict(rec.get("runtimes") or {})
         mine = rts_rec.get(runtime_name)
         new = doc.data
@@ -304,7 +336,7 @@ class DockerEngine(EngineBase):
                 new, ch = edit.remove_runtime(new, runtime_name)
                 changes.append(ch)
             else:
-                ctx.warnings.append(
+                said.warnings.append(
                     f'{self.config}: runtime "{runtime_name}" points at {path!r}, not at this '
                     f"package's runtime ({', '.join(own_runtime_paths) or 'unknown'}), and no "
                     "install of it was recorded: left in place"
@@ -315,12 +347,12 @@ class DockerEngine(EngineBase):
         if edit.dangling_default(new) == runtime_name:
             new, ch = edit.unset_default(new)
             changes.append(ch)
-            ctx.notes.append(
+            said.notes.append(
                 f'removed "default-runtime": "{runtime_name}" (it named the removed runtime; '
                 "dockerd now uses runc)"
             )
         data_changed = any(c.changed for c in changes)
-        extras, remove_dirs = self._put_back_user_config(ctx, rec, changes) \
+        extras, remove_dirs = self._put_back_user_config(read, said, rec, changes) \
             if isinstance(mine, dict) and not rts_rec else ([], ())
         if extras:
             rec = {k: v for k, v in rec.items() if k != rootless.JOURNAL_KEY}
@@ -332,46 +364,45 @@ class DockerEngine(EngineBase):
         if (new_bytes is not None and data_changed and not rts_rec and isinstance(file_rec, dict)
                 and file_rec.get("bom") and not new_bytes.startswith(document.BOM)):
             new_bytes = document.BOM + new_bytes
-            ctx.notes.append("put back the UTF-8 byte order mark that install dropped")
+            said.notes.append("put back the UTF-8 byte order mark that install dropped")
         if data_changed:
-            self.schema_check(ctx, new)
-        record = rec if (rec is not None and not ctx.dry_run) else None
+            self.schema_check(said, new)
+        record = rec
         if not rts_rec:
-            record, remove_dirs = self._put_back_mode(ctx, record, changes, extras, remove_dirs)
-        plan = self.plan(doc, new, new_bytes, changes, f"uninstall runtime {runtime_name}",
-                         expectation(new, doc.data), record, journal_before_write=False,
-                         extras=extras)
+            record, remove_dirs = self._put_back_mode(read, said, journal, record, changes,
+                                                      extras, remove_dirs)
+        plan = said.into(self.plan(doc, new, new_bytes, changes,
+                                   f"uninstall runtime {runtime_name}",
+                                   expectation(new, doc.data), record,
+                                   journal_before_write=False, extras=extras))
         return dataclasses.replace(plan, remove_dirs=remove_dirs) if remove_dirs else plan
 
-    def _put_back_mode(self, ctx: Context, record: dict | None, changes: list[Change],
-                       extras: list[FileEdit], remove_dirs: Sequence[Path]
-                       ) -> tuple[dict | None, tuple[Path, ...]]:
-        """config.toml as it was before install --mode (its journal entry), appended to
-        `extras`; the journal record to write without that entry, and the directories to
-        remove (the file's, when install made it)."""
-        full = ctx.journal().load()
+    def _put_back_mode(self, read: Reader, ctx: Says, full: dict, record: dict | None,
+                       changes: list[Change], extras: list[FileEdit],
+                       remove_dirs: Sequence[Path]) -> tuple[dict | None, tuple[Path, ...]]:
+        """config.toml as it was before install --mode (its journal entry `full` records),
+        appended to `extras`; the journal record to write without that entry, and the
+        directories to remove (the file's, when install made it)."""
         mrec = full.get(runtime_mode.JOURNAL_KEY)
         if not isinstance(mrec, dict) or not isinstance(mrec.get("path"), str):
             return record, tuple(remove_dirs)
         runtime_mode.check_trusted(Path(mrec["path"]))
-        file, made_dir = _put_back_toml(ctx, mrec, runtime_mode.put_back, changes,
+        file, made_dir = _put_back_toml(read, ctx, mrec, runtime_mode.put_back, changes,
                                         f"uninstall {runtime_mode.TABLE} {runtime_mode.KEY} "
                                         f"({self.config})")
         extras.append(file)
-        if ctx.dry_run:
-            return record, tuple(remove_dirs)
         base = record if record is not None else full
         record = {k: v for k, v in base.items() if k != runtime_mode.JOURNAL_KEY}
         return record, tuple(remove_dirs) + made_dir
 
-    def _put_back_user_config(self, ctx: Context, rec: dict, changes: list[Change]
+    def _put_back_user_config(self, read: Reader, ctx: Says, rec: dict, changes: list[Change]
                               ) -> tuple[list[FileEdit], tuple[Path, ...]]:
         """The per-user config.toml as it was before install set no-cgroups (its journal
         entry), when install set it; with its directory, when install made that."""
         urec = rec.get(rootless.JOURNAL_KEY)
         if not isinstance(urec, dict) or not isinstance(urec.get("path"), str):
             return [], ()
-        file, made_dir = _put_back_toml(ctx, urec, rootless.put_back, changes,
+        file, made_dir = _put_back_toml(read, ctx, urec, rootless.put_back, changes,
                                         f"uninstall {rootless.KEY} for rootless Docker "
                                         f"({self.config})")
         return [file], made_dir
@@ -439,26 +470,16 @@ class DockerEngine(EngineBase):
 
     # --- the Request entry points every engine has ---------------------------------------
 
-    def install(self, req: Request, **kw: Any) -> Result:
-        return install(self.config, runtime_name=req.runtime_name,
-                       runtime_path=req.runtime_path,
-                       runtime_args=req.extra.get("runtime_args", ()),
-                       set_default=req.set_default, **kw)
-
-    def uninstall(self, req: Request, **kw: Any) -> Result:
-        return uninstall(self.config, runtime_name=req.runtime_name,
-                         own_runtime_paths=req.own_runtime_paths, **kw)
-
     def rollback(self, backup_id: str | None, **kw: Any) -> Result:
         return rollback(self.config, backup_id, **kw)
 
 
-def _put_back_toml(ctx: Context, rec: dict, put_back: Callable[..., Any],
+def _put_back_toml(read: Reader, ctx: Says, rec: dict, put_back: Callable[..., Any],
                    changes: list[Change], reason: str) -> tuple[FileEdit, tuple[Path, ...]]:
     """The edit of a config.toml install recorded in `rec` going back (`put_back`), and its
     directory when install made it and the file goes away."""
     path = Path(rec["path"])
-    old = ctx.read(path)
+    old = read(path)
     new, change, warning = put_back(old, rec, path)
     if warning:
         ctx.warn(warning)
@@ -493,10 +514,12 @@ def install(config: Path, *, runtime_name: str = "nvidia", runtime_path: str,
     edit.check_name(runtime_name, adding=True)
     target = None if mode is None else (mode, mode_config or runtime_mode.config_path())
     eng = DockerEngine(config, daemon, config_reason, dockerd_log, user_config, target)
-    return run(eng, "install", lambda ctx: eng.plan_install(
-        ctx, runtime_name, runtime_path, runtime_args, set_default),
-        dry_run=dry_run, reporter=reporter, timeout=timeout, state=state,
-        require_daemon=require_daemon)
+    req = Request(runtime_name, runtime_path, set_default,
+                  extra={"runtime_args": tuple(runtime_args)})
+    validate.preload()  # the schema is read before the lock is taken
+    return txn.run(eng, "install", req, service=eng.service(), dry_run=dry_run,
+                   reporter=reporter, timeout=timeout, state=state,
+                   require_daemon=require_daemon)
 
 
 def uninstall(config: Path, *, runtime_name: str = "nvidia",
@@ -507,10 +530,11 @@ def uninstall(config: Path, *, runtime_name: str = "nvidia",
     """Put back what install replaced (see `DockerEngine.plan_uninstall`)."""
     edit.check_name(runtime_name, adding=False)
     eng = DockerEngine(config, daemon, config_reason, dockerd_log)
-    return run(eng, "uninstall", lambda ctx: eng.plan_uninstall(
-        ctx, runtime_name, own_runtime_paths),
-        dry_run=dry_run, reporter=reporter, timeout=timeout, state=state,
-        require_daemon=require_daemon)
+    req = Request(runtime_name, own_runtime_paths=tuple(own_runtime_paths))
+    validate.preload()
+    return txn.run(eng, "uninstall", req, service=eng.service(), dry_run=dry_run,
+                   reporter=reporter, timeout=timeout, state=state,
+                   require_daemon=require_daemon)
 
 
 def rollback(config: Path | None, backup_id: str | None = None, *, dry_run: bool = False,

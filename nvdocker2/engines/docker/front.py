@@ -7,11 +7,15 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Any, Mapping, Optional
+from typing import TYPE_CHECKING, Any, Mapping, Optional
 
 from nvdocker2 import locations
+from nvdocker2.engines.commands import TransactionFront
 from nvdocker2.engines.front import BackupList, Outcome, Report
 from nvdocker2.errors import BadInput
+
+if TYPE_CHECKING:  # pragma: no cover
+    from nvdocker2.engines.docker.engine import DockerEngine
 
 
 def make() -> "DockerFront":
@@ -26,7 +30,7 @@ def _resolve_config(config: Optional[Path]) -> tuple[Path, str]:
 
 def _make_daemon(o: Mapping[str, Any], config: Path) -> tuple[Any, list[str]]:
     """The Daemon for the reload flags. The one place dockerd reloading gets wired in."""
-    from nvdocker2.engines.docker.service.daemon import DaemonOptions, make_daemon
+    from nvdocker2.engines.docker.service.select import DaemonOptions, make_daemon
     from nvdocker2.engines.docker.service.progress import reporter_for
 
     mode = o["reload"].value
@@ -45,13 +49,17 @@ def _applied(res: Any, notes: list[str]) -> list[str]:
     return notes if res.changed and not res.dry_run else []
 
 
-class DockerFront:
+class DockerFront(TransactionFront["DockerEngine"]):
+    """The shared front with Docker's own commands: the flags that pick dockerd and how to
+    reload it, rootless Docker, --mode and CDI mode, and daemon.json's backups one by one."""
+
     name = "docker"
 
-    def short(self, value: Any) -> str:
-        from nvdocker2.engines.docker.daemonjson.document import inline
+    def engine(self, config: Optional[Path]) -> "DockerEngine":
+        from nvdocker2.engines.docker.engine import DockerEngine
 
-        return inline(value)
+        cfg, why = _resolve_config(config)
+        return DockerEngine(cfg, config_reason=why)
 
     def run(self, action: str, o: Mapping[str, Any], reporter: Any) -> Outcome:
         mode = o["mode"].value if o.get("mode") is not None else None
@@ -164,10 +172,10 @@ class DockerFront:
         from nvdocker2.store.backups import Backups
         from nvdocker2.store.lock import state_dir
 
-        cfg, why = _resolve_config(o["config"])
+        eng = self.engine(o["config"])
         bs = Backups(state_dir())
-        return BackupList("docker", str(cfg), why, [str(cfg)], str(bs.dir),
-                          [(None, bs.all(cfg))], grouped=False)
+        return BackupList("docker", str(eng.config), eng.config_reason, [str(eng.config)],
+                          str(bs.dir), [(None, bs.all(eng.config))], grouped=False)
 
     def doctor(self, o: Mapping[str, Any]) -> int:
         from nvdocker2.engines.docker.doctor import run_doctor
@@ -179,11 +187,11 @@ class DockerFront:
     def cdi_refresh(self, config: Optional[Path], spec_dir: Optional[str],
                     timeout: float) -> Any:
         """`cdi refresh`: CDI mode's spec regenerated from the GPUs present."""
-        from nvdocker2.engines.docker import cdi
+        from nvdocker2.engines.docker import cdi_refresh
 
         cfg, _ = _resolve_config(config)
-        return cdi.refresh(cfg, spec_dir=spec_dir,
-                           runtime_path=locations.default_runtime_path()[0], timeout=timeout)
+        return cdi_refresh.refresh(cfg, spec_dir=spec_dir, timeout=timeout,
+                                   runtime_path=locations.default_runtime_path()[0])
 
 
 def _no_cdi_spec_dir(cdi_spec_dir: Optional[str]) -> None:

@@ -234,7 +234,7 @@ def _added_runtimes(pid: Optional[int]) -> set:
 def _dockerd_pid(cfg: Path, pidfile: Optional[Path]) -> Optional[int]:
     """The pid of the dockerd in `pidfile` (None: install's default for `cfg`) when it is a
     running, trusted dockerd, else None."""
-    from nvdocker2.engines.docker.service.daemon import detect_setup
+    from nvdocker2.engines.docker.service.select import detect_setup
     from nvdocker2.engines.docker.service.process import is_dockerd, read_pidfile
 
     path = Path(os.path.abspath(pidfile)) if pidfile is not None else detect_setup(cfg).pidfile

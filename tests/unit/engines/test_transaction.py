@@ -172,18 +172,20 @@ def test_crio_verify_reads_crio_status_config():
         svc.verify({"present": {}, "absent": [], "default": "nvidia"}, 0)
 
 
-def test_docker_adapter_runs_the_daemon_json_transaction(tmp_path):
+def test_docker_runs_through_the_shared_transaction(tmp_path):
     from nvdocker2.engines.docker import DockerEngine
 
     cfg = tmp_path / "daemon.json"
     cfg.write_bytes(b'{\n  "debug": true\n}\n')
     eng = DockerEngine(cfg)
-    res = eng.install(Request("nvidia", RT, True), state=tmp_path / "st")
+    res = txn.run(eng, "install", Request("nvidia", RT, True), service=eng.service(),
+                  state=tmp_path / "st")
     assert res.changed and eng.files() == [cfg]
     assert cfg.read_bytes() == (b'{\n  "debug": true,\n  "runtimes": {\n    "nvidia": {\n'
                                 b'      "path": "/usr/bin/nvidia-container-runtime"\n    }\n'
                                 b'  },\n  "default-runtime": "nvidia"\n}\n')
-    eng.uninstall(Request("nvidia", RT, own_runtime_paths=(RT,)), state=tmp_path / "st")
+    txn.run(eng, "uninstall", Request("nvidia", RT, own_runtime_paths=(RT,)),
+            service=eng.service(), state=tmp_path / "st")
     assert cfg.read_bytes() == b'{\n  "debug": true\n}\n'
     assert eng.rollback(None, state=tmp_path / "st").changed
 

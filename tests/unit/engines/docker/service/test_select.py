@@ -8,7 +8,8 @@ import json
 import pytest
 from ....dockerd_fixtures import FIXTURES, NamedDockerd
 
-from nvdocker2.engines.docker.service.daemon import DaemonOptions, Dockerd, NoReload, make_daemon
+from nvdocker2.engines.docker.service.daemon import Dockerd, NoReload
+from nvdocker2.engines.docker.service.select import DaemonOptions, make_daemon
 from nvdocker2.engines.docker.service.logs import FileLog
 from nvdocker2.errors import BadInput, EnvironmentProblem
 
@@ -131,7 +132,7 @@ def test_sysv_reloads_through_service(stand_in_path, named_dockerd, tmp_path, mo
 def test_setups_give_the_pidfile_socket_and_unit_of_dockerd_facts(tmp_path):
     from pathlib import Path
 
-    from nvdocker2.engines.docker.service.daemon import detect_setup
+    from nvdocker2.engines.docker.service.select import detect_setup
 
     rootful = detect_setup(Path("/etc/docker/daemon.json"), {}, euid=0)
     assert (rootful.name, rootful.unit, rootful.user) == ("rootful", "docker", False)
