@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 
 import pytest
-from cli_run import cli
+from ..cli_run import cli
 
 from nvdocker2.changes import ABSENT, Change
 from nvdocker2.engines import registry
