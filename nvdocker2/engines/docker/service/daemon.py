@@ -316,7 +316,7 @@ class Dockerd:
         """How to start this dockerd again: its manager's start, else the command line the
         dead process ran with."""
         if isinstance(self.manager, SystemdManager):
-            return " ".join(self.manager._argv("start", self.manager.unit))
+            return " ".join(self.manager.systemctl_argv("start", self.manager.unit))
         if isinstance(self.manager, SysvManager):
             return f"{self.manager.service} {self.manager.unit} start"
         if argv:

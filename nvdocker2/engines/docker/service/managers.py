@@ -67,11 +67,11 @@ class SystemdManager:
         self.systemctl = systemctl
         self.user = user  # rootless Docker: the user's systemd instance
 
-    def _argv(self, *args: str) -> list[str]:
+    def systemctl_argv(self, *args: str) -> list[str]:
         return [self.systemctl, *(["--user"] if self.user else []), *args]
 
     def describe(self) -> str:
-        return " ".join(self._argv("is-active", self.unit))
+        return " ".join(self.systemctl_argv("is-active", self.unit))
 
     def available(self) -> bool:
         return run.safe_which(self.systemctl) is not None
@@ -81,7 +81,7 @@ class SystemdManager:
         if not self.available():
             return False
         try:
-            proc = run_command(self._argv("is-active", "--quiet", self.unit), timeout=15)
+            proc = run_command(self.systemctl_argv("is-active", "--quiet", self.unit), timeout=15)
         except EnvironmentProblem:
             return False
         return proc.returncode == 0
@@ -90,10 +90,10 @@ class SystemdManager:
         return unit_main_pid(self.unit, self.systemctl, self.user)
 
     def _run(self, action: str) -> None:
-        argv = self._argv(action, self.unit)
+        argv = self.systemctl_argv(action, self.unit)
         proc = run_command(argv)
         if proc.returncode != 0:
-            raise _failed(argv, proc, f"see: {' '.join(self._argv('status', self.unit))}")
+            raise _failed(argv, proc, f"see: {' '.join(self.systemctl_argv('status', self.unit))}")
 
     def reload(self) -> None:
         self._run("reload")
