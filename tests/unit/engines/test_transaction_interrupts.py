@@ -6,6 +6,7 @@ rename) and a real SIGINT to this process; the engine is the toy engine's JSON f
 from __future__ import annotations
 
 import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -167,6 +168,16 @@ class TwoFiles(ToyEngine):
                     expect_old=plan.expect_old, journal_before_write=plan.journal_before_write)
 
 
+@pytest.fixture
+def ctrl_c():
+    """SIGINT raises KeyboardInterrupt, as at a terminal. A test run started in the background
+    of a shell (`make check`'s shares) inherits SIGINT ignored, and Python then installs no
+    handler of its own: a Ctrl-C sent by `kill -INT` would do nothing."""
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, old)
+
+
 def _two(tmp_path: Path, monkeypatch, at_second: str) -> tuple[TwoFiles, Toyd]:
     """Two files; `at_second` runs (a real shell, through the rename hook) just before the
     second file's rename, once."""
@@ -181,7 +192,7 @@ def _two(tmp_path: Path, monkeypatch, at_second: str) -> tuple[TwoFiles, Toyd]:
     return TwoFiles(cfg, drop), Toyd(cfg)
 
 
-def test_ctrl_c_between_two_files_puts_the_first_back(tmp_path, monkeypatch):
+def test_ctrl_c_between_two_files_puts_the_first_back(tmp_path, monkeypatch, ctrl_c):
     eng, svc = _two(tmp_path, monkeypatch, f"kill -INT {os.getpid()}")
     with pytest.raises(Interrupted) as e:
         txn.run(eng, "install", REQ, service=svc, state=tmp_path / "st")
@@ -192,7 +203,7 @@ def test_ctrl_c_between_two_files_puts_the_first_back(tmp_path, monkeypatch):
 
 
 def test_ctrl_c_between_two_files_when_the_first_cannot_go_back_names_the_backup(
-        tmp_path, monkeypatch):
+        tmp_path, monkeypatch, ctrl_c):
     a = tmp_path / "a"
     eng, svc = _two(tmp_path, monkeypatch,
                     f"mv {a} {a}.gone && : > {a} && kill -INT {os.getpid()}")
