@@ -363,7 +363,7 @@ def _install_in_place(root: D.Config, table: dict, req: Request, entry: dict,
         merged = {**cur, **table, "options": {**(cur.get("options") or {}), **table["options"]}}
         _set_in(expected, cri + ("runtimes", name), merged)
         for k, v in table.items():
-            if k != "options" and (k == "runtime_type" or cur.get(k) != v):
+            if k != "options" and cur.get(k) != v:
                 text = tk_set(text, cri + ("runtimes", name, k), v)
         for k, v in table["options"].items():
             text = tk_set(text, cri + ("runtimes", name, "options", k), v)

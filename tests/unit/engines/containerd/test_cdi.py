@@ -80,6 +80,15 @@ def test_1_7_without_the_cri_plugins_header_appends_it_after_the_runtime(raw):
     assert files(uninstall(files(plan)[ROOT], plan.journal))[ROOT] == raw
 
 
+def test_1_7_uninstall_of_the_appended_cri_table_lists_both_keys_as_removed():
+    plan = install(ONLY_CONTAINERD)
+    back = uninstall(files(plan)[ROOT], plan.journal)
+    assert files(back)[ROOT] == ONLY_CONTAINERD
+    assert keys(back) == [(f"{PLUGIN}.containerd.runtimes.nvidia", "removed"),
+                          (f"{PLUGIN}.enable_cdi", "removed"),
+                          (f"{PLUGIN}.cdi_spec_dirs", "removed")]
+
+
 def test_1_7_a_value_someone_set_is_recorded_and_put_back():
     raw = KUBEADM_V2.replace(b'pause:3.9"\n', b'pause:3.9"\n  enable_cdi = false\n')
     plan = install(raw)

@@ -201,6 +201,24 @@ def test_existing_runtime_is_updated_in_place_and_uninstall_puts_it_back():
     assert tomllib.loads(_files(back)[ROOT].new.decode()) == old
 
 
+def test_a_runtime_type_that_is_already_ours_keeps_its_line_to_the_byte():
+    # Only the BinaryName differs: the runtime_type line, in single quotes, is not rewritten
+    # (tomlkit would give it double quotes, and uninstall, seeing the same value, would not
+    # put them back).
+    line = b"  runtime_type = 'io.containerd.runc.v2'\n"
+    raw = (b'version = 2\n[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia]\n'
+           + line + b'  [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia.options]\n'
+           b'    BinaryName = "/usr/local/nvidia/runtime"\n')
+    req = Request("nvidia", RT, False, (RT,))
+    plan = _plan(raw, req)
+    new = _files(plan)[ROOT].new
+    assert line in new and new.count(b"runtime_type") == 1
+    assert tomllib.loads(new.decode())["plugins"]["io.containerd.grpc.v1.cri"]["containerd"][
+        "runtimes"]["nvidia"]["options"]["BinaryName"] == RT
+    back = _files(E.plan_uninstall(D.parse(ROOT, new), None, req, plan.journal))[ROOT].new
+    assert line in back and tomllib.loads(back.decode()) == tomllib.loads(raw.decode())
+
+
 def test_uninstall_without_journal_removes_only_our_runtime():
     req = Request("nvidia", RT, False, (RT,))
     plan = _plan(KUBEADM_V2, req)
