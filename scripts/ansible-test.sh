@@ -9,7 +9,9 @@
 #      thing: pip runs from its wheel and installs itself). Its requirements come from PyPI.
 #   3. The fleet tests: real ansible-playbook on five hosts with private dockerds
 #      (tests/e2e/test_ansible_fleet.py).
-# `scripts/ansible-test.sh sanity` does 1 and 2 only (scripts/test.sh, whose pytest run holds 3).
+# `scripts/ansible-test.sh sanity` does 1 and 2 only (scripts/test.sh, whose pytest run holds 3);
+# `scripts/ansible-test.sh venv` does 1 only (scripts/setup.sh tests: the unit tests of the
+# Ansible module run in that venv's Python, in `make check`).
 # Other arguments go to pytest. As root on Debian 12 (scripts/setup.sh prepares the machine).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,6 +26,7 @@ if [ -z "${NVDOCKER2_ANSIBLE_BIN:-}" ]; then
 fi
 export NVDOCKER2_ANSIBLE_BIN
 bin="$NVDOCKER2_ANSIBLE_BIN"
+[ "${1:-}" = "venv" ] && exit 0
 
 # ansible-test keeps its caches under $HOME/.ansible: give it its own home. Its pip runs (the
 # requirements of each sanity test) read that home's pip.conf: quiet, so the output shows the

@@ -112,6 +112,8 @@ if [ "$profile" = tests ]; then
     # kubernetes-validate (not in Debian) checks deploy/ against the Kubernetes API schemas; its
     # own venv, so its newer jsonschema never replaces the one the .deb depends on.
     scripts/pinned-venv.sh .venv-kubernetes kubernetes-validate "$KUBERNETES_VALIDATE_VERSION"
+    # ansible-core in .venv-ansible: the Ansible module's unit tests run in its Python.
+    scripts/ansible-test.sh venv
     # The test suite's switch (nvdocker2/host/testing.py): test hooks are read only in a venv
     # that holds this root-made file; no packaged install ever has it.
     install -m 0644 /dev/null .venv/nvdocker2-test-hooks

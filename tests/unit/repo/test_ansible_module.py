@@ -30,7 +30,7 @@ def _python() -> str:
     for name in ("python3", "python"):
         if (where / name).exists():
             return str(where / name)
-    message = f"no Python with ansible-core in {where} (run: scripts/ansible-test.sh sanity)"
+    message = f"no Python with ansible-core in {where} (run: scripts/ansible-test.sh venv)"
     if os.environ.get("CI") == "true":
         pytest.fail(message, pytrace=False)
     pytest.skip(message)
