@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from nvdocker2.doctor.model import CheckPlan, Checks, Facts, Outcome, fail, ok, skip, warn
 from nvdocker2.errors import NvDockerError
@@ -29,6 +29,7 @@ class ContainerdFacts(Facts):
     config: Path
     address: str
     unit: str
+    describe: Callable[[Any, str], dict]  # the front's: what the files say, for `status`
     runtime: str = "nvidia"
 
     def exe(self) -> str | None:
@@ -43,18 +44,19 @@ class ContainerdFacts(Facts):
 
         def compute() -> tuple[Any, dict]:
             from nvdocker2.engines.containerd.engine import ContainerdEngine
-            from nvdocker2.engines.containerd.front import ContainerdFront
 
             eng = ContainerdEngine(self.config, check=False)
-            return eng, ContainerdFront().describe(eng, self.runtime)
+            return eng, self.describe(eng, self.runtime)
 
         return self.fact("parsed", compute)
 
 
-def containerd_checks(config: Path, address: str, unit: str, runtime: str = "nvidia"
+def containerd_checks(config: Path, address: str, unit: str,
+                      describe: Callable[[Any, str], dict], runtime: str = "nvidia"
                       ) -> CheckPlan:
-    """containerd's checks against `config` and the containerd answering on `address`."""
-    return CheckPlan(ContainerdFacts(config, address, unit, runtime), list(CHECKS))
+    """containerd's checks against `config` and the containerd answering on `address`;
+    `describe`: the front's reading of the files (`status`), which the checks report on."""
+    return CheckPlan(ContainerdFacts(config, address, unit, describe, runtime), list(CHECKS))
 
 
 @check("containerd-binary", "containerd installed")

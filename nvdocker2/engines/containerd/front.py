@@ -75,7 +75,7 @@ class ContainerdFront(TransactionFront):
         from nvdocker2.engines.containerd.doctor import containerd_checks
 
         return containerd_checks(config or DEFAULT_CONFIG, address or DEFAULT_ADDRESS,
-                                 unit or DEFAULT_UNIT)
+                                 unit or DEFAULT_UNIT, self.describe)
 
 
 def _binary(runtime: Any) -> Any:

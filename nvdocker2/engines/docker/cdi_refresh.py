@@ -8,10 +8,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from nvdocker2.engines.docker.cdi import (
-    HEADER,
+from nvdocker2.engines.docker.cdi import HEADER, build_spec
+from nvdocker2.engines.docker.cdi_journal import (
     CdiJournal,
-    build_spec,
     recorded_paths,
     recorded_spec,
     spec_path,

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Callable, Protocol, Sequence
 
 from nvdocker2 import locations
-from nvdocker2.engines.docker import rootless, runtime_mode
+from nvdocker2.engines.docker import cdi_journal, rootless, runtime_mode
 from nvdocker2.engines.docker.daemonjson import document, edit, validate
 from nvdocker2.store.atomic import Ownership, resolve_target
 from nvdocker2.store.backups import Backup, Backups
@@ -583,7 +583,5 @@ def rollback(config: Path | None, backup_id: str | None = None, *, dry_run: bool
 def _cdi_specs(state: Path, config: Path) -> list[Path]:
     """The CDI specs CDI mode writes beside `config` (the one its journal records, and the
     default): a change of the spec alone is undone by `rollback` too."""
-    from nvdocker2.engines.docker import cdi
-
-    return list(dict.fromkeys(p for p in (cdi.recorded_spec(state, config),
-                                          cdi.spec_path(None)) if p is not None))
+    return list(dict.fromkeys(p for p in (cdi_journal.recorded_spec(state, config),
+                                          cdi_journal.spec_path(None)) if p is not None))

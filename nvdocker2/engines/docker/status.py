@@ -128,20 +128,21 @@ def _mode_status(state: Path, cfg: Path, runtime_installed: bool) -> dict:
     """How GPUs reach containers here, as install recorded it: "runtime" (the nvidia runtime
     entry), "cdi" (install --mode cdi), both, or "none"; plus the CDI spec when there is one."""
     from nvdocker2.engines.docker import cdi as cdi_mode
+    from nvdocker2.engines.docker.cdi_journal import CdiJournal, spec_path
 
     rec: dict = {}
     with contextlib.suppress(NvDockerError):
-        rec = cdi_mode.CdiJournal(state, cfg).load()
+        rec = CdiJournal(state, cfg).load()
     modes = (["runtime"] if runtime_installed else []) + (["cdi"] if rec else [])
     cdi = None
     if rec:
-        spec = Path((rec.get("spec") or {}).get("path") or cdi_mode.spec_path(None))
+        spec = Path((rec.get("spec") or {}).get("path") or spec_path(None))
         data = None
         with contextlib.suppress(NvDockerError):
             data = cdi_mode.read_optional(spec)
         cdi = {"spec": str(spec), "present": data is not None,
                "devices": list(cdi_mode.devices_of(data)),
-               "journal": str(cdi_mode.CdiJournal(state, cfg).path)}
+               "journal": str(CdiJournal(state, cfg).path)}
     return {"mode": "+".join(modes) or "none", "modes": modes, "cdi": cdi}
 
 

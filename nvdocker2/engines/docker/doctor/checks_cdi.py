@@ -6,7 +6,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from nvdocker2.engines.docker.doctor.facts import DockerContext as Context
-from nvdocker2.engines.docker.doctor.modes import cdi_spec as _spec
 from nvdocker2.doctor.model import Checks, Outcome, fail, ok, skip, warn
 
 CHECKS = Checks()
@@ -18,7 +17,7 @@ def cdi_spec(ctx: Context) -> Outcome:
     from nvdocker2.engines.docker import cdi
     from nvdocker2.errors import NvDockerError
 
-    shown, real, runtime = _spec(ctx)
+    shown, real, runtime = ctx.cdi_spec()
     if not real.exists():
         return skip(f"no CDI spec at {shown} (CDI mode is not installed)")
     try:
@@ -37,7 +36,7 @@ def cdi_spec(ctx: Context) -> Outcome:
 def cdi_dockerd(ctx: Context) -> Outcome:
     from nvdocker2.engines.docker.daemonjson import features
 
-    shown, _, _ = _spec(ctx)
+    shown, _, _ = ctx.cdi_spec()
     info = ctx.info().info or {}
     version = info.get("ServerVersion", "?")
     release = features.version_tuple(version)
@@ -57,7 +56,7 @@ def cdi_dockerd(ctx: Context) -> Outcome:
 
         listed = {d.get("ID") for d in info.get("DiscoveredDevices") or [] if isinstance(d, dict)}
         try:
-            wanted = devices_of(Path(_spec(ctx)[1]).read_bytes())
+            wanted = devices_of(Path(ctx.cdi_spec()[1]).read_bytes())
         except OSError:
             wanted = ()
         missing = [d for d in wanted if d not in listed]

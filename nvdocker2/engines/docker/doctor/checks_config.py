@@ -6,7 +6,6 @@ from __future__ import annotations
 from nvdocker2.doctor.context import RUNTIME_NAME
 from nvdocker2.engines.docker.doctor.facts import DockerContext as Context
 from nvdocker2.engines.docker.doctor.facts import norm_socket, dockerd_option_values
-from nvdocker2.engines.docker.doctor.modes import cdi_only
 from nvdocker2.doctor.model import Checks, Outcome, fail, ok, skip, warn
 
 CHECKS = Checks()
@@ -118,7 +117,7 @@ def config_runtime(ctx: Context) -> Outcome:
     f = ctx.daemon_file()
     runtimes = (f.doc or {}).get("runtimes")
     entry = runtimes.get(RUNTIME_NAME) if isinstance(runtimes, dict) else None
-    if entry is None and cdi_only(ctx):
+    if entry is None and ctx.cdi_only():
         return skip(f"no runtimes.{RUNTIME_NAME} entry, not needed: CDI mode is installed "
                     "(docker run --device nvidia.com/gpu=...)")
     if entry is None:

@@ -13,7 +13,6 @@ from nvdocker2.doctor.context import HOOK_EXE, RUNTIME_NAME
 from nvdocker2.engines.docker.doctor.facts import UNTRUSTED, dockerd_option_values
 from nvdocker2.engines.docker.doctor.facts import DockerContext as Context
 from nvdocker2.locations import ROOTFUL_CONFIG
-from nvdocker2.engines.docker.doctor.modes import cdi_only
 from nvdocker2.doctor.model import Checks, Outcome, fail, ok, skip, warn
 
 CHECKS = Checks()
@@ -89,7 +88,7 @@ def dockerd_runtimes(ctx: Context) -> Outcome:
     default = info.get("DefaultRuntime", "?")
     names = ", ".join(sorted(runtimes))
     detail = f"Runtimes: {names}; DefaultRuntime: {default}"
-    if RUNTIME_NAME not in runtimes and cdi_only(ctx):
+    if RUNTIME_NAME not in runtimes and ctx.cdi_only():
         return ok(f"{detail} (CDI mode: no {RUNTIME_NAME} runtime needed)")
     if RUNTIME_NAME not in runtimes:
         return fail(

@@ -195,10 +195,34 @@ class DockerContext(Context):
             return any("rootless" in str(o) for o in info.get("SecurityOptions") or ())
         return self.config_location().kind == "rootless"
 
-    def cdi_only(self) -> bool:
-        from nvdocker2.engines.docker.doctor.modes import cdi_only
+    def cdi_spec(self) -> tuple[PurePosixPath, Path, str]:
+        """CDI mode's spec, as `nvdocker2 install` recorded it: (the spec as the host names
+        it, its real path, the runtime its hook runs)."""
 
-        return cdi_only(self)
+        def compute() -> tuple[PurePosixPath, Path, str]:
+            from nvdocker2 import locations
+            from nvdocker2.engines.docker import cdi_journal
+            from nvdocker2.store.lock import state_dir
+
+            config = Path(str(self.config_location().path))
+            rec: dict = {}
+            try:
+                rec = cdi_journal.CdiJournal(state_dir(), config).load()
+            except NvDockerError:
+                pass
+            spec = rec.get("spec") if isinstance(rec.get("spec"), dict) else {}
+            shown = PurePosixPath(spec.get("path") or str(cdi_journal.spec_path(None)))
+            runtime = rec.get("runtime_path") or locations.default_runtime_path()[0]
+            return shown, self.root.path(shown), runtime
+
+        return self.fact("cdi_spec", compute)
+
+    def cdi_only(self) -> bool:
+        """CDI mode is installed (its spec is there) and daemon.json has no nvidia runtime
+        entry: the checks of the runtime entry say so instead of failing."""
+        runtimes = (self.daemon_file().doc or {}).get("runtimes")
+        has_runtime = isinstance(runtimes, dict) and RUNTIME_NAME in runtimes
+        return not has_runtime and self.cdi_spec()[1].exists()
 
     def cgroup_driver(self) -> str | None:
         return (self.info().info or {}).get("CgroupDriver")
