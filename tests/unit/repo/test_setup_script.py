@@ -52,11 +52,12 @@ def run_setup(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess, 
     repo = tmp_path / "repo"
     (repo / "scripts").mkdir(parents=True)
     shutil.copy2(REPO / "scripts/setup.sh", repo / "scripts/setup.sh")
-    # The pinned tool venvs are made by their own script (tested by running it on the tests'
-    # machine); here it only records that it was asked.
-    fake_pinned = repo / "scripts/pinned-venv.sh"
-    fake_pinned.write_text('#!/bin/sh\necho "$*" >> "$SETUP_LOG/pinned-venv"\n')
-    fake_pinned.chmod(0o755)
+    # The pinned tool venvs are made by their own scripts (tested by running them on the
+    # tests' machine); here they only record that they were asked.
+    for script in ("pinned-venv", "ansible-test"):
+        fake = repo / f"scripts/{script}.sh"
+        fake.write_text(f'#!/bin/sh\necho "$*" >> "$SETUP_LOG/{script}"\n')
+        fake.chmod(0o755)
     (repo / ".venv/bin").mkdir(parents=True)
     fakes = {"apt-get": FAKE_APT, "dpkg-query": "#!/bin/sh\nexit 1\n",
              "id": "#!/bin/sh\necho 0\n", ".venv/bin/python": FAKE_PYTHON}
@@ -93,7 +94,7 @@ def test_demo_installs_only_what_the_demo_needs_and_says_why(tmp_path):
     assert not any(p in out.split() for p in TEST_ONLY)
     assert "vermin" not in (log / "python").read_text()
     assert "ruff" not in (log / "python").read_text()
-    assert not (log / "pinned-venv").exists()
+    assert not (log / "pinned-venv").exists() and not (log / "ansible-test").exists()
     assert out.splitlines()[-1].startswith("setup: ready for the demo (")
 
 
@@ -109,6 +110,7 @@ def test_tests_install_everything_the_tests_need(tmp_path):
            "hypothesis, vermin, yaml" in calls
     assert (log / "pinned-venv").read_text() == (".venv-mypy mypy 1.19.1\n"
                                                  ".venv-kubernetes kubernetes-validate 1.37.0\n")
+    assert (log / "ansible-test").read_text() == "venv\n"  # .venv-ansible: make check uses it
 
 
 @pytest.mark.parametrize("profile", ["bogus", "--demo"])
