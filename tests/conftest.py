@@ -48,11 +48,11 @@ def pytest_configure(config):
     """The tests drive stand-ins and fault hooks through variables that nvdocker2 reads only
     under the test suite's switch (nvdocker2/host/testing.py): without it they would test
     nothing, so say how to get it."""
-    from nvdocker2.host import testing
+    from nvdocker2.host import run
 
-    if not testing.hooks_on():
+    if not run.hooks_on():
         sys.stderr.write(
-            f"warning: no test switch at {sys.prefix}/{testing.SWITCH}: the test hooks are off "
+            f"warning: no test switch at {sys.prefix}/{run.HOOKS_SWITCH}: the test hooks are off "
             "(run the tests from the venv scripts/setup.sh tests makes)\n")
 
 

@@ -45,6 +45,9 @@ _MAX_LINKS = 40
 _USER_SESSION = ("XDG_RUNTIME_DIR", "DBUS_SESSION_BUS_ADDRESS")
 # The stand-ins of the test suite take their knobs from these (only with its switch on).
 _TEST_PREFIX = "NVD2_"
+# The test suite's switch (nvdocker2.host.testing says what it is and what it turns on).
+HOOKS_SWITCH = "nvdocker2-test-hooks"
+_hooks: bool | None = None
 
 
 class NotRun(OSError):
@@ -409,6 +412,18 @@ def resolve(program: str, path: str | None = None) -> str:
     return found
 
 
+def hooks_on() -> bool:
+    """True only in the test suite's virtual environment: `HOOKS_SWITCH` at the top of the
+    venv the interpreter runs in, trusted as a program would be (never in a packaged install,
+    which runs outside any venv). Read once."""
+    global _hooks
+    if _hooks is None:
+        path = os.path.join(sys.prefix, HOOKS_SWITCH)
+        _hooks = sys.prefix != getattr(sys, "base_prefix", sys.prefix) \
+            and os.path.isfile(path) and unsafe_to_run(path) is None
+    return _hooks
+
+
 # --- running it -----------------------------------------------------------------------------
 
 
@@ -418,8 +433,6 @@ def environment(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     env = {"PATH": safe_path() or SYSTEM_PATH}
     if os.geteuid() != 0:
         env.update((k, os.environ[k]) for k in _USER_SESSION if k in os.environ)
-    from nvdocker2.host.testing import hooks_on
-
     if hooks_on():
         env.update((k, v) for k, v in os.environ.items() if k.startswith(_TEST_PREFIX))
     if extra:

@@ -14,26 +14,9 @@ from __future__ import annotations
 import os
 import sys
 
-SWITCH = "nvdocker2-test-hooks"
+from nvdocker2.host.run import hooks_on
 
-_on: bool | None = None
-
-
-def hooks_on() -> bool:
-    """True only in the test suite's virtual environment (see the module docstring)."""
-    global _on
-    if _on is None:
-        _on = _switch_present()
-    return _on
-
-
-def _switch_present() -> bool:
-    if sys.prefix == getattr(sys, "base_prefix", sys.prefix):
-        return False  # not a virtual environment: a packaged install
-    from nvdocker2.host.run import unsafe_to_run
-
-    path = os.path.join(sys.prefix, SWITCH)
-    return os.path.isfile(path) and unsafe_to_run(path) is None
+__all__ = ["hooks_on", "hook", "pause"]
 
 
 def hook(name: str) -> str | None:

@@ -192,9 +192,6 @@ def test_nvdocker2_has_no_module_level_import_cycle():
 # Cycles through imports inside functions, still to be broken, each with why it is still
 # there; the list only shrinks (a cycle that is gone goes from it too).
 CYCLES_LEFT = {
-    frozenset({"nvdocker2.host.run", "nvdocker2.host.testing"}):
-        "the test switch is trusted through run.unsafe_to_run, and run passes the stand-ins' "
-        "knobs only under the switch: it goes when the trust checks leave run.py",
     frozenset({"nvdocker2.direct.discover", "nvdocker2.direct.gated", "nvdocker2.direct.graphics",
                "nvdocker2.direct.spec", "nvdocker2.direct.wsl"}):
         "discover picks WSL2's discovery and wsl builds spec's Plan: it goes when the "
