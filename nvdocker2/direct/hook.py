@@ -27,7 +27,13 @@ import os
 import sys
 
 from nvdocker2.direct.errors import DirectError
-from nvdocker2.direct.rootfs import links_in_root, open_dir_checked, rootfs_of
+from nvdocker2.direct.rootfs import (
+    links_in_root,
+    make_dir_in_root,
+    open_dir_checked,
+    resolve_in_root,
+    rootfs_of,
+)
 
 TYPE_CHECKING = False  # typing itself costs every container start a few milliseconds
 if TYPE_CHECKING:
@@ -157,6 +163,23 @@ def _folders_in_image(rootfs: str, folders: list[str],
         os.close(fd)
         found.append(folder)
     return found
+
+
+def _make_folder(rootfs: str, folder: str, check: Callable[[str, str, int], None]) -> None:
+    """Make the folder of a link where the image has none (0755, each missing component, as
+    NVIDIA's create-symlinks hook does; runc makes a read-only root read-only only after the
+    hooks), never through an image symlink, and check it is on the root file system's own
+    mount."""
+    resolved = resolve_in_root(rootfs, folder, follow_final=True, refuse_escape=True)
+    there = resolved  # symlink-free: its deepest folder the image has is checked first
+    while there != "/" and not os.path.lexists(rootfs + there):
+        there = os.path.dirname(there)
+    os.close(open_dir_checked(rootfs, there, check)[1])  # nothing is made on a volume
+    fd = make_dir_in_root(rootfs, resolved)
+    try:
+        check(folder, resolved, fd)  # nor on a mount put there since
+    finally:
+        os.close(fd)
 
 
 def _by_directory(links: list[tuple[str, str]]) -> list[tuple[str, list[tuple[str, str]]]]:
@@ -289,8 +312,8 @@ def update_ldcache(rootfs: str, ldconfig: str, links: list[tuple[str, str]],
     check = _same_mount_as_root(rootfs)
     folders = _folders_in_image(rootfs, folders, check)
     for parent, entries in _by_directory(links):
-        if entries[0][1].startswith("/") and _folders_in_image(rootfs, [parent], check) == []:
-            continue  # a convenience link (nvidia-smi on PATH) where the image has no folder
+        if _folders_in_image(rootfs, [parent], check) == []:
+            _make_folder(rootfs, parent, check)
         links_in_root(rootfs, parent, entries, check)
     _refuse_a_mounted_cache(rootfs, check)
     prepare = None

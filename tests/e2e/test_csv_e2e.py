@@ -80,6 +80,8 @@ def test_the_csv_set_is_exactly_what_the_container_gets(csvd):
         f"link {L}/nvidia/libcuda.so.1 -> {L}/nvidia/libcuda.so.1.1",
         f"link {L}/nvidia/libcuda.so -> {L}/nvidia/libcuda.so.1",
         f"link {L}/libcuda.so -> {L}/nvidia/libcuda.so",
+        # the image has no /etc/vulkan: the hook makes the folder, as NVIDIA's does
+        "link /etc/vulkan/icd.d/nvidia_icd.json -> /usr/share/vulkan/icd.d/nvidia_icd.json",
         "link /dev/dri/by-path/platform-gpu-card -> ../card0",
         "read-only",
         "177ELF",

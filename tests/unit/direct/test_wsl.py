@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 from pathlib import Path
 
 import jsonschema
@@ -100,7 +101,8 @@ def test_direct_mode_gives_dxg_the_store_and_an_ld_cache_with_libcuda(wsl, tmp_p
     assert ("libdxcore.so", f"{LIB}/libdxcore.so") in entries
 
 
-def test_the_nvidia_smi_link_is_skipped_where_the_image_has_no_usr_bin(wsl, tmp_path, capsys):
+def test_the_nvidia_smi_link_gets_its_folder_where_the_image_has_no_usr_bin(wsl, tmp_path,
+                                                                           capsys):
     bundle, rootfs, spec = make_bundle(tmp_path)
     (rootfs / "usr/bin").rmdir()
     new = direct_edit(spec, str(bundle), "all", {"utility"}, driver_root=str(wsl.root),
@@ -108,7 +110,8 @@ def test_the_nvidia_smi_link_is_skipped_where_the_image_has_no_usr_bin(wsl, tmp_
     (bundle / "config.json").write_text(json.dumps(new))
     _mount_like_runc(new, rootfs)
     assert hook_main(new["hooks"]["createContainer"][0]["args"][2:], _state(bundle)) == 0
-    assert not (rootfs / "usr/bin").exists()
+    assert os.readlink(rootfs / "usr/bin/nvidia-smi") == f"{WSL_STORE}/nvidia-smi"
+    assert stat.S_IMODE(os.lstat(rootfs / "usr/bin").st_mode) == 0o755
 
 
 @pytest.mark.parametrize("target", ["../etc/passwd", "/a/../b", "/a//b", "/", "/a/./b"])
