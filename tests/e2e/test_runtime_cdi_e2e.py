@@ -2,7 +2,8 @@
 that `nvdocker2 cdi generate` wrote for the fake driver, in a spec directory config.toml's
 `spec-dirs` names, gives exactly the device a CDI name asks for; an unknown name is refused
 before the container starts. (dockerd 20.10 has no `--annotation`: annotations are tested
-through `create` on a bundle, tests/unit/runtime/test_cdi.py.)"""
+through `create` on a bundle, tests/unit/runtime/test_cdi.py, and through Docker 26.1 and 28.5
+in the platform matrix, tests/platforms/test_runtime_cdi_platform.py.)"""
 
 from __future__ import annotations
 
