@@ -2,15 +2,15 @@
 that `nvdocker2 cdi generate` wrote for the fake driver, in a spec directory config.toml's
 `spec-dirs` names, gives exactly the device a CDI name asks for; an unknown name is refused
 before the container starts. (dockerd 20.10 has no `--annotation`: annotations are tested
-through `create` on a bundle, tests/unit/runtime/test_cdi.py.)"""
+through `create` on a bundle, tests/unit/runtime/test_cdi.py, and through Docker 26.1 and 28.5
+in the platform matrix, tests/platforms/test_runtime_cdi_platform.py.)"""
 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
+from cdispec import generate_spec
 from fixtures.fake_driver import build_fake_driver
 
 from nvdocker2.runtime.launcher import write_launchers
@@ -23,12 +23,7 @@ def setup(tmp_path_factory):
     write_launchers(str(root / "bin"))
     driver = build_fake_driver(root / "driver")
     spec_dir = root / "cdi"
-    proc = subprocess.run(
-        [sys.executable, "-m", "nvdocker2", "cdi", "generate", "--driver-root", str(driver.root),
-         "--runtime-path", str(root / "bin" / "nvidia-container-runtime"),
-         "--output", str(spec_dir / "nvidia.yaml")],
-        capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr
+    generate_spec(driver.root, root / "bin" / "nvidia-container-runtime", spec_dir / "nvidia.yaml")
     (root / "config.toml").write_text(
         '[nvidia-container-runtime]\nmode = "cdi"\n'
         f'[nvidia-container-runtime.modes.cdi]\nspec-dirs = ["{root}/none", "{spec_dir}"]\n')
