@@ -23,7 +23,7 @@ from nvdocker2.direct.ldcache import (
     native_arch_flags,
     parse_ld_cache,
 )
-from nvdocker2.direct.rootfs import resolve_in_root
+from nvdocker2.direct.rootfs import UnsafePath, resolve_in_root
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -337,8 +337,9 @@ def _candidates(root: str, ldcache: str = "/etc/ld.so.cache"
     for compat32 in (False, True):
         for d in _library_dirs(compat32):
             try:
-                names = sorted(os.listdir(host_path(root, d)))
-            except OSError:
+                real = resolve_in_root(root, d, follow_final=True, refuse_escape=False)
+                names = sorted(os.listdir(host_path(root, real)))
+            except (OSError, UnsafePath):
                 continue
             out.extend((n, f"{d}/{n}", compat32) for n in names if ".so" in n)
     return out, "library directories"
@@ -431,9 +432,10 @@ def _library(
 def _binary(root: str, capability: str, name: str) -> DriverFile | None:
     for d in BIN_DIRS:
         path = f"{d}/{name}"
-        if not os.path.lexists(host_path(root, path)):
-            continue
-        real = resolve_in_root(root, path, follow_final=True, refuse_escape=False)
+        try:
+            real = resolve_in_root(root, path, follow_final=True, refuse_escape=False)
+        except UnsafePath:
+            continue  # a file on the way where a folder should be, or a symlink loop
         real_host = host_path(root, real)
         if os.path.isfile(real_host):
             return DriverFile(

@@ -172,3 +172,52 @@ def test_ld_cache_reader_reads_the_old_compat_layout():
 def test_ld_cache_reader_refuses_a_broken_file(data):
     with pytest.raises(LdCacheError):
         parse_ld_cache(data)
+
+
+def _cache_of(tmp_path, entries: list[tuple[int, str, str]]) -> None:
+    """The fake driver's ld.so.cache, as ldconfig would write it with these entries."""
+    (tmp_path / "etc/ld.so.cache").write_bytes(_new_format(entries))
+
+
+def _libs(found) -> set[tuple[str, bool]]:
+    return {(f.path, f.compat32) for f in found.files if f.kind == "lib"}
+
+
+def test_only_the_loaders_own_cache_entries_are_the_drivers(tmp_path):
+    """On x86_64: an x86-64 glibc entry is native, an i386 one (no arch bits) 32-bit; a libc5
+    entry and an x32 one are libraries the driver's loader would never use."""
+    build_fake_driver(tmp_path, ld_cache=False)
+    v = DRIVER_VERSION
+    _cache_of(tmp_path, [
+        (0x0302, "libnvidia-ml.so.1", f"{LIB64_DIR}/libnvidia-ml.so.1"),  # libc5, x86-64
+        (0x0803, "libnvcuvid.so.1", f"{LIB64_DIR}/libnvcuvid.so.1"),  # x32
+        (0x0303, "libcuda.so.1", f"{LIB64_DIR}/libcuda.so.1"),
+        (0x0003, "libcuda.so.1", f"{LIB32_DIR}/libcuda.so.1"),
+    ])
+    found = discover(str(tmp_path))
+    assert found.library_source == str(tmp_path / "etc/ld.so.cache")
+    assert _libs(found) == {(f"{LIB64_DIR}/libcuda.so.{v}", False),
+                            (f"{LIB32_DIR}/libcuda.so.{v}", True)}
+
+
+@pytest.mark.parametrize("machine, native, chosen", [
+    # An aarch64 host's cache: its own entries, never the x86-64 or 32-bit (armhf) ones.
+    ("aarch64", 0x0A03, {(f"{LIB64_DIR}/libcuda.so.{DRIVER_VERSION}", False)}),
+    # A machine the reader has no flags for: every glibc entry is taken as its own.
+    ("riscv64", 0x0403, {(f"{LIB64_DIR}/libcuda.so.{DRIVER_VERSION}", False),
+                         (f"{LIB64_DIR}/libnvcuvid.so.{DRIVER_VERSION}", False),
+                         (f"{LIB64_DIR}/libnvidia-ml.so.{DRIVER_VERSION}", False)}),
+])
+def test_the_cache_entries_taken_depend_on_the_hosts_machine(tmp_path, monkeypatch, machine,
+                                                             native, chosen):
+    build_fake_driver(tmp_path, ld_cache=False)
+    _cache_of(tmp_path, [
+        (native, "libcuda.so.1", f"{LIB64_DIR}/libcuda.so.1"),
+        (0x0303, "libnvcuvid.so.1", f"{LIB64_DIR}/libnvcuvid.so.1"),
+        (0x0003, "libnvidia-ml.so.1", f"{LIB64_DIR}/libnvidia-ml.so.1"),
+        (0x0002, "libGLX_nvidia.so.0", f"{LIB64_DIR}/libGLX_nvidia.so.0"),  # libc5
+    ])
+    host = os.uname()
+    monkeypatch.setattr(os, "uname", lambda: os.uname_result(
+        (host.sysname, host.nodename, host.release, host.version, machine)))
+    assert _libs(discover(str(tmp_path))) == chosen

@@ -1,6 +1,7 @@
 """Discovery at its edges, on the fake driver tree (test fixture): GPU information files that are
 incomplete or unreadable, GPUs whose folder names do not follow their bus order, the library
-directories searched without an ld.so.cache, the 32-bit twins, and nodes that cannot be read."""
+directories searched without an ld.so.cache, the 32-bit twins, a library two capabilities
+bring, a WSL2 guest, and nodes that cannot be read."""
 
 from __future__ import annotations
 
@@ -8,7 +9,15 @@ import os
 import shutil
 
 import pytest
-from fixtures.fake_driver import DRIVER_VERSION, LIB32_DIR, LIB64_DIR, build_fake_driver
+from fixtures.fake_driver import (
+    DRIVER_VERSION,
+    LIB32_DIR,
+    LIB64_DIR,
+    WSL_STORE,
+    build_fake_driver,
+    build_fake_wsl,
+    elf_shared_object,
+)
 
 from nvdocker2.direct import DirectError, discover
 
@@ -171,3 +180,93 @@ def test_links_that_climb_above_the_driver_root_are_clamped_not_refused(tmp_path
     assert [f.links for f in cuda] == [("libcuda.so.1",)]
     binary = [(f.path, f.host_path) for f in found.files if f.kind == "bin"]
     assert binary == [("/usr/bin/nvidia-smi", str(tmp_path / "opt/nv/nvidia-smi"))]
+
+
+def test_a_library_two_capabilities_bring_is_given_once(tmp_path):
+    """libnvidia-gpucomp is compute's and graphics': a container asking for both gets one
+    mount of it, and each capability alone gets it too."""
+    build_fake_driver(tmp_path, ld_cache=False, compat32=False)
+    lib64 = tmp_path / LIB64_DIR.lstrip("/")
+    real = f"libnvidia-gpucomp.so.{DRIVER_VERSION}"
+    (lib64 / real).write_bytes(elf_shared_object(real))
+    found = discover(str(tmp_path))
+    gpucomp = f"{LIB64_DIR}/{real}"
+    assert sorted(f.capability for f in found.files if f.path == gpucomp) == [
+        "compute", "graphics"]
+    both = [f.path for f in found.files_for({"compute", "graphics"})]
+    assert both.count(gpucomp) == 1
+    assert len(both) == len(set(both))
+    for alone in ("compute", "graphics"):
+        assert [f.path for f in found.files_for({alone})].count(gpucomp) == 1
+
+
+def test_a_wsl2_guest_is_discovered_by_its_dxg_node_not_proc(tmp_path):
+    wsl = build_fake_wsl(tmp_path)
+    found = discover(str(tmp_path))
+    assert found.wsl is not None and found.wsl.driver_store == WSL_STORE
+    assert found.driver_root == str(tmp_path) and found.gpus == ()
+    assert [(n.path, n.host_path) for n in found.nodes] == [
+        ("/dev/dxg", str(wsl.path("/dev/dxg")))]
+
+
+def test_a_bin_directory_that_is_a_file_is_skipped(tmp_path):
+    """A driver root whose /usr/local is a file: its bin folders are not there to search,
+    and the binaries of the folders that are are still found."""
+    build_fake_driver(tmp_path)
+    (tmp_path / "usr/local").write_bytes(b"not a directory\n")
+    binaries = [(f.path, f.capability) for f in discover(str(tmp_path)).files
+                if f.kind == "bin"]
+    assert binaries == [("/usr/bin/nvidia-smi", "utility")]
+
+
+def test_a_bin_folder_that_is_an_absolute_symlink_leads_into_the_driver_root(tmp_path):
+    """A driver root (a driver container's /run/nvidia/driver) whose /usr/local/bin is an
+    absolute symlink: it leads into the driver root, never to the host's folder."""
+    build_fake_driver(tmp_path)
+    (tmp_path / "opt/nv/bin").mkdir(parents=True)
+    debugdump = tmp_path / "opt/nv/bin/nvidia-debugdump"
+    debugdump.write_text("#!/bin/sh\n# test fixture\n")
+    debugdump.chmod(0o755)
+    (tmp_path / "usr/local").mkdir()
+    (tmp_path / "usr/local/bin").symlink_to("/opt/nv/bin")
+    binaries = [(f.path, f.host_path) for f in discover(str(tmp_path)).files if f.kind == "bin"]
+    assert binaries == [("/usr/bin/nvidia-smi", str(tmp_path / "usr/bin/nvidia-smi")),
+                        ("/usr/local/bin/nvidia-debugdump", str(debugdump))]
+
+
+@pytest.mark.parametrize("link", ["/opt/nv/lib", "../../../../opt/nv/lib"])
+def test_a_library_folder_that_is_a_symlink_leads_into_the_driver_root(tmp_path, link):
+    """Without an ld.so.cache, /lib64 an absolute symlink, or one that climbs above the
+    driver root (clamped there): its libraries are the driver root's, found where the link
+    leads inside it."""
+    build_fake_driver(tmp_path, ld_cache=False, compat32=False)
+    lib64 = tmp_path / LIB64_DIR.lstrip("/")
+    real = f"libcuda.so.{DRIVER_VERSION}"
+    (tmp_path / "opt/nv/lib").mkdir(parents=True)
+    os.replace(lib64 / real, tmp_path / "opt/nv/lib" / real)
+    os.unlink(lib64 / "libcuda.so.1")
+    os.symlink(real, tmp_path / "opt/nv/lib/libcuda.so.1")
+    (tmp_path / "lib64").symlink_to(link)
+    cuda = [(f.path, f.host_path, f.links) for f in discover(str(tmp_path)).files
+            if "libcuda" in f.path]
+    assert cuda == [(f"/opt/nv/lib/{real}", str(tmp_path / "opt/nv/lib" / real),
+                     ("libcuda.so.1",))]
+
+
+def test_a_library_folder_under_a_file_is_skipped(tmp_path):
+    build_fake_driver(tmp_path, ld_cache=False)
+    (tmp_path / "lib").write_bytes(b"not a directory\n")  # /lib and /lib/i386-linux-gnu
+    found = discover(str(tmp_path))
+    assert {(f.path, f.compat32) for f in found.files if "libcuda" in f.path} == {
+        (f"{LIB64_DIR}/libcuda.so.{DRIVER_VERSION}", False),
+        (f"{LIB32_DIR}/libcuda.so.{DRIVER_VERSION}", True)}
+
+
+def test_a_looping_binary_link_is_passed_over_for_the_next_folder(tmp_path):
+    build_fake_driver(tmp_path)
+    smi = tmp_path / "usr/bin/nvidia-smi"
+    (tmp_path / "usr/sbin").mkdir()
+    os.replace(smi, tmp_path / "usr/sbin/nvidia-smi")
+    smi.symlink_to("nvidia-smi")  # a loop
+    binaries = [(f.path, f.host_path) for f in discover(str(tmp_path)).files if f.kind == "bin"]
+    assert binaries == [("/usr/sbin/nvidia-smi", str(tmp_path / "usr/sbin/nvidia-smi"))]
