@@ -2,8 +2,9 @@
 #   make check  the quick check before a commit: `make lint`, then tests/unit without the tests
 #               marked slow in CHECK_JOBS (2) shares side by side, each stopping at its first
 #               failure (docs/testing.md); scripts/test.sh runs it first
-#   make lint   ruff on the tree, mypy --strict on nvdocker2/host and nvdocker2/store (the
-#               settings in pyproject.toml; scripts/setup.sh tests installs both)
+#   make lint   ruff on the tree, mypy --strict on nvdocker2/host, nvdocker2/store and
+#               nvdocker2/engines (the settings in pyproject.toml; scripts/setup.sh tests
+#               installs both)
 #   make deb    dist/nvdocker2_VERSION_all.deb   (dpkg-buildpackage, debian/)
 #   make rpm    dist/nvdocker2-VERSION-1.noarch.rpm (rpmbuild, rpm/nvdocker2.spec)
 #   make ansible-test  ansible-test sanity on the collection nvdocker2.gpu, then its fleet tests

@@ -106,8 +106,8 @@ if [ "$profile" = tests ]; then
         echo "setup: installing ruff $RUFF_VERSION into .venv (make lint)"
         .venv/bin/python -m pip install -q "ruff==$RUFF_VERSION"
     fi
-    # mypy (Debian 12's is 1.0) type-checks host/ and store/: `make lint`. Its own venv: the
-    # typing_extensions it brings would change what typer and rich import in .venv.
+    # mypy (Debian 12's is 1.0) type-checks host/, store/ and engines/: `make lint`. Its own
+    # venv: the typing_extensions it brings would change what typer and rich import in .venv.
     scripts/pinned-venv.sh .venv-mypy mypy "$MYPY_VERSION"
     # kubernetes-validate (not in Debian) checks deploy/ against the Kubernetes API schemas; its
     # own venv, so its newer jsonschema never replaces the one the .deb depends on.

@@ -17,7 +17,7 @@ import threading
 from collections.abc import Iterable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, TypeVar
 
 OK = "ok"
 WARN = "warn"
@@ -102,6 +102,7 @@ class Checks(list):  # type: ignore[type-arg]
 
 
 _MEMO = threading.Lock()  # makes each Facts object's memo once
+T = TypeVar("T")
 
 
 class Facts:
@@ -109,7 +110,7 @@ class Facts:
     shared between threads. `prefetch` may start slow facts in the background; `close` waits
     for them. An engine's facts subclass this."""
 
-    def fact(self, key: str, compute: Callable[[], Any]) -> Any:
+    def fact(self, key: str, compute: Callable[[], T]) -> T:
         """The value of fact `key`, computed once (an exception too is kept and raised again)."""
         with _MEMO:
             lock, memo = self.__dict__.setdefault("_memo", (threading.Lock(), {}))

@@ -60,7 +60,7 @@ class Plan:
     files: tuple[FileEdit, ...]
     changes: tuple[Change, ...]
     reason: str
-    journal: dict | None = None  # None: leave the journal alone; {}: remove it
+    journal: dict[str, Any] | None = None  # None: leave the journal alone; {}: remove it
     expect: Any = None
     expect_old: Any = None
     notes: tuple[str, ...] = ()
@@ -216,12 +216,12 @@ class Engine(Protocol):
     def files(self) -> Sequence[Path]:
         """Every file a plan of this engine may touch (the root config first)."""
 
-    def plan_install(self, read: Reader, req: Request, journal: dict) -> Plan:
+    def plan_install(self, read: Reader, req: Request, journal: dict[str, Any]) -> Plan:
         """The plan that installs `req`'s runtime: `read` gives the bytes of a file (its
         identity kept for compare before replace), `journal` what earlier installs recorded
         ({}: none). Raises BadInput (exit 2) on a file the engine cannot edit."""
 
-    def plan_uninstall(self, read: Reader, req: Request, journal: dict) -> Plan:
+    def plan_uninstall(self, read: Reader, req: Request, journal: dict[str, Any]) -> Plan:
         """The plan that puts back what install replaced (from `journal`), or removes a
         runtime that points at one of `req.own_runtime_paths`."""
 

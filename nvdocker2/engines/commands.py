@@ -7,7 +7,7 @@ from __future__ import annotations
 import contextlib
 import os
 from pathlib import Path
-from typing import Any, Generic, Mapping, Optional, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Mapping, Optional, TypeVar
 
 from nvdocker2 import locations
 from nvdocker2.engines import transaction as txn
@@ -15,6 +15,9 @@ from nvdocker2.engines.base import Engine, NoService, Request, Service, Unreacha
 from nvdocker2.engines.front import BackupList, Outcome, Report
 from nvdocker2.engines.systemd import systemd_booted
 from nvdocker2.errors import DaemonUnreachable, NvDockerError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from nvdocker2.store.backups import Backup
 
 
 def not_running(name: str, unit: str, why: str, verify: bool) -> tuple[Service, list[str]]:
@@ -62,7 +65,7 @@ class TransactionFront(Generic[E]):
         """(service, notes) for the reload flags."""
         raise NotImplementedError
 
-    def says(self, eng: E, runtime_name: str) -> dict:
+    def says(self, eng: E, runtime_name: str) -> dict[str, Any]:
         """What the engine's files say about runtimes (no service asked)."""
         raise NotImplementedError
 
@@ -95,12 +98,12 @@ class TransactionFront(Generic[E]):
             res = txn.run(eng, action, req, service=svc, **common)
         return Outcome(res, notes if res.changed and not res.dry_run else [])
 
-    def describe(self, eng: E, runtime_name: str = "nvidia") -> dict:
+    def describe(self, eng: E, runtime_name: str = "nvidia") -> dict[str, Any]:
         """`status`: what the files say, and what install recorded."""
         from nvdocker2.store.journal import Journal
         from nvdocker2.store.lock import state_dir
 
-        out: dict = {"engine": eng.name, "config": str(eng.config)}
+        out: dict[str, Any] = {"engine": eng.name, "config": str(eng.config)}
         out.update(self.says(eng, runtime_name))
         out["journal"] = Journal(state_dir(), eng.config).load() if \
             state_dir().exists() else {}
@@ -139,7 +142,7 @@ class TransactionFront(Generic[E]):
         names = {str(p) for p in files}
         every = Backups(state).all()
         tags = {b.tag for b in every if b.config in names} - {None}
-        groups: dict[str, tuple[Optional[str], list]] = {}
+        groups: dict[str, tuple[Optional[str], list[Backup]]] = {}
         for b in every:
             tag = b.tag
             if b.config in names or tag in tags:

@@ -51,7 +51,7 @@ class Result:
     before: str | None = None  # the file's text before (None: no file), credentials masked
     after: str | None = None  # its text after, or what a dry run would write; masked
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
             "action": self.action,
             "changed": self.changed,

@@ -8,7 +8,10 @@ imports nothing but the standard library; an engine's options module imports onl
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Optional, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Protocol, Sequence
+
+if TYPE_CHECKING:  # pragma: no cover - types only: this module imports the standard library
+    from nvdocker2.store.backups import Backup
 
 COMMANDS = ("install", "uninstall", "rollback", "backups", "status", "doctor")
 
@@ -44,7 +47,7 @@ class Outcome:
     result: Any
     notes: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
-    extra_json: dict = field(default_factory=dict)
+    extra_json: dict[str, Any] = field(default_factory=dict)
     after: list[str] = field(default_factory=list)
 
 
@@ -52,7 +55,7 @@ class Outcome:
 class Report:
     """`status`: one JSON object, or lines on stdout after warnings on stderr; exit code."""
 
-    json: dict
+    json: dict[str, Any]
     lines: list[str]
     warnings: list[str] = field(default_factory=list)
     code: int = 0
@@ -68,7 +71,7 @@ class BackupList:
     config_reason: str
     files: list[str]
     backup_dir: str
-    groups: list[tuple[Optional[str], list]]
+    groups: list[tuple[Optional[str], list[Backup]]]
     grouped: bool = True
 
 

@@ -37,7 +37,7 @@ class Peer:
     gid: int
 
 
-def socket_peer(path: str | os.PathLike, timeout: float = 2.0) -> Peer | None:
+def socket_peer(path: str | os.PathLike[str], timeout: float = 2.0) -> Peer | None:
     """Who serves the unix socket at `path`, or None when nothing accepts a connection there."""
     import socket  # only where a daemon is asked something
 

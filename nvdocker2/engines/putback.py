@@ -51,12 +51,12 @@ def putting_back(ctx: Context, exc: BaseException, left: Callable[[], Interrupte
         testing.pause("restore")
         yield
     finally:
-        for sig, handler in saved.items():
-            signal.signal(sig, handler)
+        for num, handler in saved.items():
+            signal.signal(num, handler)
     if came and not isinstance(exc, KeyboardInterrupt):
         try:
-            for sig in dict.fromkeys(came):
-                signal.raise_signal(sig)  # the handler the process had: the CLI's, the agent's
+            for num in dict.fromkeys(came):
+                signal.raise_signal(num)  # the handler the process had: the CLI's, the agent's
         except KeyboardInterrupt:
             raise left() from None
 

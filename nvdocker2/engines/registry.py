@@ -107,5 +107,6 @@ def _read_options(name: str) -> list[CliOption]:
 
 def _front_maker(name: str) -> Callable[[], Frontend]:
     def make() -> Frontend:
-        return importlib.import_module(f"nvdocker2.engines.{name}.front").make()
+        front: Frontend = importlib.import_module(f"nvdocker2.engines.{name}.front").make()
+        return front
     return make

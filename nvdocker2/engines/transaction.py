@@ -363,7 +363,7 @@ def _apply(ctx: Context, action: str, plan: Plan, journal: Journal,
                 journal.restore(journal_old)
         if isinstance(exc, KeyboardInterrupt):
             raise interrupted(ctx, main) from None
-        if died:
+        if isinstance(exc, EngineDied):
             raise DockerdRejected(
                 f"{exc.message} (it was taking the new {engine.config}); the previous file "
                 f"was restored from backup {main.id}", exc.hint) from None
@@ -436,6 +436,7 @@ def rollback(engine: Engine, backup_id: str | None, *, service: Service | None =
     def foreign(b: Backup) -> list[str]:
         return _foreign(backups, every, b, str(engine.config), names)
 
+    first: Backup | None
     if backup_id:
         first = backups.get(backup_id)
         if first.config not in names:
@@ -476,7 +477,7 @@ def _foreign(backups: Backups, every: list[Backup], b: Backup, config: str,
     """Why `b`'s transaction is not one of `config`'s (whose files are `names`): the config it
     recorded, or, in backups that record none, the files it changed that are not `config`'s."""
     group = backups.group(b, every)
-    made_for = {x.for_config for x in group} - {None}
+    made_for = {x.for_config for x in group if x.for_config is not None}
     if made_for:
         return sorted(made_for - {config})
     return [x.config for x in group if x.config not in names]

@@ -9,10 +9,13 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, cast
 
 from nvdocker2.doctor.model import CheckPlan, Checks, Facts, Outcome, fail, ok, skip, warn
 from nvdocker2.errors import NvDockerError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from nvdocker2.engines.containerd.engine import ContainerdEngine
 
 CHECKS = Checks()
 check = CHECKS.check
@@ -29,7 +32,8 @@ class ContainerdFacts(Facts):
     config: Path
     address: str
     unit: str
-    describe: Callable[[Any, str], dict]  # the front's: what the files say, for `status`
+    # the front's: what the files say, for `status`
+    describe: Callable[[ContainerdEngine, str], dict[str, Any]]
     runtime: str = "nvidia"
 
     def exe(self) -> str | None:
@@ -38,11 +42,11 @@ class ContainerdFacts(Facts):
 
         return self.fact("exe", service.binary)
 
-    def parsed(self) -> tuple[Any, dict]:
+    def parsed(self) -> tuple[ContainerdEngine, dict[str, Any]]:
         """The engine over config.toml and what its files say (NvDockerError: they do not
         parse)."""
 
-        def compute() -> tuple[Any, dict]:
+        def compute() -> tuple[ContainerdEngine, dict[str, Any]]:
             from nvdocker2.engines.containerd.engine import ContainerdEngine
 
             eng = ContainerdEngine(self.config, check=False)
@@ -52,7 +56,8 @@ class ContainerdFacts(Facts):
 
 
 def containerd_checks(config: Path, address: str, unit: str,
-                      describe: Callable[[Any, str], dict], runtime: str = "nvidia"
+                      describe: Callable[[ContainerdEngine, str], dict[str, Any]],
+                      runtime: str = "nvidia"
                       ) -> CheckPlan:
     """containerd's checks against `config` and the containerd answering on `address`;
     `describe`: the front's reading of the files (`status`), which the checks report on."""
@@ -131,7 +136,8 @@ def dump(f: ContainerdFacts) -> Outcome:
     if runtime not in f.parsed()[1]["runtimes"]:
         return skip("skipped: the runtime is not in the config files")
     try:
-        d = service.dump_current(f.exe(), f.config)
+        # needs containerd-binary: that check found the binary
+        d = service.dump_current(cast(str, f.exe()), f.config)
     except NvDockerError as e:
         return fail(e.message, e.hint or "")
     cri = service.dump_cri(d)

@@ -34,7 +34,7 @@ class Config:
     path: Path
     raw: bytes | None
     text: str
-    data: dict
+    data: dict[str, Any]
     version: int
 
     @property
@@ -104,10 +104,10 @@ def parse(path: Path, raw: bytes | None) -> Config:
     return cfg
 
 
-def table_at(data: dict, keys: tuple[str, ...], where: str) -> dict | None:
+def table_at(data: dict[str, Any], keys: tuple[str, ...], where: str) -> dict[str, Any] | None:
     """The table at `keys` (None when some level is missing); BadInput when a level is not a
     table, naming the key."""
-    cur: Any = data
+    cur: dict[str, Any] = data
     for i, k in enumerate(keys):
         nxt = cur.get(k)
         if nxt is None:
@@ -129,10 +129,10 @@ def dotted(keys: tuple[str, ...] | list[str]) -> str:
     return ".".join(quote(k) for k in keys)
 
 
-def merged(cfg: Config, imported: list[Config], deep: bool) -> dict:
+def merged(cfg: Config, imported: list[Config], deep: bool) -> dict[str, Any]:
     """The plugins an engine would run: root then imports in order; containerd ≤ 1.7 replaces a
     whole plugin section with an import's, 2.x merges tables key by key."""
-    out = deep_copy(cfg.data)
+    out: dict[str, Any] = deep_copy(cfg.data)
     for imp in imported:
         plugins = imp.data.get("plugins", {})
         if not isinstance(plugins, dict):
@@ -154,7 +154,7 @@ def deep_copy(v: Any) -> Any:
     return v
 
 
-def _deep_merge(dst: dict, src: dict) -> None:
+def _deep_merge(dst: dict[str, Any], src: dict[str, Any]) -> None:
     for k, v in src.items():
         if isinstance(v, dict) and isinstance(dst.get(k), dict):
             _deep_merge(dst[k], v)

@@ -21,9 +21,10 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import tomlkit
+from tomlkit.items import Array
 
 from nvdocker2.changes import ABSENT, Change
 from nvdocker2.engines.base import FileEdit, Plan, Request
@@ -37,6 +38,7 @@ from nvdocker2.engines.containerd.text import (
     toml_value,
     render_table,
 )
+from nvdocker2.engines.tomlread import tomllib
 from nvdocker2.errors import BadInput
 
 OWN_DROPIN = "99-nvidia.toml"
@@ -100,20 +102,20 @@ def cri_imports(imported: list[D.Config]) -> list[Path]:
             if isinstance(_get_in(imp.data, ("plugins", D.CRI_PLUGIN[imp.version])), dict)]
 
 
-def runtimes(data: dict, cri: tuple[str, ...], where: str) -> dict:
+def runtimes(data: dict[str, Any], cri: tuple[str, ...], where: str) -> dict[str, Any]:
     ctd = D.table_at(data, cri, where) or {}
     rts = ctd.get("runtimes", {})
     return rts if isinstance(rts, dict) else {}
 
 
-def default_name(data: dict, cri: tuple[str, ...]) -> str:
+def default_name(data: dict[str, Any], cri: tuple[str, ...]) -> str:
     ctd = D.table_at(data, cri, "") or {}
     d = ctd.get("default_runtime_name")
     return d if isinstance(d, str) and d else "runc"
 
 
-def runtime_table(data: dict, cri: tuple[str, ...], name: str, path: str, where: str,
-                  cdi: bool = False) -> dict:
+def runtime_table(data: dict[str, Any], cri: tuple[str, ...], name: str, path: str, where: str,
+                  cdi: bool = False) -> dict[str, Any]:
     """The runtime entry: runc v2 with BinaryName, plus the default runc runtime's options;
     with `cdi` also the container annotations containerd passes on to it (CDI_ANNOTATIONS)."""
     src = default_name(data, cri)
@@ -122,14 +124,14 @@ def runtime_table(data: dict, cri: tuple[str, ...], name: str, path: str, where:
     base = runtimes(data, cri, where).get(src, {})
     opts = base.get("options", {}) if isinstance(base, dict) else {}
     copied = {k: v for k, v in opts.items() if k != "BinaryName"} if isinstance(opts, dict) else {}
-    table: dict = {"runtime_type": D.RUNC_V2}
+    table: dict[str, Any] = {"runtime_type": D.RUNC_V2}
     if cdi:
         table["container_annotations"] = list(CDI_ANNOTATIONS)
     table["options"] = {**copied, "BinaryName": path}
     return table
 
 
-def _set_in(data: dict, keys: tuple[str, ...], value: Any) -> None:
+def _set_in(data: dict[str, Any], keys: tuple[str, ...], value: Any) -> None:
     cur = data
     for k in keys[:-1]:
         cur = cur.setdefault(k, {})
@@ -139,7 +141,7 @@ def _set_in(data: dict, keys: tuple[str, ...], value: Any) -> None:
         cur[keys[-1]] = value
 
 
-def _get_in(data: dict, keys: tuple[str, ...]) -> Any:
+def _get_in(data: dict[str, Any], keys: tuple[str, ...]) -> Any:
     cur: Any = data
     for k in keys:
         if not isinstance(cur, dict) or k not in cur:
@@ -148,11 +150,11 @@ def _get_in(data: dict, keys: tuple[str, ...]) -> Any:
     return cur
 
 
-def _checked(path: Path, text: str, expected: dict) -> bytes:
+def _checked(path: Path, text: str, expected: dict[str, Any]) -> bytes:
     """The new bytes, after proving that they parse to `expected` (the old values plus ours)."""
     try:
-        got = D.tomllib.loads(text)
-    except D.tomllib.TOMLDecodeError as e:
+        got = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
         got = {"<error>": str(e)}
     if _prune(got) != _prune(expected):
         raise BadInput(
@@ -171,13 +173,14 @@ def _prune(v: Any) -> Any:
     return v
 
 
-def _journal_entry(journal: dict, name: str) -> dict:
+def _journal_entry(journal: dict[str, Any], name: str) -> dict[str, Any]:
     rts = journal.get("runtimes") or {}
     e = rts.get(name)
     return e if isinstance(e, dict) else {}
 
 
-def _with_entry(journal: dict, root: Path, name: str, entry: dict | None) -> dict:
+def _with_entry(journal: dict[str, Any], root: Path, name: str,
+                entry: dict[str, Any] | None) -> dict[str, Any]:
     rec = dict(journal or {"config": str(root)})
     rec["config"] = str(root)
     rts = dict(rec.get("runtimes") or {})
@@ -189,7 +192,7 @@ def _with_entry(journal: dict, root: Path, name: str, entry: dict | None) -> dic
     return rec
 
 
-def _slot(v: Any) -> dict:
+def _slot(v: Any) -> dict[str, Any]:
     return {"present": False} if v is ABSENT else {"present": True, "value": v}
 
 
@@ -202,7 +205,8 @@ def _insert_import(root: D.Config, pattern: str) -> tuple[str, str | None]:
     text, nl = root.text, root.newline
     if "imports" in root.data:
         doc = tomlkit.parse(text)
-        doc["imports"].append(pattern)
+        # parse() let through only a list of strings: tomlkit holds it as an Array
+        cast(Array, doc["imports"]).append(pattern)
         return tomlkit.dumps(doc), None
     line = f"imports = [{toml_value(pattern)}]{nl}"
     first_header = re.search(r"^[ \t]*\[", text, re.MULTILINE)
@@ -215,7 +219,7 @@ def _insert_import(root: D.Config, pattern: str) -> tuple[str, str | None]:
     return line + text, line
 
 
-def _dropin_text(version: int, plugin: str, section: dict) -> str:
+def _dropin_text(version: int, plugin: str, section: dict[str, Any]) -> str:
     body = tomlkit.dumps({"version": version, "plugins": {plugin: section}})
     return MARK + body
 
@@ -233,8 +237,8 @@ def implicit_default(root: D.Config, imported: list[D.Config], major: int | None
 
 
 def plan_install(root: D.Config, imported: list[D.Config], dropin: D.Config | None,
-                 major: int | None, req: Request, journal: dict,
-                 implicit: dict | None = None, cdi: str | None = None) -> Plan:
+                 major: int | None, req: Request, journal: dict[str, Any],
+                 implicit: dict[str, Any] | None = None, cdi: str | None = None) -> Plan:
     """The files install ends with. `imported`: the root's imports in order, without ours;
     `dropin`: our drop-in file as it is now (None: none; on 1.x the drop-in an older nvdocker2
     wrote, which goes); `implicit`: containerd's built-in `runc` table to write beside ours,
@@ -269,11 +273,12 @@ def plan_install(root: D.Config, imported: list[D.Config], dropin: D.Config | No
         was = _get_in(eff, plugin + (k,))
         changes.append(Change(D.dotted(plugin + (k,)), "added" if was is ABSENT else "replaced",
                               was, v))
-    expect = {"present": {name: path}, "absent": [], "default": name if req.set_default else None}
+    expect: dict[str, Any] = {"present": {name: path}, "absent": [],
+                              "default": name if req.set_default else None}
     if cdi is not None:
         expect["cdi"] = True
-    expect_old = {"present": {}, "absent": [name] if running is ABSENT else [],
-                  "default": before_default if req.set_default else None}
+    expect_old: dict[str, Any] = {"present": {}, "absent": [name] if running is ABSENT else [],
+                                  "default": before_default if req.set_default else None}
     hiding = [] if lay.deep_merge else cri_imports(imported)
     if hiding:
         # containerd 1.x runs another file's CRI section, not config.toml's: a runtime written
@@ -302,7 +307,7 @@ def plan_install(root: D.Config, imported: list[D.Config], dropin: D.Config | No
             for k in ("dropin", "dropin_existed", "dropin_dir"):
                 entry.pop(k, None)
     else:
-        section: dict = {"containerd": {"runtimes": {name: table}}}
+        section: dict[str, Any] = {"containerd": {"runtimes": {name: table}}}
         if req.set_default:
             _set_in(section, ("containerd", "default_runtime_name"), name)
         new_dropin = _dropin_text(root.version, D.CRI_PLUGIN[root.version], section).encode()
@@ -335,9 +340,9 @@ def plan_install(root: D.Config, imported: list[D.Config], dropin: D.Config | No
                 expect, expect_old, notes=tuple(notes))
 
 
-def _install_in_place(root: D.Config, table: dict, req: Request, entry: dict,
-                      implicit: dict | None = None, turn_on: dict | None = None
-                      ) -> tuple[bytes, dict]:
+def _install_in_place(root: D.Config, table: dict[str, Any], req: Request, entry: dict[str, Any],
+                      implicit: dict[str, Any] | None = None, turn_on: dict[str, Any] | None = None
+                      ) -> tuple[bytes, dict[str, Any]]:
     cri = root.cri()
     name = req.runtime_name
     text, nl = root.text, root.newline
@@ -392,7 +397,7 @@ def _install_in_place(root: D.Config, table: dict, req: Request, entry: dict,
     return _checked(root.path, text + appended, expected), entry
 
 
-def _cdi_to_turn_on(eff: dict, plugin: tuple[str, ...]) -> dict:
+def _cdi_to_turn_on(eff: dict[str, Any], plugin: tuple[str, ...]) -> dict[str, Any]:
     """The CDI_KEYS install writes: those that differ from ours, but not a CDI_KEPT key that
     the configuration already sets."""
     out = {}
@@ -403,8 +408,8 @@ def _cdi_to_turn_on(eff: dict, plugin: tuple[str, ...]) -> dict:
     return out
 
 
-def _turn_on_cdi(root: D.Config, text: str, appended: str, expected: dict, entry: dict,
-                 turn_on: dict) -> tuple[str, str]:
+def _turn_on_cdi(root: D.Config, text: str, appended: str, expected: dict[str, Any],
+                 entry: dict[str, Any], turn_on: dict[str, Any]) -> tuple[str, str]:
     """`turn_on` (CDI_KEYS that differ) set in the CRI plugin's table: in place where the file
     has that table, else as a table of its own appended; what they held is recorded once."""
     plugin = root.cri()[:2]
@@ -425,7 +430,8 @@ def _turn_on_cdi(root: D.Config, text: str, appended: str, expected: dict, entry
     return text, sep + (nl if text.strip() else "") + block
 
 
-def _put_back_runtime(text: str, keys: tuple[str, ...], cur: dict, prev: dict, expected: dict,
+def _put_back_runtime(text: str, keys: tuple[str, ...], cur: dict[str, Any],
+                      prev: dict[str, Any], expected: dict[str, Any],
                       changes: list[Change]) -> str:
     """The runtime table at `keys` from `cur` back to `prev`. Only what differs is written: a
     key rewritten by tomlkit loses its layout, and on containerd 2 config.toml's own runtime
@@ -442,7 +448,7 @@ def _put_back_runtime(text: str, keys: tuple[str, ...], cur: dict, prev: dict, e
     return text
 
 
-def _put_back_cdi(root: D.Config, text: str, expected: dict, entry: dict,
+def _put_back_cdi(root: D.Config, text: str, expected: dict[str, Any], entry: dict[str, Any],
                   changes: list[Change]) -> str:
     """CDI_KEYS install set that still hold its values go back to what they held before (a
     value someone changed since stays theirs)."""
@@ -463,7 +469,7 @@ def _put_back_cdi(root: D.Config, text: str, expected: dict, entry: dict,
 
 
 def plan_uninstall(root: D.Config, dropin: D.Config | None, req: Request,
-                   journal: dict) -> Plan:
+                   journal: dict[str, Any]) -> Plan:
     """Put back what install changed (from the journal); without a journal entry remove a
     runtime or drop-in only when it is this package's."""
     cri = root.cri()
@@ -544,7 +550,7 @@ def plan_uninstall(root: D.Config, dropin: D.Config | None, req: Request,
             text = text.replace(line, "", 1)
         else:
             doc = tomlkit.parse(text)
-            arr = doc["imports"]
+            arr = cast(Array, doc["imports"])  # a list of strings: parse() checked it
             del arr[[str(x) for x in arr].index(added)]
             text = tomlkit.dumps(doc)
         imps = [i for i in root.imports()]
@@ -570,8 +576,8 @@ def plan_uninstall(root: D.Config, dropin: D.Config | None, req: Request,
     files.insert(0, FileEdit(root.path, root.raw, new_root))
     changed = any(f.changed for f in files)
     rec = _with_entry(journal, root.path, name, None) if (changed or entry) else None
-    expect = {"present": {}, "absent": [name] if gone else [], "default": None}
-    expect_old = {"present": {}, "absent": [], "default": None}
+    expect: dict[str, Any] = {"present": {}, "absent": [name] if gone else [], "default": None}
+    expect_old: dict[str, Any] = {"present": {}, "absent": [], "default": None}
     return Plan(tuple(files), tuple(changes), f"uninstall runtime {name} (containerd)", rec,
                 expect, expect_old, warnings=tuple(warnings), journal_before_write=False)
 
@@ -581,7 +587,7 @@ def binary_name(rt: Any) -> Any:
     return opts.get("BinaryName") if isinstance(opts, dict) else None
 
 
-def other_users(entry: dict, journal: dict, name: str) -> bool:
+def other_users(entry: dict[str, Any], journal: dict[str, Any], name: str) -> bool:
     """Another recorded runtime still needs the drop-in import."""
     rts = journal.get("runtimes") or {}
     return any(k != name and isinstance(v, dict) and v.get("dropin") for k, v in rts.items())

@@ -52,7 +52,8 @@ class ContainerdEngine(EngineBase):
         self.major = self.release[0] if self.release else None
         self.check = check
         self.found = Found()  # what the last `locate` found
-        self._dumped: tuple[bytes | None, dict] | None = None  # (root's bytes, their dump)
+        # (root's bytes, their dump)
+        self._dumped: tuple[bytes | None, dict[str, Any]] | None = None
 
     def root(self, read: Reader) -> document.Config:
         """config.toml, parsed (BadInput naming the file when it does not parse)."""
@@ -62,7 +63,8 @@ class ContainerdEngine(EngineBase):
         found = [p for p in (self.found.dropin, self.found.legacy) if p]
         return list(dict.fromkeys([self.config] + found))
 
-    def imports(self, root: document.Config, read: Reader, own: Path | None) -> list:
+    def imports(self, root: document.Config, read: Reader,
+                own: Path | None) -> list[document.Config]:
         out = []
         for pat in root.imports():
             full = pat if os.path.isabs(pat) else str(root.path.parent / pat)
@@ -82,31 +84,32 @@ class ContainerdEngine(EngineBase):
         lay = edit.layout(root, self.major)
         path = lay.dropin or lay.legacy
         raw = None if path is None else read(path)
-        if raw is None or (lay.dropin is None and not raw.startswith(edit.MARK.encode())):
+        if path is None or raw is None or (
+                lay.dropin is None and not raw.startswith(edit.MARK.encode())):
             self.found = Found(lay.dropin, lay.legacy)
         else:
             self.found = Found(path, lay.legacy, document.parse(path, raw))
         return self.found
 
-    def _current_dump(self, raw: bytes | None) -> dict:
-        """`config dump` of the files as they are (the root holding `raw`), run once for both
-        the plan and the candidate check; without an older nvdocker2's 1.x drop-in, which the
-        plan removes: config.toml's own CRI section is what the change starts from."""
+    def _current_dump(self, exe: str, raw: bytes | None) -> dict[str, Any]:
+        """`exe config dump` of the files as they are (the root holding `raw`), run once for
+        both the plan and the candidate check; without an older nvdocker2's 1.x drop-in, which
+        the plan removes: config.toml's own CRI section is what the change starts from."""
         if self._dumped is None or self._dumped[0] != raw:
             legacy = self.found.legacy_dropin
-            self._dumped = (raw, service.dump_current(self.exe, self.config) if legacy is None
-                            else service.check_files(self.exe, self.config, {legacy: None},
+            self._dumped = (raw, service.dump_current(exe, self.config) if legacy is None
+                            else service.check_files(exe, self.config, {legacy: None},
                                                      {legacy.parent}))
         return self._dumped[1]
 
-    def plan_install(self, read: Reader, req: Request, journal: dict) -> Plan:
+    def plan_install(self, read: Reader, req: Request, journal: dict[str, Any]) -> Plan:
         root = self.root(read)
         found = self.locate(root, read)
         own = found.doc
         imported = self.imports(root, read, found.dropin)
         implicit = None
         if edit.implicit_default(root, imported, self.major):
-            implicit = service.builtin_runtime(self._current_dump(root.raw)) if (
+            implicit = service.builtin_runtime(self._current_dump(self.exe, root.raw)) if (
                 self.exe and self.check) else {"runtime_type": document.RUNC_V2}
         cdi = self._cdi(root, req) if req.extra.get("cdi") else None
         plan = edit.plan_install(root, imported, own, self.major, req, journal, implicit, cdi)
@@ -137,7 +140,7 @@ class ContainerdEngine(EngineBase):
         if self.release < (2, 0):
             return edit.ENABLE_CDI
         if self.check and self.exe:
-            dump = self._current_dump(root.raw)
+            dump = self._current_dump(self.exe, root.raw)
             key = service.dump_cri(dump)[:2] + ("enable_cdi",)
             if service.lookup(dump, key) is not True:
                 raise BadInput(f"--cdi: containerd {shown} runs with {document.dotted(key)} "
@@ -157,7 +160,7 @@ class ContainerdEngine(EngineBase):
                      if f.old is None and f.new is not None and f.path != self.config else f
                      for f in files)
 
-    def plan_uninstall(self, read: Reader, req: Request, journal: dict) -> Plan:
+    def plan_uninstall(self, read: Reader, req: Request, journal: dict[str, Any]) -> Plan:
         root = self.root(read)
         own = self.locate(root, read).doc
         rec = (journal.get("runtimes") or {}).get(req.runtime_name) or {}
@@ -192,8 +195,8 @@ class ContainerdEngine(EngineBase):
         if plan.check is None:
             return  # a rollback: containerd loads the files it gives back, nothing more
         req, removing = plan.check
-        before = self._current_dump(next((f.old for f in plan.files if f.path == self.config),
-                                         read(self.config)))
+        before = self._current_dump(self.exe, next(
+            (f.old for f in plan.files if f.path == self.config), read(self.config)))
         legacy = self.found.legacy_dropin
         if legacy is not None:
             hidden = service.changed_keys(service.dump_current(self.exe, self.config), before,

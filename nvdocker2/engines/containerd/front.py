@@ -5,22 +5,25 @@ from __future__ import annotations
 
 import contextlib
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from nvdocker2.engines import transaction as txn
 from nvdocker2.engines.base import NoService
 from nvdocker2.engines.commands import TransactionFront, not_running, systemd_restart
 from nvdocker2.errors import BadInput, NvDockerError
 
+if TYPE_CHECKING:  # pragma: no cover
+    from nvdocker2.engines.containerd.engine import ContainerdEngine
+
 
 def make() -> "ContainerdFront":
     return ContainerdFront()
 
 
-class ContainerdFront(TransactionFront):
+class ContainerdFront(TransactionFront["ContainerdEngine"]):
     name = "containerd"
 
-    def engine(self, config: Optional[Path]) -> Any:
+    def engine(self, config: Optional[Path]) -> ContainerdEngine:
         from nvdocker2.engines.containerd.engine import DEFAULT_CONFIG, ContainerdEngine
 
         return ContainerdEngine(config or DEFAULT_CONFIG)
@@ -47,7 +50,7 @@ class ContainerdFront(TransactionFront):
                            "use --reload auto, systemd or none")
         return svc, notes
 
-    def says(self, eng: Any, runtime_name: str) -> dict:
+    def says(self, eng: ContainerdEngine, runtime_name: str) -> dict[str, Any]:
         from nvdocker2.engines.containerd import document as D
         from nvdocker2.engines.containerd import edit as E
 

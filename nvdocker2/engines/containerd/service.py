@@ -27,6 +27,7 @@ from nvdocker2.engines.base import (
 )
 from nvdocker2.engines.containerd import document as D
 from nvdocker2.engines.systemd import systemctl_failure, unit_active
+from nvdocker2.engines.tomlread import tomllib
 from nvdocker2.errors import BadInput, EnvironmentProblem
 from nvdocker2.host import files as fs
 from nvdocker2.host import run
@@ -58,7 +59,8 @@ def major_version(exe: str | None) -> int | None:
     return found[0] if found else None
 
 
-def config_dump(exe: str, config: Path, what: str = "the candidate configuration") -> dict:
+def config_dump(exe: str, config: Path,
+                what: str = "the candidate configuration") -> dict[str, Any]:
     """`containerd --config CONFIG config dump`, parsed; BadInput when containerd refuses."""
     try:
         p = run.run([exe, "--config", str(config), "config", "dump"], timeout=60, text=True)
@@ -69,12 +71,12 @@ def config_dump(exe: str, config: Path, what: str = "the candidate configuration
         raise BadInput(f"containerd refuses {what}: {why[:300]}",
                        "nothing was changed; fix the file containerd names, then run again")
     try:
-        return D.tomllib.loads(p.stdout)
-    except D.tomllib.TOMLDecodeError as e:
+        return tomllib.loads(p.stdout)
+    except tomllib.TOMLDecodeError as e:
         raise EnvironmentProblem(f"containerd config dump printed no TOML: {e}") from None
 
 
-def dump_cri(dump: dict) -> tuple[str, ...]:
+def dump_cri(dump: dict[str, Any]) -> tuple[str, ...]:
     v = dump.get("version", 2)
     return ("plugins", D.CRI_PLUGIN[3 if v == 3 else 2], "containerd")
 
@@ -87,8 +89,8 @@ def lookup(d: Any, keys: tuple[str, ...]) -> Any:
     return d
 
 
-def compare_dumps(before: dict, after: dict, name: str, path: str, set_default: bool,
-                  removing: bool | None = False, cdi: bool = False,
+def compare_dumps(before: dict[str, Any], after: dict[str, Any], name: str, path: str,
+                  set_default: bool, removing: bool | None = False, cdi: bool = False,
                   cdi_keys: tuple[str, ...] = ()) -> list[str]:
     """What differs between the effective configs besides our runtime (and default) and the
     CRI plugin's `cdi_keys`. `removing` None: an uninstall that puts back, or leaves, a runtime
@@ -112,8 +114,8 @@ def compare_dumps(before: dict, after: dict, name: str, path: str, set_default: 
     return problems
 
 
-def changed_keys(before: dict, after: dict, name: str, default_too: bool = True,
-                 plugin_keys: tuple[str, ...] = ()) -> list[str]:
+def changed_keys(before: dict[str, Any], after: dict[str, Any], name: str,
+                 default_too: bool = True, plugin_keys: tuple[str, ...] = ()) -> list[str]:
     """The keys (the first five) whose values differ between two dumps, leaving out the
     runtime `name`, (`default_too`) default_runtime_name and the CRI plugin's `plugin_keys`."""
     b, a = json.loads(json.dumps(before)), json.loads(json.dumps(after))
@@ -148,7 +150,7 @@ def _diff_keys(a: Any, b: Any, prefix: str = "") -> list[str]:
     return [] if a == b or (_zero(a) and _zero(b)) else [prefix]
 
 
-def builtin_runtime(dump: dict) -> dict:
+def builtin_runtime(dump: dict[str, Any]) -> dict[str, Any]:
     """containerd's built-in `runc` runtime as the effective configuration `dump` shows it,
     the values it sets (not the zero ones): what a config that writes its own runtimes table
     must spell out to keep it on containerd ≤ 1.7 (1.6: runtime_type; 1.7: also sandbox_mode)."""
@@ -162,7 +164,7 @@ def builtin_runtime(dump: dict) -> dict:
 
 
 def check_files(exe: str, root: Path, files: dict[Path, bytes | None],
-                dropin_dirs: set[Path]) -> dict:
+                dropin_dirs: set[Path]) -> dict[str, Any]:
     """Dump the effective config as it would be with `files` in place (None: removed), without
     writing them where containerd looks: a private copy of the root and of each directory of
     `dropin_dirs` that it imports from."""
@@ -181,7 +183,8 @@ def check_files(exe: str, root: Path, files: dict[Path, bytes | None],
         if "imports" in doc:
             new_imports = []
             copies: dict[Path, Path] = {}
-            for pat in [str(x) for x in doc["imports"]]:
+            imports: Any = doc["imports"]  # parsed TOML: any value a user wrote
+            for pat in [str(x) for x in imports]:
                 full = pat if os.path.isabs(pat) else str(root.parent / pat)
                 d, base = os.path.split(full)
                 src = Path(d)
@@ -205,7 +208,7 @@ def check_files(exe: str, root: Path, files: dict[Path, bytes | None],
         return config_dump(exe, cand)
 
 
-def dump_current(exe: str, root: Path) -> dict:
+def dump_current(exe: str, root: Path) -> dict[str, Any]:
     if root.exists():
         return config_dump(exe, root, f"its current configuration {root} (before any change)")
     with tempfile.NamedTemporaryFile(suffix=".toml") as f:
@@ -337,7 +340,7 @@ class SystemdContainerd(Service):
         poll(probe, timeout, "containerd did not answer on " + self.address)
 
 
-def auto_service(unit: str, address: str, verify: bool):
+def auto_service(unit: str, address: str, verify: bool) -> tuple[Service, str]:
     """systemd when systemctl knows the unit as active, else none (with the reason)."""
     if unit_active(unit):
         return SystemdContainerd(unit, address, verify), f"systemd runs {unit}"

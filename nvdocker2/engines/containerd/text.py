@@ -11,13 +11,20 @@ import tomlkit
 
 from nvdocker2.changes import ABSENT
 from nvdocker2.engines.containerd import document as D
+from nvdocker2.engines.tomlread import tomllib
 
 
 def toml_value(v: Any) -> str:
-    return tomlkit.item(v).as_string()
+    s: str = tomlkit.item(v).as_string()
+    return s
 
 
-def render_table(prefix: tuple[str, ...], table: dict, indent: str, nl: str) -> str:
+def _indent(line: str) -> str:
+    """The spaces and tabs that `line` starts with."""
+    return line[: len(line) - len(line.lstrip(" \t"))]
+
+
+def render_table(prefix: tuple[str, ...], table: dict[str, Any], indent: str, nl: str) -> str:
     """`[prefix]` with its plain keys, then its sub-tables, containerd's indented style."""
     lines = [f"{indent}[{D.dotted(prefix)}]"]
     subs = []
@@ -89,8 +96,8 @@ def _line_set(text: str, keys: tuple[str, ...], value: Any) -> str | None:
         if value is not ABSENT:
             return None  # a new value for a key that is there: tomlkit keeps its comment
         try:
-            D.tomllib.loads(lines[i])
-        except D.tomllib.TOMLDecodeError:
+            tomllib.loads(lines[i])
+        except tomllib.TOMLDecodeError:
             return None  # a value over several lines
         ending = lines[i][len(lines[i].rstrip("\r\n")):]
         if not ending and i > 0:  # the file's last line, without a newline: take the
@@ -102,11 +109,11 @@ def _line_set(text: str, keys: tuple[str, ...], value: Any) -> str | None:
     if value is ABSENT:
         return text
     last = max((i for i in range(start, end) if lines[i].strip()), default=start)
-    siblings = [re.match(r"[ \t]*", lines[i]).group(0)
+    siblings = [_indent(lines[i])
                 for i in range(start + 1, end) if lines[i].strip()
                 and not lines[i].lstrip().startswith("#")]
     # Without siblings, the key goes one step in from an indented header (containerd's style).
-    head = re.match(r"[ \t]*", lines[start]).group(0)
+    head = _indent(lines[start])
     indent = siblings[0] if siblings else (head + "  " if head else "")
     if lines[last].endswith("\n"):
         lines.insert(last + 1, indent + rendered + nl)
@@ -123,8 +130,8 @@ def _header_keys(line: str) -> tuple[str, ...] | None:
     if not m:
         return None
     try:
-        d: Any = D.tomllib.loads(f"[{m.group(1)}]")
-    except D.tomllib.TOMLDecodeError:
+        d: Any = tomllib.loads(f"[{m.group(1)}]")
+    except tomllib.TOMLDecodeError:
         return None
     keys = []
     while isinstance(d, dict) and len(d) == 1:
@@ -174,14 +181,14 @@ def drop_table(text: str, keys: tuple[str, ...]) -> str:
 
 def _parses(text: str) -> bool:
     try:
-        D.tomllib.loads(text)
-    except D.tomllib.TOMLDecodeError:
+        tomllib.loads(text)
+    except tomllib.TOMLDecodeError:
         return False
     return True
 
 
-def loads_or(text: str, fallback: dict) -> dict:
+def loads_or(text: str, fallback: dict[str, Any]) -> dict[str, Any]:
     try:
-        return D.tomllib.loads(text)
-    except D.tomllib.TOMLDecodeError:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError:
         return fallback

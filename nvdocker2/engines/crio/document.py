@@ -8,6 +8,7 @@ or BadInput naming the file and the key of the wrong type.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import tomlkit
 
@@ -19,18 +20,18 @@ RUNTIMES = "crio.runtime.runtimes"
 DEFAULT_KEY = "crio.runtime.default_runtime"
 
 
-def runtime_table(path: str) -> dict:
+def runtime_table(path: str) -> dict[str, Any]:
     return {"runtime_path": path, "runtime_type": "oci"}
 
 
-def render(data: dict) -> bytes | None:
+def render(data: dict[str, Any]) -> bytes | None:
     """The drop-in's bytes for `data` (None: no runtime left, so no file)."""
     if not data.get("crio", {}).get("runtime", {}).get("runtimes"):
         return None
     return (MARK + tomlkit.dumps(data)).encode()
 
 
-def _table(data: dict, key: str, where: str, path: Path) -> dict:
+def _table(data: dict[str, Any], key: str, where: str, path: Path) -> dict[str, Any]:
     value = data.get(key, {})
     if not isinstance(value, dict):
         raise BadInput(f"{path}: {where} is a {type(value).__name__}, not a table",
@@ -38,7 +39,7 @@ def _table(data: dict, key: str, where: str, path: Path) -> dict:
     return value
 
 
-def parse(path: Path, raw: bytes | None) -> dict:
+def parse(path: Path, raw: bytes | None) -> dict[str, Any]:
     """Our drop-in as plain data ({} when there is none); BadInput when it is not ours, not
     TOML, or holds a value of the wrong type where the runtimes go."""
     if raw is None:
@@ -66,11 +67,13 @@ def parse(path: Path, raw: bytes | None) -> dict:
     return data
 
 
-def runtimes(data: dict) -> dict:
+def runtimes(data: dict[str, Any]) -> dict[str, Any]:
     """The runtime tables in `data` (name -> table)."""
-    return data.get("crio", {}).get("runtime", {}).get("runtimes", {})
+    found: dict[str, Any] = data.get("crio", {}).get("runtime", {}).get("runtimes", {})
+    return found
 
 
-def default_name(data: dict) -> str | None:
+def default_name(data: dict[str, Any]) -> str | None:
     """The default_runtime `data` sets, or None."""
-    return data.get("crio", {}).get("runtime", {}).get("default_runtime")
+    name: str | None = data.get("crio", {}).get("runtime", {}).get("default_runtime")
+    return name

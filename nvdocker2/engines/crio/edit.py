@@ -10,6 +10,7 @@ is left in it.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from nvdocker2.changes import ABSENT, Change
 from nvdocker2.engines.base import FileEdit, Plan, Request
@@ -24,7 +25,8 @@ from nvdocker2.engines.crio.document import (
 )
 
 
-def _expect(data: dict, absent: str | None = None, default: bool = False) -> dict:
+def _expect(data: dict[str, Any], absent: str | None = None,
+            default: bool = False) -> dict[str, Any]:
     """What CRI-O reports once it reads the drop-in holding `data`: its runtimes, not `absent`,
     and its default when the change is about the default (a later drop-in may set another)."""
     return {"present": {n: str(t.get("runtime_path", "")) for n, t in runtimes(data).items()},
@@ -32,7 +34,7 @@ def _expect(data: dict, absent: str | None = None, default: bool = False) -> dic
             "default": default_name(data) if default else None}
 
 
-def _record(path: Path, data: dict) -> dict:
+def _record(path: Path, data: dict[str, Any]) -> dict[str, Any]:
     return {"config": str(path), "runtimes": {n: {"dropin": True} for n in runtimes(data)}} \
         if runtimes(data) else {}
 

@@ -28,10 +28,10 @@ class CrioEngine(EngineBase):
     def __init__(self, dropin: Path = DEFAULT_DROPIN) -> None:
         super().__init__(dropin)
 
-    def plan_install(self, read: Reader, req: Request, journal: dict) -> Plan:
+    def plan_install(self, read: Reader, req: Request, journal: dict[str, Any]) -> Plan:
         return edit.plan_install(self.config, read(self.config), req)
 
-    def plan_uninstall(self, read: Reader, req: Request, journal: dict) -> Plan:
+    def plan_uninstall(self, read: Reader, req: Request, journal: dict[str, Any]) -> Plan:
         return edit.plan_uninstall(self.config, read(self.config), req)
 
     def check_candidate(self, ctx: Any, plan: Plan, staged: Sequence[Any]) -> None:

@@ -4,7 +4,7 @@ drop-in says for `status`, and doctor's checks (the rest is `TransactionFront`).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from nvdocker2.engines import transaction as txn
 from nvdocker2.engines.base import NoService
@@ -12,15 +12,18 @@ from nvdocker2.engines.commands import TransactionFront, not_running, systemd_re
 from nvdocker2.engines.systemd import unit_active
 from nvdocker2.errors import BadInput
 
+if TYPE_CHECKING:  # pragma: no cover
+    from nvdocker2.engines.crio.engine import CrioEngine
+
 
 def make() -> "CrioFront":
     return CrioFront()
 
 
-class CrioFront(TransactionFront):
+class CrioFront(TransactionFront["CrioEngine"]):
     name = "crio"
 
-    def engine(self, config: Optional[Path]) -> Any:
+    def engine(self, config: Optional[Path]) -> CrioEngine:
         from nvdocker2.engines.crio.engine import DEFAULT_DROPIN, CrioEngine
 
         return CrioEngine(config or DEFAULT_DROPIN)
@@ -44,11 +47,11 @@ class CrioFront(TransactionFront):
             svc = systemd_restart("CRI-O", unit, svc)
         return svc, [f"reload mode {svc.strategy}: {why}"] if why else []
 
-    def says(self, eng: Any, runtime_name: str) -> dict:
+    def says(self, eng: CrioEngine, runtime_name: str) -> dict[str, Any]:
         from nvdocker2.engines.crio.document import parse
 
         raw = txn.read(eng.config)
-        out: dict = {"dropin_present": raw is not None}
+        out: dict[str, Any] = {"dropin_present": raw is not None}
         try:
             rt = parse(eng.config, raw).get("crio", {}).get("runtime", {})
             out.update(runtimes={n: t.get("runtime_path") for n, t in

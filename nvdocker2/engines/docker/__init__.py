@@ -14,16 +14,16 @@ import importlib
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # engine.py's names, from where each is defined
+    from nvdocker2.engines.context import Result as Result
     from nvdocker2.engines.docker.engine import DockerEngine as DockerEngine
-    from nvdocker2.engines.docker.engine import Result as Result
-    from nvdocker2.engines.docker.engine import expectation as expectation
     from nvdocker2.engines.docker.engine import install as install
     from nvdocker2.engines.docker.engine import rollback as rollback
     from nvdocker2.engines.docker.engine import run as run
-    from nvdocker2.engines.docker.engine import transitional as transitional
     from nvdocker2.engines.docker.engine import uninstall as uninstall
     from nvdocker2.engines.docker.engine import wrap_shape as wrap_shape
+    from nvdocker2.engines.docker.service import expectation as expectation
+    from nvdocker2.engines.docker.service import transitional as transitional
 
 _FROM_ENGINE = frozenset({"DockerEngine", "Result", "expectation", "install", "rollback", "run",
                           "transitional", "uninstall", "wrap_shape"})

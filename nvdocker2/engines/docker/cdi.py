@@ -194,7 +194,8 @@ class CdiDaemon:
         self.strategy = f"{self.inner.strategy} restart" if action == "restart" else "none"
         self.verifies = self.inner.verifies and action in ("restart", "verify")
 
-    def check_candidate(self, config_path: Path, candidate: dict, candidate_file: Path) -> None:
+    def check_candidate(self, config_path: Path, candidate: dict[str, Any],
+                        candidate_file: Path) -> None:
         self.inner.check_candidate(config_path, candidate, candidate_file)
 
     def reload(self) -> None:
@@ -256,7 +257,7 @@ def _run(engine: DockerEngine, action: str, planner: Any, run: Run) -> Result:
                            require_daemon=run.require_daemon)
 
 
-def _expect(new: dict, old: dict, **cdi: Any) -> Expectation:
+def _expect(new: dict[str, Any], old: dict[str, Any], **cdi: Any) -> Expectation:
     return dataclasses.replace(expectation(new, old), **cdi)
 
 
@@ -418,7 +419,7 @@ def uninstall(
                 extras.append(FileEdit(other, other_old, other_new,
                                        f"uninstall CDI spec {other}"))
         expect = _expect(new, doc.data, cdi_devices_gone=devices if new_spec is None else ())
-        record = {} if not ctx.dry_run and rec else None
+        record: dict[str, Any] | None = {} if not ctx.dry_run and rec else None
         return engine.plan(
             doc, new, new_bytes, changes, "uninstall CDI mode", expect, record,
             journal_before_write=False, extras=extras, journal_file=journal,

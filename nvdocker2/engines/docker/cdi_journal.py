@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import os
 from pathlib import Path
+from typing import Any
 
 from nvdocker2.engines.docker.daemonjson import document
 from nvdocker2.errors import NvDockerError
@@ -16,7 +17,7 @@ DEFAULT_SPEC_DIR = "/etc/cdi"
 SPEC_NAME = "nvidia.yaml"
 
 
-def spec_path(spec_dir: str | os.PathLike | None) -> Path:
+def spec_path(spec_dir: str | os.PathLike[str] | None) -> Path:
     return Path(os.path.abspath(str(spec_dir or DEFAULT_SPEC_DIR))) / SPEC_NAME
 
 
@@ -34,7 +35,7 @@ class CdiJournal(Journal):
         super().__init__(state, config)
         self.path = self.dir / f"{self.path.stem}-cdi.json"
 
-    def write(self, record: dict | None) -> None:
+    def write(self, record: dict[str, Any] | None) -> None:
         """Replace the record (None or empty: remove the file), as the runtime journal does."""
         if not record or not (record.get("spec") or record.get("features_cdi")):
             self.restore(None)
@@ -42,20 +43,20 @@ class CdiJournal(Journal):
         self.restore(document.dumps(record, document.Style(indent="  ")).encode())
 
 
-def more_specs(rec: dict) -> list[dict]:
+def more_specs(rec: dict[str, Any]) -> list[dict[str, Any]]:
     more = rec.get("more_specs")
     return [m for m in more if isinstance(m, dict) and isinstance(m.get("path"), str)] \
         if isinstance(more, list) else []
 
 
-def recorded_paths(rec: dict) -> list[str]:
+def recorded_paths(rec: dict[str, Any]) -> list[str]:
     """Every spec path the journal `rec` records, the first install's first."""
     spec = rec.get("spec")
     first = [spec["path"]] if isinstance(spec, dict) and isinstance(spec.get("path"), str) else []
     return first + [m["path"] for m in more_specs(rec)]
 
 
-def previous_bytes(entry: dict) -> bytes | None:
+def previous_bytes(entry: dict[str, Any]) -> bytes | None:
     prev = entry.get("previous")
     return base64.b64decode(prev) if isinstance(prev, str) else None
 

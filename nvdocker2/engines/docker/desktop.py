@@ -39,7 +39,7 @@ def engine_host(docker_host: Optional[str]) -> Any:
     return parse_docker_host(docker_host)
 
 
-def desktop_reason(info: Optional[dict], socket_path: Optional[str]) -> Optional[str]:
+def desktop_reason(info: Optional[dict[str, Any]], socket_path: Optional[str]) -> Optional[str]:
     """Why the daemon is Docker Desktop's (a phrase), or None when nothing says it is."""
     if isinstance(info, dict) and info.get("OperatingSystem") == DESKTOP_OS:
         return f'its Engine API reports OperatingSystem "{DESKTOP_OS}"'

@@ -110,7 +110,7 @@ class DockerEngine(EngineBase):
         ctx.warnings.extend(doc.warnings)
         return doc
 
-    def schema_check(self, ctx: Says, new: dict) -> None:
+    def schema_check(self, ctx: Says, new: dict[str, Any]) -> None:
         errors, warnings = validate.validate(new)
         for w in warnings:
             ctx.warn(f"{self.config}: {w}")
@@ -164,9 +164,9 @@ class DockerEngine(EngineBase):
                 ctx.unreachable(e)  # a change stops here; a dry run goes on without dockerd
                 check_candidate_against(None, self.config, plan.check[data], path, server)
 
-    def plan(self, doc: document.Document, new: dict, new_bytes: bytes | None,
+    def plan(self, doc: document.Document, new: dict[str, Any], new_bytes: bytes | None,
              changes: Sequence[Change], reason: str, expect: Expectation,
-             journal: dict | None = None, *, journal_before_write: bool = True,
+             journal: dict[str, Any] | None = None, *, journal_before_write: bool = True,
              create_as: Ownership | None = None, extras: Sequence[FileEdit] = (),
              journal_file: Any = None) -> Plan:
         """daemon.json going from `doc` to `new_bytes` (the data `new`), the `extras` written
@@ -175,7 +175,7 @@ class DockerEngine(EngineBase):
         main = FileEdit(self.config, old, new_bytes, reason, doc.stat, create_as)
         via: dict[Path, bytes] = {}
         back: dict[Path, bytes] = {}
-        check: dict[bytes, dict] = {}
+        check: dict[bytes, dict[str, Any]] = {}
         notes: tuple[str, ...] = ()
         if main.changed:
             self._check_directory()
@@ -204,7 +204,7 @@ class DockerEngine(EngineBase):
 
     # --- the three transactions' plans ----------------------------------------------------
 
-    def plan_install(self, read: Reader, req: Request, journal: dict) -> Plan:
+    def plan_install(self, read: Reader, req: Request, journal: dict[str, Any]) -> Plan:
         """Add (or update) the runtime entry of `req`, `req.extra["runtime_args"]` its
         runtimeArgs; make it the default with `req.set_default`."""
         said = Said()
@@ -253,8 +253,8 @@ class DockerEngine(EngineBase):
                                    f"install runtime {runtime_name}", expect, record,
                                    extras=extras))
 
-    def _set_mode(self, read: Reader, journal: dict, record: dict | None
-                  ) -> tuple[FileEdit, Change, dict | None]:
+    def _set_mode(self, read: Reader, journal: dict[str, Any], record: dict[str, Any] | None
+                  ) -> tuple[FileEdit, Change, dict[str, Any] | None]:
         """install --mode: config.toml's edit, and the journal record with what it replaced."""
         assert self.mode is not None
         mode, path = self.mode
@@ -268,8 +268,8 @@ class DockerEngine(EngineBase):
         return (FileEdit(path, old, new, f"install {runtime_mode.TABLE} {runtime_mode.KEY} = "
                          f"{mode} ({self.config})"), change, record)
 
-    def _install_record(self, journal: dict, doc: document.Document, runtime_name: str,
-                        entry: dict, default_set: bool) -> dict:
+    def _install_record(self, journal: dict[str, Any], doc: document.Document, runtime_name: str,
+                        entry: dict[str, Any], default_set: bool) -> dict[str, Any]:
         """What install replaces, unless an earlier install already recorded it."""
         rec = dict(journal or {"config": str(self.config), "runtimes": {}})
         rts = dict(rec.get("runtimes") or {})
@@ -295,7 +295,7 @@ class DockerEngine(EngineBase):
             }
         return rec
 
-    def plan_uninstall(self, read: Reader, req: Request, journal: dict) -> Plan:
+    def plan_uninstall(self, read: Reader, req: Request, journal: dict[str, Any]) -> Plan:
         """Put back what install replaced, from the journal; without a journal entry remove
         the runtime only when it points at one of `req.own_runtime_paths` (this package's
         runtime). Never leaves default-runtime naming a runtime that no longer exists."""
@@ -303,6 +303,7 @@ class DockerEngine(EngineBase):
         runtime_name, own_runtime_paths = req.runtime_name, req.own_runtime_paths
         doc = self.load(said)
         wrap_shape(self.config, lambda: edit.check_shape(doc.data))
+        rec: dict[str, Any] | None  # None: the journal is left as it is
         rec = dict(journal)
         rts_rec = dict(rec.get("runtimes") or {})
         mine = rts_rec.get(runtime_name)
@@ -353,8 +354,8 @@ class DockerEngine(EngineBase):
             )
         data_changed = any(c.changed for c in changes)
         extras, remove_dirs = self._put_back_user_config(read, said, rec, changes) \
-            if isinstance(mine, dict) and not rts_rec else ([], ())
-        if extras:
+            if isinstance(mine, dict) and rec is not None and not rts_rec else ([], ())
+        if extras and rec is not None:
             rec = {k: v for k, v in rec.items() if k != rootless.JOURNAL_KEY}
         new_bytes: bytes | None = doc.serialize(new) if data_changed else doc.raw
         file_rec = (rec or {}).get("file")
@@ -377,9 +378,10 @@ class DockerEngine(EngineBase):
                                    journal_before_write=False, extras=extras))
         return dataclasses.replace(plan, remove_dirs=remove_dirs) if remove_dirs else plan
 
-    def _put_back_mode(self, read: Reader, ctx: Says, full: dict, record: dict | None,
-                       changes: list[Change], extras: list[FileEdit],
-                       remove_dirs: Sequence[Path]) -> tuple[dict | None, tuple[Path, ...]]:
+    def _put_back_mode(self, read: Reader, ctx: Says, full: dict[str, Any],
+                       record: dict[str, Any] | None, changes: list[Change],
+                       extras: list[FileEdit], remove_dirs: Sequence[Path]
+                       ) -> tuple[dict[str, Any] | None, tuple[Path, ...]]:
         """config.toml as it was before install --mode (its journal entry `full` records),
         appended to `extras`; the journal record to write without that entry, and the
         directories to remove (the file's, when install made it)."""
@@ -395,8 +397,8 @@ class DockerEngine(EngineBase):
         record = {k: v for k, v in base.items() if k != runtime_mode.JOURNAL_KEY}
         return record, tuple(remove_dirs) + made_dir
 
-    def _put_back_user_config(self, read: Reader, ctx: Says, rec: dict, changes: list[Change]
-                              ) -> tuple[list[FileEdit], tuple[Path, ...]]:
+    def _put_back_user_config(self, read: Reader, ctx: Says, rec: dict[str, Any],
+                              changes: list[Change]) -> tuple[list[FileEdit], tuple[Path, ...]]:
         """The per-user config.toml as it was before install set no-cgroups (its journal
         entry), when install set it; with its directory, when install made that."""
         urec = rec.get(rootless.JOURNAL_KEY)
@@ -448,7 +450,7 @@ class DockerEngine(EngineBase):
                          create_as=backup.ownership if backup is not None else None)
         return plan if plan.changed else dataclasses.replace(plan, changes=())
 
-    def _settled_record(self, ctx: Context, restored: dict) -> dict | None:
+    def _settled_record(self, ctx: Context, restored: dict[str, Any]) -> dict[str, Any] | None:
         """The journal once the file holds `restored`: the installs it undid are forgotten
         (a runtime or default no longer as install left it), so a later uninstall puts back
         what was there before the installs that remain. None: the journal stays as it is."""
@@ -474,7 +476,7 @@ class DockerEngine(EngineBase):
         return rollback(self.config, backup_id, **kw)
 
 
-def _put_back_toml(read: Reader, ctx: Says, rec: dict, put_back: Callable[..., Any],
+def _put_back_toml(read: Reader, ctx: Says, rec: dict[str, Any], put_back: Callable[..., Any],
                    changes: list[Change], reason: str) -> tuple[FileEdit, tuple[Path, ...]]:
     """The edit of a config.toml install recorded in `rec` going back (`put_back`), and its
     directory when install made it and the file goes away."""

@@ -15,7 +15,7 @@ The edit itself (tomlkit, comments kept, one key changed) is toolkit_toml's.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Mapping
+from typing import Any, Mapping
 
 from nvdocker2 import locations, toolkit_config
 from nvdocker2.changes import Change
@@ -46,12 +46,13 @@ def check_trusted(path: Path) -> None:
                                "changed") from None
 
 
-def set_no_cgroups(raw: bytes | None, path: Path) -> tuple[bytes | None, Change, dict | None]:
+def set_no_cgroups(raw: bytes | None,
+                   path: Path) -> tuple[bytes | None, Change, dict[str, Any] | None]:
     """(new bytes, the change, the journal record of what it replaced; None: unchanged)."""
     return toolkit_toml.set_key(raw, path, TABLE, KEY, True)
 
 
-def put_back(raw: bytes | None, record: dict, path: Path
+def put_back(raw: bytes | None, record: dict[str, Any], path: Path
              ) -> tuple[bytes | None, Change | None, str | None]:
     """(bytes after undoing install's `record`, the change, a warning when it is left alone).
 

@@ -51,12 +51,13 @@ def check_trusted(path: Path) -> None:
 
 
 def set_mode(raw: bytes | None, path: Path, mode: str
-             ) -> tuple[bytes | None, Change, dict | None]:
+             ) -> tuple[bytes | None, Change, dict[str, Any] | None]:
     """(new bytes, the change, the journal record of what it replaced; None: unchanged)."""
     return toolkit_toml.set_key(raw, path, TABLE, KEY, mode)
 
 
-def record_install(journal: dict, path: Path, record: dict | None, mode: str) -> dict:
+def record_install(journal: dict[str, Any], path: Path, record: dict[str, Any] | None,
+                   mode: str) -> dict[str, Any]:
     """daemon.json's journal `journal` with install's `record` of the mode: the first install
     recorded what was there before, a later one only changes what was installed."""
     earlier = journal.get(JOURNAL_KEY)
@@ -74,13 +75,13 @@ def record_install(journal: dict, path: Path, record: dict | None, mode: str) ->
     return dict(journal, **{JOURNAL_KEY: record})
 
 
-def put_back(raw: bytes | None, record: dict, path: Path
+def put_back(raw: bytes | None, record: dict[str, Any], path: Path
              ) -> tuple[bytes | None, Change | None, str | None]:
     """(bytes after undoing install's `record`, the change, a warning when it is left alone)."""
     return toolkit_toml.put_back(raw, record, path, TABLE, KEY, record.get("installed"))
 
 
-def status(journal: dict) -> dict:
+def status(journal: dict[str, Any]) -> dict[str, Any]:
     """The mode config.toml holds now and whether it is the one install set:
     {"config", "mode" (None: not set, the runtime runs legacy), "installed" (None: install
     set none), "matches", "error"}."""
@@ -103,7 +104,7 @@ def status(journal: dict) -> dict:
     return out
 
 
-def describe(info: dict) -> str:
+def describe(info: dict[str, Any]) -> str:
     """status()'s line for `status`."""
     where = info["config"]
     if info["error"]:

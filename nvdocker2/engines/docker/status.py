@@ -35,7 +35,8 @@ def report(cfg: Path, why: str, docker_host: Optional[str],
                             "newest_backup": None, "warnings": [], "errors": [],
                             "runtime_path": own, "dockerd": None}
     code = 0
-    keys: set = set()  # the file's top-level keys: a reload keeps what dockerd runs of the others
+    # the file's top-level keys: a reload keeps what dockerd runs of the others
+    keys: set[str] = set()
     try:
         doc = document.load(cfg)
         keys = set(doc.data)
@@ -124,13 +125,13 @@ def report(cfg: Path, why: str, docker_host: Optional[str],
     return Report(info, lines, list(info["warnings"]), code)
 
 
-def _mode_status(state: Path, cfg: Path, runtime_installed: bool) -> dict:
+def _mode_status(state: Path, cfg: Path, runtime_installed: bool) -> dict[str, Any]:
     """How GPUs reach containers here, as install recorded it: "runtime" (the nvidia runtime
     entry), "cdi" (install --mode cdi), both, or "none"; plus the CDI spec when there is one."""
     from nvdocker2.engines.docker import cdi as cdi_mode
     from nvdocker2.engines.docker.cdi_journal import CdiJournal, spec_path
 
-    rec: dict = {}
+    rec: dict[str, Any] = {}
     with contextlib.suppress(NvDockerError):
         rec = CdiJournal(state, cfg).load()
     modes = (["runtime"] if runtime_installed else []) + (["cdi"] if rec else [])
@@ -146,7 +147,8 @@ def _mode_status(state: Path, cfg: Path, runtime_installed: bool) -> dict:
     return {"mode": "+".join(modes) or "none", "modes": modes, "cdi": cdi}
 
 
-def _query_dockerd(docker_host: Optional[str], runtimes: dict, default: Any) -> dict:
+def _query_dockerd(docker_host: Optional[str], runtimes: dict[str, Any],
+                   default: Any) -> dict[str, Any]:
     """What the running dockerd reports (GET /info) and whether it matches the file."""
     from nvdocker2.engines.docker.desktop import desktop_reason, engine_host
     from nvdocker2.engines.docker.service.api import EngineClient, EngineError, EngineUnavailable
@@ -183,7 +185,7 @@ def _query_dockerd(docker_host: Optional[str], runtimes: dict, default: Any) -> 
     }
 
 
-def _describe_dockerd(d: dict, cfg: Path) -> str:
+def _describe_dockerd(d: dict[str, Any], cfg: Path) -> str:
     from nvdocker2.engines.docker.service.started import reload_command, restart_command
 
     if not d["reachable"]:
@@ -202,7 +204,8 @@ def _describe_dockerd(d: dict, cfg: Path) -> str:
     return head + differs + f"(apply the file: {reload_command(d.get('pid'), cfg)})"
 
 
-def _drift(d: dict, runtimes: dict, default: Any, keys: set, added: set) -> None:
+def _drift(d: dict[str, Any], runtimes: dict[str, Any], default: Any, keys: set[str],
+           added: set[str]) -> None:
     """Add to `d` the runtimes dockerd runs that the file does not define (to `differs`), and
     what of the drift a reload cannot clear: on a SIGHUP, dockerd keeps its runtimes when the
     file has no "runtimes" key and its default when the file sets none (docs/reload.md)."""
@@ -217,13 +220,13 @@ def _drift(d: dict, runtimes: dict, default: Any, keys: set, added: set) -> None
     d["restart_needed"] = bool(kept)
 
 
-def _added_runtimes(pid: Optional[int]) -> set:
+def _added_runtimes(pid: Optional[int]) -> set[str]:
     """The runtimes dockerd `pid` got with --add-runtime (a reload neither adds nor drops them)."""
     from nvdocker2.engines.docker.service.process import read_process
 
     proc = read_process(pid) if pid is not None else None
     argv = list(proc.argv[1:]) if proc is not None else []
-    names = set()
+    names: set[str] = set()
     for i, a in enumerate(argv):
         value = a.split("=", 1)[1] if a.startswith("--add-runtime=") else (
             argv[i + 1] if a == "--add-runtime" and i + 1 < len(argv) else None)

@@ -25,7 +25,7 @@ def _hint(path: Path) -> str:
     return f"fix {path} by hand, then run again; nothing was changed"
 
 
-def parse(raw: bytes | None, path: Path) -> tuple[Any, dict]:
+def parse(raw: bytes | None, path: Path) -> tuple[Any, dict[str, Any]]:
     """(tomlkit document, plain dict) of the file's bytes (None: no file)."""
     import tomlkit
 
@@ -43,7 +43,7 @@ def parse(raw: bytes | None, path: Path) -> tuple[Any, dict]:
         raise BadInput(str(e), _hint(path)) from None
 
 
-def table_of(doc: dict, table: str, path: Path) -> Any:
+def table_of(doc: dict[str, Any], table: str, path: Path) -> Any:
     """The plain table `table` of `doc` (ABSENT: none); BadInput when it is not a table."""
     value = doc.get(table, ABSENT)
     if value is not ABSENT and not isinstance(value, dict):
@@ -58,7 +58,7 @@ def current(raw: bytes | None, path: Path, table: str, key: str) -> Any:
     return ABSENT if t is ABSENT else t.get(key, ABSENT)
 
 
-def _checked(new_text: str, expected: dict, path: Path, table: str, key: str,
+def _checked(new_text: str, expected: dict[str, Any], path: Path, table: str, key: str,
              runtime_reads: bool = True) -> bytes:
     """`new_text`, after checking it holds `expected` (old with one key changed) and, unless
     it puts back what was there (`runtime_reads` False), that the runtime reads it."""
@@ -81,7 +81,7 @@ def _label(path: Path, table: str, key: str) -> str:
 
 
 def set_key(raw: bytes | None, path: Path, table: str, key: str, value: Any
-            ) -> tuple[bytes | None, Change, dict | None]:
+            ) -> tuple[bytes | None, Change, dict[str, Any] | None]:
     """(new bytes, the change, the journal record of what it replaced; None: unchanged).
 
     The record: {"path", "previous": SLOT, "previous_toml": the old value's TOML text (with
@@ -112,7 +112,7 @@ def set_key(raw: bytes | None, path: Path, table: str, key: str, value: Any
     return new, Change(label, "added" if before is ABSENT else "replaced", before, value), record
 
 
-def put_back(raw: bytes | None, record: dict, path: Path, table: str, key: str,
+def put_back(raw: bytes | None, record: dict[str, Any], path: Path, table: str, key: str,
              installed: Any) -> tuple[bytes | None, Change | None, str | None]:
     """(bytes after undoing install's `record`, the change, a warning when it is left alone).
 

@@ -146,7 +146,7 @@ def _not(want: Any, v: Any, schema: Any, root: Any) -> bool:
     return not _valid(want, v, root)
 
 
-def _subschemas(want: Any) -> list:
+def _subschemas(want: Any) -> list[Any]:
     if not isinstance(want, list) or not want:
         raise _Unsure
     return want

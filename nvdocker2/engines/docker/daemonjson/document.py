@@ -20,13 +20,15 @@ from typing import Any
 
 from nvdocker2.engines.docker.daemonjson.parser import (
     DocumentError,
-    JsonFloat,
     line_col,
     Node,
     Parser,
 )
 from nvdocker2.errors import EnvironmentProblem
+from nvdocker2.store.codec import JsonFloat
 
+# A piece of the writer's work: ("v", value, node, depth) writes a value, ("s", text) text.
+_Work = tuple[Any, ...]
 MAX_BYTES = 16 * 1024 * 1024
 BOM = b"\xef\xbb\xbf"
 
@@ -69,7 +71,7 @@ class Document:
     """A parsed daemon.json. `data` is the top-level object: treat it as read-only (the edit
     functions copy); `raw` the bytes read (b"" when the file did not exist)."""
 
-    data: dict
+    data: dict[str, Any]
     style: Style = DEFAULT_STYLE
     raw: bytes = b""
     source: str = "<bytes>"
@@ -83,7 +85,7 @@ class Document:
     _text: str = field(default="", repr=False)
     _root: Node | None = field(default=None, repr=False)
 
-    def serialize(self, data: dict | None = None) -> bytes:
+    def serialize(self, data: dict[str, Any] | None = None) -> bytes:
         """The bytes for `data` (default: this document's own data) in this file's style.
 
         Values equal to what the file held are copied from the original text, so everything the
@@ -191,7 +193,7 @@ class _Writer:
             return float.__repr__(v)
         raise TypeError(f"cannot write {type(v).__name__} as JSON")
 
-    def splice(self, v: dict, nd: Node | None, d: int) -> list[tuple] | None:
+    def splice(self, v: dict[str, Any], nd: Node | None, d: int) -> list[_Work] | None:
         """Work items that rewrite a changed object by editing its original text: members kept
         keep their key, separator and surrounding whitespace exactly as written; removed ones
         go with the separator before them; new ones are appended in the object's own layout.
@@ -218,7 +220,7 @@ class _Writer:
             return t[kids[orig[i - 1]].end : keys[k][0]]
 
         first, last = orig[0], orig[-1]
-        parts: list[tuple] = [("s", t[nd.start : keys[first][0]])]
+        parts: list[_Work] = [("s", t[nd.start : keys[first][0]])]
         for i, k in enumerate(kept):
             if i:
                 parts.append(("s", sep_before(k)))
@@ -254,7 +256,7 @@ class _Writer:
         style = self.style
         nl = style.newline
         # Work items: ("v", value, node, depth) to write a value, or ("s", text) to emit text.
-        work: list[tuple] = [("v", value, node, depth)]
+        work: list[_Work] = [("v", value, node, depth)]
         while work:
             item = work.pop()
             if item[0] == "s":
@@ -273,7 +275,7 @@ class _Writer:
                     work.extend(reversed(spliced))
                     continue
                 kids = nd.children if (nd is not None and isinstance(nd.children, dict)) else {}
-                parts: list[tuple] = []
+                parts: list[_Work] = []
                 if style.indent is None:
                     parts.append(("s", "{"))
                     for i, (k, cv) in enumerate(v.items()):
@@ -428,7 +430,7 @@ def empty(source: str = "<new>") -> Document:
     return Document(data={}, style=DEFAULT_STYLE, raw=b"", source=source, existed=False)
 
 
-def load(path: str | os.PathLike) -> Document:
+def load(path: str | os.PathLike[str]) -> Document:
     """Read and parse `path`. A missing file is `{}` (`existed` False).
 
     Refuses (exit 2) a directory, a dangling symlink, something that is not a regular file,

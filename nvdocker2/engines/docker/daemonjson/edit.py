@@ -92,7 +92,7 @@ def check_name(name: str, *, adding: bool) -> None:
         )
 
 
-def runtime_entry(path: str, args: Sequence[str] | None = None) -> dict:
+def runtime_entry(path: str, args: Sequence[str] | None = None) -> dict[str, Any]:
     """The entry reference §2 prescribes: {"path": ABS} plus "runtimeArgs" when args are given."""
     if not isinstance(path, str) or not os.path.isabs(path):
         raise BadInput(
@@ -106,11 +106,11 @@ def runtime_entry(path: str, args: Sequence[str] | None = None) -> dict:
     return entry
 
 
-def _copy_top(doc: dict) -> dict:
+def _copy_top(doc: dict[str, Any]) -> dict[str, Any]:
     return dict(doc)
 
 
-def put_runtime(doc: dict, name: str, entry: Any) -> tuple[dict, Change]:
+def put_runtime(doc: dict[str, Any], name: str, entry: Any) -> tuple[dict[str, Any], Change]:
     """Set `runtimes[name]` to `entry` exactly (ABSENT removes it), keeping key order.
 
     Used by uninstall to put back what install replaced. Creates `runtimes` when needed.
@@ -137,22 +137,22 @@ def put_runtime(doc: dict, name: str, entry: Any) -> tuple[dict, Change]:
 
 
 def add_runtime(
-    doc: dict, name: str, path: str, args: Sequence[str] | None = None
-) -> tuple[dict, Change]:
+    doc: dict[str, Any], name: str, path: str, args: Sequence[str] | None = None
+) -> tuple[dict[str, Any], Change]:
     """Add or replace runtime `name` with {"path": path[, "runtimeArgs": args]}."""
     check_shape(doc)
     check_name(name, adding=True)
     return put_runtime(doc, name, runtime_entry(path, args))
 
 
-def remove_runtime(doc: dict, name: str) -> tuple[dict, Change]:
+def remove_runtime(doc: dict[str, Any], name: str) -> tuple[dict[str, Any], Change]:
     """Remove runtime `name`; `runtimes` stays (possibly `{}`). Unchanged when not there."""
     check_shape(doc)
     check_name(name, adding=False)
     return put_runtime(doc, name, ABSENT)
 
 
-def drop_empty_runtimes(doc: dict) -> tuple[dict, Change]:
+def drop_empty_runtimes(doc: dict[str, Any]) -> tuple[dict[str, Any], Change]:
     """Remove a `"runtimes": {}` key (used when the key did not exist before install)."""
     check_shape(doc)
     rts = doc.get(RUNTIMES, ABSENT)
@@ -163,22 +163,22 @@ def drop_empty_runtimes(doc: dict) -> tuple[dict, Change]:
     return doc, Change(RUNTIMES, "unchanged")
 
 
-def runtimes(doc: dict) -> dict:
+def runtimes(doc: dict[str, Any]) -> dict[str, Any]:
     """The file's runtimes table ({} when it is missing or not a table)."""
     rts = doc.get(RUNTIMES, {})
     return rts if isinstance(rts, dict) else {}
 
 
-def defined_runtimes(doc: dict) -> list[str]:
+def defined_runtimes(doc: dict[str, Any]) -> list[str]:
     return list(runtimes(doc))
 
 
-def is_defined(doc: dict, name: str) -> bool:
+def is_defined(doc: dict[str, Any], name: str) -> bool:
     """True when dockerd would accept `name` as default-runtime with this file."""
     return name in BUILTIN_RUNTIMES or name in defined_runtimes(doc)
 
 
-def set_default(doc: dict, name: str) -> tuple[dict, Change]:
+def set_default(doc: dict[str, Any], name: str) -> tuple[dict[str, Any], Change]:
     """Make `name` the default runtime; it must be defined (dockerd refuses to start else)."""
     check_shape(doc)
     check_name(name, adding=False)
@@ -190,7 +190,7 @@ def set_default(doc: dict, name: str) -> tuple[dict, Change]:
     return put_default(doc, name)
 
 
-def put_default(doc: dict, value: Any) -> tuple[dict, Change]:
+def put_default(doc: dict[str, Any], value: Any) -> tuple[dict[str, Any], Change]:
     """Set `default-runtime` to `value` exactly (ABSENT removes the key)."""
     check_shape(doc)
     before = doc.get(DEFAULT_RUNTIME, ABSENT)
@@ -207,12 +207,12 @@ def put_default(doc: dict, value: Any) -> tuple[dict, Change]:
     return new, Change(DEFAULT_RUNTIME, "added" if before is ABSENT else "replaced", before, value)
 
 
-def unset_default(doc: dict) -> tuple[dict, Change]:
+def unset_default(doc: dict[str, Any]) -> tuple[dict[str, Any], Change]:
     """Remove `default-runtime` (dockerd then uses runc)."""
     return put_default(doc, ABSENT)
 
 
-def dangling_default(doc: dict) -> str | None:
+def dangling_default(doc: dict[str, Any]) -> str | None:
     """The default-runtime value when it names a runtime the file does not define, else None.
 
     Names with a dot are containerd shims (accepted by dockerd 23+) and are not dangling.

@@ -10,7 +10,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from nvdocker2.engines.docker.daemonjson.edit import ABSENT, Change, ShapeError, type_name
+from nvdocker2.changes import ABSENT, Change
+from nvdocker2.engines.docker.daemonjson.edit import ShapeError, type_name
 
 FEATURES = "features"
 CDI = "cdi"
@@ -29,7 +30,7 @@ def version_tuple(text: str | None) -> tuple[int, int] | None:
     return (int(m.group(1)), int(m.group(2))) if m else None
 
 
-def _features(doc: dict) -> Any:
+def _features(doc: dict[str, Any]) -> Any:
     value = doc.get(FEATURES, ABSENT)
     if value is not ABSENT and not isinstance(value, dict):
         raise ShapeError(
@@ -47,13 +48,14 @@ def _features(doc: dict) -> Any:
     return value
 
 
-def cdi_setting(doc: dict) -> Any:
+def cdi_setting(doc: dict[str, Any]) -> Any:
     """`features.cdi` as the file says it (True, False or ABSENT); ShapeError on wrong types."""
     features = _features(doc)
     return features.get(CDI, ABSENT) if isinstance(features, dict) else ABSENT
 
 
-def enable_cdi(doc: dict, version: tuple[int, int] | None) -> tuple[dict, Change]:
+def enable_cdi(doc: dict[str, Any],
+               version: tuple[int, int] | None) -> tuple[dict[str, Any], Change]:
     """The file with CDI on for a dockerd of `version` (None: unknown, so say it explicitly).
 
     From 28.2 only an explicit `false` is changed; before, `"cdi": true` is merged in beside
@@ -67,7 +69,7 @@ def enable_cdi(doc: dict, version: tuple[int, int] | None) -> tuple[dict, Change
     return put_cdi(doc, True)
 
 
-def put_cdi(doc: dict, value: Any) -> tuple[dict, Change]:
+def put_cdi(doc: dict[str, Any], value: Any) -> tuple[dict[str, Any], Change]:
     """Set `features.cdi` to `value` exactly (ABSENT removes it; an emptied `features` that we
     created goes too only when the caller asks, via `drop_empty_features`)."""
     key = f"{FEATURES}.{CDI}"
@@ -87,7 +89,7 @@ def put_cdi(doc: dict, value: Any) -> tuple[dict, Change]:
     return new, Change(key, action, before, value)
 
 
-def drop_empty_features(doc: dict) -> tuple[dict, Change]:
+def drop_empty_features(doc: dict[str, Any]) -> tuple[dict[str, Any], Change]:
     """Remove `features` when it is an empty object (install created it)."""
     if doc.get(FEATURES, ABSENT) == {}:
         new = {k: v for k, v in doc.items() if k != FEATURES}
@@ -95,7 +97,7 @@ def drop_empty_features(doc: dict) -> tuple[dict, Change]:
     return doc, Change(FEATURES, "unchanged")
 
 
-def spec_dirs(doc: dict) -> tuple[str, ...]:
+def spec_dirs(doc: dict[str, Any]) -> tuple[str, ...]:
     """The CDI spec directories a dockerd started with this file reads."""
     dirs = doc.get(CDI_SPEC_DIRS, ABSENT)
     if isinstance(dirs, list) and all(isinstance(d, str) for d in dirs):

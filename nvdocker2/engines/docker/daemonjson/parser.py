@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from json import JSONDecodeError
-from json.decoder import scanstring
-from typing import Any
+from json import JSONDecodeError, decoder
+from typing import Any, Callable
 
 from nvdocker2.errors import BadInput
 from nvdocker2.store.codec import JsonFloat  # numbers keep their literal; shared with the journal
 
+# (text, index after the opening quote, strict) -> (the string, index after its closing quote)
+scanstring: Callable[[str, int, bool], tuple[str, int]] = (
+    decoder.scanstring)  # type: ignore[attr-defined]  # typeshed's json.decoder leaves it out
 MAX_DEPTH = 1000
 _WS = re.compile(r"[ \t\n\r]*")
 _NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(\.[0-9]+)?([eE][-+]?[0-9]+)?")
@@ -50,7 +52,7 @@ class Node:
     # Objects only: key -> (start, end) of the key string as written (its last occurrence);
     # `dups` the keys that occur more than once.
     keys: Any = None
-    dups: frozenset = frozenset()
+    dups: frozenset[str] = frozenset()
 
 
 def line_col(text: str, pos: int) -> tuple[int, int]:
@@ -198,8 +200,8 @@ class Parser:
                     node = Node(start, pos, value, {} if is_obj else [], {} if is_obj else None)
                 else:
                     # [is_obj, start, container, child nodes, key, key span, key spans, dups]
-                    frame = [is_obj, start, {} if is_obj else [], {} if is_obj else [], None,
-                             (0, 0), {}, set()]
+                    frame: list[Any] = [is_obj, start, {} if is_obj else [],
+                                        {} if is_obj else [], None, (0, 0), {}, set()]
                     stack.append(frame)
                     if is_obj:
                         if pos < n and t[pos] == "]":

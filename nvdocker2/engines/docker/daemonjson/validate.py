@@ -43,16 +43,17 @@ IGNORED_SINGULAR = {
 
 
 @functools.lru_cache(maxsize=1)
-def schema() -> dict:
+def schema() -> dict[str, Any]:
     """The packaged schema (engines/docker/daemonjson/schema.json)."""
-    return json.loads(Path(__file__).with_name("schema.json").read_text("utf-8"))
+    loaded: dict[str, Any] = json.loads(Path(__file__).with_name("schema.json").read_text("utf-8"))
+    return loaded
 
 
 @functools.lru_cache(maxsize=1)
 def _validator_class() -> Any:
     """Draft 7, except that "integer" means a JSON number written without fraction or
     exponent: dockerd (Go) refuses `1.0` or `1e3` for an int field."""
-    import jsonschema
+    import jsonschema  # type: ignore[import-untyped]  # Debian's python3-jsonschema has no types
 
     base = jsonschema.Draft7Validator
 
@@ -128,7 +129,7 @@ def _message(err: Any) -> str:
     return f"{where}: {err.message}"
 
 
-def validate(doc: dict) -> tuple[list[str], list[str]]:
+def validate(doc: dict[str, Any]) -> tuple[list[str], list[str]]:
     """(errors, warnings) for a whole daemon.json object. Errors mean dockerd would refuse it."""
     errors = [] if conforms(schema(), doc) else _schema_errors(doc)
     warnings: list[str] = []
@@ -169,7 +170,7 @@ def _schema_errors(doc: Any) -> list[str]:
     return errors
 
 
-def _out_of_range_numbers(doc: dict) -> list[str]:
+def _out_of_range_numbers(doc: dict[str, Any]) -> list[str]:
     """Numbers Go's float64 cannot hold (1.0e400): dockerd fails to decode the whole file.
 
     A warning, not an error: the value was the operator's before nvdocker2 touched the file,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from pathlib import PurePosixPath
-from typing import TextIO
+from typing import Any, TextIO
 
 from nvdocker2.doctor import CheckPlan, report
 from nvdocker2.doctor.model import Check, CheckResult, run_checks
@@ -33,7 +33,7 @@ def all_checks(smoke: bool = False) -> list[Check]:
     return [c for c in every if smoke or not c.smoke]
 
 
-def engine_info(host: str, timeout: float) -> dict:
+def engine_info(host: str, timeout: float) -> dict[str, Any]:
     """`GET /info` from the Engine API at `host`, through the installer's client."""
     from nvdocker2.engines.docker.service.api import (
         EngineClient,

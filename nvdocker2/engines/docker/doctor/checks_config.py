@@ -3,6 +3,8 @@ its path, and default-runtime."""
 
 from __future__ import annotations
 
+from typing import Any, cast
+
 from nvdocker2.doctor.context import RUNTIME_NAME
 from nvdocker2.engines.docker.doctor.facts import DockerContext as Context
 from nvdocker2.engines.docker.doctor.facts import norm_socket, dockerd_option_values
@@ -138,7 +140,8 @@ def config_runtime(ctx: Context) -> Outcome:
 
 @check("config.runtime-path", "the runtime path is executable", needs=("config.runtime",))
 def config_runtime_path(ctx: Context) -> Outcome:
-    entry = ctx.daemon_file().doc["runtimes"][RUNTIME_NAME]
+    # needs config.runtime: the file parsed and holds the entry
+    entry = cast("dict[str, Any]", ctx.daemon_file().doc)["runtimes"][RUNTIME_NAME]
     path = entry["path"]
     found, _ = ctx.runtime_path()
     if found is None:
@@ -166,7 +169,9 @@ def config_default_runtime(ctx: Context) -> Outcome:
         return ok(
             f"not set: dockerd uses runc unless a container asks for --runtime={RUNTIME_NAME}"
         )
-    runtimes = doc.get("runtimes") if isinstance(doc.get("runtimes"), dict) else {}
+    runtimes = doc.get("runtimes")
+    if not isinstance(runtimes, dict):
+        runtimes = {}
     if default in runtimes or default in BUILTIN_RUNTIMES:
         return ok(f"default-runtime = {default}")
     return fail(

@@ -133,7 +133,9 @@ def dockerd_sync(ctx: Context) -> Outcome:
     info = ctx.info().info or {}
     loaded = info.get("Runtimes") or {}
     doc = f.doc or {}
-    in_file = doc.get("runtimes") if isinstance(doc.get("runtimes"), dict) else {}
+    in_file = doc.get("runtimes")
+    if not isinstance(in_file, dict):
+        in_file = {}
     flagged = set()
     if proc is not None:
         flagged = {v.split("=", 1)[0] for v in dockerd_option_values(proc.argv, "add-runtime")}

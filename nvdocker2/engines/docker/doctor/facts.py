@@ -64,7 +64,7 @@ class DaemonFile:
 
     path: PurePosixPath
     exists: bool
-    doc: dict | None
+    doc: dict[str, Any] | None
     error: str | None = None
     warnings: tuple[str, ...] = ()
     hint: str | None = None
@@ -73,7 +73,7 @@ class DaemonFile:
 
 @dataclass(frozen=True)
 class InfoResult:
-    info: dict | None
+    info: dict[str, Any] | None
     error: str | None = None
     hint: str | None = None
 
@@ -205,12 +205,14 @@ class DockerContext(Context):
             from nvdocker2.store.lock import state_dir
 
             config = Path(str(self.config_location().path))
-            rec: dict = {}
+            rec: dict[str, Any] = {}
             try:
                 rec = cdi_journal.CdiJournal(state_dir(), config).load()
             except NvDockerError:
                 pass
-            spec = rec.get("spec") if isinstance(rec.get("spec"), dict) else {}
+            spec = rec.get("spec")
+            if not isinstance(spec, dict):
+                spec = {}
             shown = PurePosixPath(spec.get("path") or str(cdi_journal.spec_path(None)))
             runtime = rec.get("runtime_path") or locations.default_runtime_path()[0]
             return shown, self.root.path(shown), runtime
@@ -272,8 +274,8 @@ def default_location(ctx: DockerContext) -> ConfigLocation:
     """docs/reference.md §2's default daemon.json for this user (the installer's own choice)."""
     from nvdocker2 import locations
 
-    path, reason = locations.default_config(ctx.env, ctx.uid, str(ctx.root.root))
-    path = PurePosixPath(path)
+    found, reason = locations.default_config(ctx.env, ctx.uid, str(ctx.root.root))
+    path = PurePosixPath(found)
     kind = "rootless" if reason.startswith("rootless") else _kind_of(ctx, path)
     return ConfigLocation(path, reason, kind)
 
@@ -400,7 +402,7 @@ def _find_dockerd(ctx: DockerContext) -> tuple[SeenDockerd | None, str]:
         if why is not None:
             return None, f"{UNTRUSTED}the process serving {target} is not trusted: {why}"
         argv = _proc_argv(ctx, peer.pid)
-        if not _is_dockerd(argv):
+        if argv is None or not _is_dockerd(argv):
             return None, f"pid {peer.pid} serves {target} but is not a dockerd"
         return _process(ctx, peer.pid, argv, f"serves {target}"), ""
     try:
@@ -409,7 +411,8 @@ def _find_dockerd(ctx: DockerContext) -> tuple[SeenDockerd | None, str]:
         pids = []
     for pid in pids:
         argv = _proc_argv(ctx, pid)
-        if not _is_dockerd(argv) or untrusted_owner(pid, proc_root, ctx.uid) is not None:
+        if argv is None or not _is_dockerd(argv) or \
+                untrusted_owner(pid, proc_root, ctx.uid) is not None:
             continue
         if sock in {norm_socket(h) for h in _dockerd_hosts(ctx, argv)}:
             return _process(ctx, pid, argv, f"listens on {target}"), ""
@@ -418,7 +421,8 @@ def _find_dockerd(ctx: DockerContext) -> tuple[SeenDockerd | None, str]:
         if text and text.strip().isdigit():
             pid = int(text.strip())
             argv = _proc_argv(ctx, pid)
-            if _is_dockerd(argv) and untrusted_owner(pid, proc_root, ctx.uid) is None:
+            if argv is not None and _is_dockerd(argv) and \
+                    untrusted_owner(pid, proc_root, ctx.uid) is None:
                 return _process(ctx, pid, argv, f"from {DEFAULT_PIDFILE}"), ""
     return None, f"no dockerd process on this host listens on {target}"
 

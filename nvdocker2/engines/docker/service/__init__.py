@@ -42,7 +42,8 @@ class Daemon(Protocol):
     strategy: str  # what goes into "reload" in --json / output ("none", "signal", ...)
     verifies: bool  # False for NoDaemon
 
-    def check_candidate(self, config_path: Path, candidate: dict, candidate_file: Path) -> None:
+    def check_candidate(self, config_path: Path, candidate: dict[str, Any],
+                        candidate_file: Path) -> None:
         """Raise BadInput before anything is written (flag/file conflicts, ...)."""
 
     def reload(self) -> None:
@@ -59,7 +60,8 @@ class NoDaemon:
     strategy = "none"
     verifies = False
 
-    def check_candidate(self, config_path: Path, candidate: dict, candidate_file: Path) -> None:
+    def check_candidate(self, config_path: Path, candidate: dict[str, Any],
+                        candidate_file: Path) -> None:
         return None
 
     def reload(self) -> None:
@@ -69,7 +71,8 @@ class NoDaemon:
         return None
 
 
-def expectation(target: dict, before: dict, must_have: dict[str, str] | None = None) -> Expectation:
+def expectation(target: dict[str, Any], before: dict[str, Any],
+                must_have: dict[str, str] | None = None) -> Expectation:
     """What dockerd must report once it runs `target` after running `before`.
 
     Only runtimes whose entries differ are checked (plus `must_have`), so an unrelated entry
@@ -89,7 +92,8 @@ def expectation(target: dict, before: dict, must_have: dict[str, str] | None = N
     return Expectation(present, absent, d if isinstance(d, str) and d else "runc")
 
 
-def transitional(target: dict, current: dict, running_default: str | None = None) -> dict | None:
+def transitional(target: dict[str, Any], current: dict[str, Any],
+                 running_default: str | None = None) -> dict[str, Any] | None:
     """The in-between file a SIGHUP reload needs, or None (docs/reference.md §2).
 
     dockerd replaces its runtimes and default only when the keys are in the file: when `target`
@@ -150,7 +154,7 @@ class DaemonService(Service):
     verb = "reload"
     reapply_after_failed_apply = False
 
-    def __init__(self, daemon: Any, dockerd_log: Path | None = None) -> None:
+    def __init__(self, daemon: Daemon, dockerd_log: Path | None = None) -> None:
         self.daemon = daemon
         self.dockerd_log = dockerd_log
 
@@ -213,12 +217,12 @@ def describe_expectation(expect: Expectation) -> str:
     return ", ".join(parts)
 
 
-def _discovered(info: Mapping) -> set:
+def _discovered(info: Mapping[str, Any]) -> set[Any]:
     listed = info.get("DiscoveredDevices")
     return {d.get("ID") for d in listed or [] if isinstance(d, dict)}
 
 
-def cdi_mismatches(info: Mapping, expect: Expectation) -> list[str]:
+def cdi_mismatches(info: Mapping[str, Any], expect: Expectation) -> list[str]:
     """What /info says about CDI that differs from `expect` (docs/reference.md §9)."""
     gone = _discovered(info) & set(expect.cdi_devices_gone)
     if gone:
@@ -238,7 +242,7 @@ def cdi_mismatches(info: Mapping, expect: Expectation) -> list[str]:
     return []
 
 
-def mismatches(info: Mapping, expect: Expectation) -> list[str]:
+def mismatches(info: Mapping[str, Any], expect: Expectation) -> list[str]:
     """What /info says that differs from `expect`, one phrase per difference."""
     runtimes = info.get("Runtimes") or {}
     if not isinstance(runtimes, dict):
@@ -260,7 +264,7 @@ def mismatches(info: Mapping, expect: Expectation) -> list[str]:
     return problems
 
 
-def expected_state(info: Mapping, expect: Expectation) -> str:
+def expected_state(info: Mapping[str, Any], expect: Expectation) -> str:
     """The part of /info that `expect` is about: its runtimes' entries and the default.
 
     Only a change there proves dockerd took the file: dockerd 20.10 also drops the

@@ -14,7 +14,7 @@ import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable, cast
 from urllib.parse import urlsplit
 
 from nvdocker2.errors import BadInput
@@ -83,7 +83,7 @@ def parse_docker_host(value: str | None, environ: Mapping[str, str] | None = Non
 
 
 @functools.lru_cache(maxsize=1)
-def _unix_connection_class() -> Any:
+def _unix_connection_class() -> Callable[[str, float], http.client.HTTPConnection]:
     import http.client
     import socket
 
@@ -121,7 +121,9 @@ class EngineClient:
             return _unix_connection_class()(self.host.socket_path, timeout)
         import http.client
 
-        return http.client.HTTPConnection(self.host.tcp_host, self.host.tcp_port, timeout=timeout)
+        # a host without a socket path is tcp://HOST:PORT (parse_docker_host)
+        return http.client.HTTPConnection(cast(str, self.host.tcp_host), self.host.tcp_port,
+                                          timeout=timeout)
 
     def get(self, path: str, timeout: float | None = None) -> bytes:
         import http.client
@@ -161,14 +163,14 @@ class EngineClient:
         """True when dockerd answers `GET /_ping` with OK."""
         return self.get("/_ping", timeout).strip() == b"OK"
 
-    def info(self, timeout: float | None = None) -> dict:
+    def info(self, timeout: float | None = None) -> dict[str, Any]:
         """`GET /info`: Runtimes, DefaultRuntime, LiveRestoreEnabled, ServerVersion, ..."""
         data = self._json("/info", timeout)
         if not isinstance(data, dict):
             raise EngineUnavailable("GET /info: the answer is not a JSON object")
         return data
 
-    def running_containers(self, timeout: float | None = None) -> list:
+    def running_containers(self, timeout: float | None = None) -> list[Any]:
         """`GET /containers/json`: the running containers (id, names, image, state)."""
         data = self._json("/containers/json", timeout)
         return data if isinstance(data, list) else []

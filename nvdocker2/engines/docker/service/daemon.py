@@ -13,7 +13,7 @@ import shlex
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Union
+from typing import Any, Union
 
 from nvdocker2 import locations
 from nvdocker2.engines.docker.service.api import (
@@ -87,7 +87,7 @@ def _dockerd_major(server_version: str | None) -> int | None:
 def check_candidate_against(
     process: DockerdProcess | None,
     config_path: Path,
-    candidate: dict,
+    candidate: dict[str, Any],
     candidate_file: Path,
     server_version: str | None = None,
 ) -> None:
@@ -160,7 +160,7 @@ class Dockerd:
         self._acted = False
         self._reloads = 0
         self._restart_error: str | None = None
-        self._before: Mapping | None = None  # /info before a reload
+        self._before: Mapping[str, Any] | None = None  # /info before a reload
         self._flags_checked = False
         self._watched: tuple[int, str, tuple[str, ...]] | None = None  # pid, start, argv
         self._first_info: dict[str, str] | None = None
@@ -201,7 +201,8 @@ class Dockerd:
                                                                   "DefaultRuntime")}
         return self._first_info[key] or None
 
-    def check_candidate(self, config_path: Path, candidate: dict, candidate_file: Path) -> None:
+    def check_candidate(self, config_path: Path, candidate: dict[str, Any],
+                        candidate_file: Path) -> None:
         version = None
         if self.verifies:
             try:
@@ -323,7 +324,7 @@ class Dockerd:
             return shlex.join(argv)
         return "start dockerd the way this host starts it (systemctl start docker)"
 
-    def _info_now(self) -> Mapping | None:
+    def _info_now(self) -> Mapping[str, Any] | None:
         try:
             return self.client.info(timeout=2)
         except (EngineUnavailable, EngineError):
@@ -469,7 +470,8 @@ class NoReload:
         self.pidfile = Path(pidfile)
         self.proc = proc
 
-    def check_candidate(self, config_path: Path, candidate: dict, candidate_file: Path) -> None:
+    def check_candidate(self, config_path: Path, candidate: dict[str, Any],
+                        candidate_file: Path) -> None:
         if self.pending is not None:
             raise self.pending
         pid = read_pidfile(self.pidfile)

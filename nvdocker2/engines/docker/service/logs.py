@@ -142,7 +142,8 @@ def message_of(line: str) -> str:
     if not found:
         return line.strip()
     try:
-        return json.loads(f'"{found.group(1)}"')
+        text: str = json.loads(f'"{found.group(1)}"')  # a JSON string literal
+        return text
     except ValueError:
         return found.group(1)
 

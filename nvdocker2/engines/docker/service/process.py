@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from nvdocker2.engines.docker.service.api import DockerHost
 from nvdocker2.engines.peer import INIT_PID, Peer, is_named, socket_peer, untrusted_owner
@@ -228,7 +229,7 @@ def flag_value(args: tuple[str, ...] | list[str], flag: str) -> str | None:
     return value
 
 
-def file_keys(candidate: dict) -> set[str]:
+def file_keys(candidate: dict[str, Any]) -> set[str]:
     """The keys dockerd's conflict check sees in a daemon.json document (nested ones flattened)."""
     keys: set[str] = set()
     for key, value in candidate.items():
@@ -239,7 +240,7 @@ def file_keys(candidate: dict) -> set[str]:
     return keys
 
 
-def flag_conflicts(candidate: dict, process: DockerdProcess) -> list[tuple[str, str]]:
+def flag_conflicts(candidate: dict[str, Any], process: DockerdProcess) -> list[tuple[str, str]]:
     """(key, flag) pairs that dockerd would refuse: set in the file and on its command line."""
     by_key = process.flag_keys()
     return sorted(
