@@ -47,6 +47,7 @@ TYPICAL = (
 # table): issue 22's install figure.
 DAEMON_45 = (REPO / "tests" / "fixtures" / "daemon-45-lines.json").read_bytes()
 RUNTIME_SIZES = (1250, 2500, 5000, 10000)
+SECTIONS = ("installer", "scaling", "dockerd", "docker-run", "cdi", "direct-create")
 MIB_SIZES = (0.125, 0.25, 0.5, 1.0)
 
 
@@ -519,6 +520,34 @@ def bench_cdi(report: Report, rounds: int, repeat: int, anchor: Path | None) -> 
         "floor a hook adds to")
 
 
+def bench_direct_create(report: Report, rounds: int, repeat: int) -> None:
+    """Direct mode's `create` on a big node (8 GPUs x 7 MIG devices, every capability: the
+    graphics libraries and files, DRI nodes) against one GPU with compute alone, paired in the
+    same rounds (bench/bench_direct.py, which see): CPU up to the exec of runc."""
+    try:
+        data = run_bench_script("bench_direct.py", rounds, repeat, None)
+    except ValueError as e:
+        report.add(Figure("direct create", "direct create CPU: 8 GPUs x 7 MIG / 1 GPU", None,
+                          "x", "", "≤ 1.3", None, f"bench_direct.py failed: {e}"))
+        return
+    how = f"median of {rounds} paired rounds, ×{repeat} runs"
+    small = "1 GPU, compute"
+    for name, (devices, mounts) in data["devices, mounts"].items():
+        value, spread = median_and_runs(data[name])
+        report.add(Figure("direct create", f"direct create CPU: {name}", value, "ms",
+                          "getrusage at the exec of runc (a recorder), " + how, "", None,
+                          f"{devices} device nodes, {mounts} driver mounts; {spread}"))
+    for key in data:
+        if key.startswith("ratio: "):
+            ratio, spread = median_and_runs(data[key])
+            report.add(Figure("direct create", f"direct create CPU: {key[7:]} / {small}", ratio,
+                              "x", "paired per round, " + how, "≤ 1.3", ratio <= 1.3, spread))
+    report.notes.append(
+        "direct create figures: the TEST FIXTURE fake driver (no GPU); the runtime's whole "
+        "`create` (launcher, interpreter, config.toml, discovery, the spec written) up to its "
+        "exec of runc, net of the recorder's own start")
+
+
 # --- the report ----------------------------------------------------------------------------------
 
 
@@ -589,7 +618,9 @@ def _load_warning(info: list[tuple[str, str]]) -> list[str]:
 
 
 def write_results(path: Path, report: Report, info: list[tuple[str, str]], runs: int,
-                  elapsed: float) -> None:
+                  elapsed: float, merge: bool = False) -> None:
+    """RESULTS.md of this run; with `merge`, only this run's sections replaced in the file
+    there is (merge_results)."""
     lines = [
         "# Benchmark results",
         "",
@@ -622,7 +653,62 @@ def write_results(path: Path, report: Report, info: list[tuple[str, str]], runs:
     lines.append("")
     if report.notes:
         lines += ["## Notes", ""] + [f"- {n}" for n in report.notes] + [""]
-    path.write_text("\n".join(lines))
+    text = "\n".join(lines)
+    if merge and path.exists():
+        text = merge_results(path.read_text(), text, dict(info))
+    path.write_text(text)
+
+
+def _blocks(text: str) -> list[list[str]]:
+    """The text's lines cut before each `## ` heading (the first block is the preamble)."""
+    blocks: list[list[str]] = [[]]
+    for line in text.split("\n"):
+        if line.startswith("## "):
+            blocks.append([])
+        blocks[-1].append(line)
+    return blocks
+
+
+def _figure_names(block: list[str]) -> set[str]:
+    return {line.split(" | ")[0][2:] for line in block[4:] if line.startswith("| ")}
+
+
+def merge_results(old: str, new: str, info: dict[str, str]) -> str:
+    """`old` (a RESULTS.md) with the sections of `new` in place of its own of the same name,
+    each saying when and at what load it was measured; the missed targets of the replaced
+    sections are dropped and the new ones added, the new notes appended. The preamble and
+    every other section stay as `old` has them (measured in the run its preamble describes)."""
+    keep, fresh = _blocks(old), _blocks(new)
+    special = ("## Targets missed", "## Notes")
+    sections = [b for b in fresh[1:] if b[0] not in special]
+    stamp = (f"Measured {info.get('date (UTC)', '?')} with `run.py --merge` (load average "
+             f"{info.get('load average at the start (1, 5, 15 min)', '?')} at the start, "
+             f"{info.get('load average at the end', '?')} at the end); the other sections "
+             "are from the run the top of this file describes.")
+    replaced: set[str] = set()
+    for block in sections:
+        block[1:1] = ["", stamp]
+        at = next((i for i, b in enumerate(keep) if b[0] == block[0]), None)
+        if at is None:
+            at = next((i for i, b in enumerate(keep) if b[0] in special), len(keep))
+            keep.insert(at, block)
+        else:
+            replaced |= _figure_names(keep[at])
+            keep[at] = block
+    new_missed = [line for b in fresh if b[0] == special[0] for line in b[1:]
+                  if line.startswith("- ") and line != "- none"]
+    new_notes = [line for b in fresh if b[0] == special[1] for line in b[1:]
+                 if line.startswith("- ")]
+    for block in keep:
+        if block[0] == special[0]:
+            old_missed = [line for line in block[1:] if line.startswith("- ")
+                          and line != "- none" and line[2:].split(": ")[0] not in replaced]
+            block[1:] = ["", *(old_missed + new_missed or ["- none"]), ""]
+        elif block[0] == special[1]:
+            while block and block[-1] == "":
+                block.pop()
+            block += new_notes + [""]
+    return "\n".join(line for b in keep for line in b)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -642,9 +728,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--anchor", type=Path, metavar="DIR",
                     help="NVIDIA's nvidia-container-runtime and nvidia-container-runtime-hook"
                     " (docker run) and nvidia-cdi-hook (CDI mode), run in the same rounds")
-    ap.add_argument("--only", choices=("installer", "scaling", "dockerd", "docker-run", "cdi"),
+    ap.add_argument("--only", choices=SECTIONS,
                     action="append",
                     help="run only these sections (repeatable)")
+    ap.add_argument("--merge", action="store_true",
+                    help="put this run's sections into the --out file there is, in place of"
+                    " its own, and keep its other sections (with --only)")
     args = ap.parse_args(argv)
     if args.runs < 10:
         ap.error("--runs must be at least 10: every figure is a median of at least 10 runs")
@@ -657,7 +746,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{k}: {v}")
     report = Report()
     t0 = time.monotonic()
-    sections = args.only or ["installer", "scaling", "dockerd", "docker-run", "cdi"]
+    sections = args.only or list(SECTIONS)
     with tempfile.TemporaryDirectory(prefix="nvd2-bench-") as tmp:
         work = Path(tmp)
         os.environ["NVDOCKER2_STATE_DIR"] = str(work / "state")
@@ -680,8 +769,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 report.notes.append("CDI mode figures not measured: --no-dockerd")
             else:
                 bench_cdi(report, args.cdi_rounds, args.repeat, args.anchor)
+        if "direct-create" in sections:
+            bench_direct_create(report, args.rounds, args.repeat)
     info.append(("load average at the end", _load()))
-    write_results(args.out, report, info, args.runs, time.monotonic() - t0)
+    write_results(args.out, report, info, args.runs, time.monotonic() - t0, args.merge)
     print(f"wrote {args.out}")
     return 0
 
