@@ -113,7 +113,10 @@ def cdi_spec(
     if not common["deviceNodes"]:
         del common["deviceNodes"]  # WSL2: /dev/dxg is device `all`'s
     if folders:
-        hook = hook_entry(runtime_path, ldconfig, links, folders)
+        # CUDA forward compatibility, as direct mode gives it at `create`
+        compat = discovery.driver_version if "compute" in capabilities and \
+            discovery.wsl is None else None
+        hook = hook_entry(runtime_path, ldconfig, links, folders, compat)
         common["hooks"] = [{"hookName": "createContainer", **hook}]
     spec = {"cdiVersion": "", "kind": CDI_KIND, "devices": devices, "containerEdits": common}
     # The lowest version that defines what is written: older readers refuse newer ones.

@@ -44,7 +44,7 @@ HOOK_ACTION = "update-ldcache"
 HOOK_ENV = ("PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",)
 USAGE = (
     "usage: nvidia-container-runtime direct-hook update-ldcache --ldconfig PATH"
-    " [--link DIR/NAME::TARGET]... [--folder DIR]..."
+    " [--link DIR/NAME::TARGET]... [--folder DIR]... [--cuda-compat DRIVER_VERSION]"
 )
 # ldconfig takes well under a second on real images; an image can make it block for ever
 # (a FIFO as ld.so.conf) and hang the container start with it.
@@ -53,11 +53,13 @@ _SIGKILL = 9
 _OUTPUT_LIMIT = 65536
 
 
-def parse_args(argv: list[str]) -> tuple[str, list[tuple[str, str]], list[str]]:
-    """(ldconfig, links as (link, target), folders) from the hook's argv after `direct-hook`."""
+def parse_args(argv: list[str]) -> tuple[str, list[tuple[str, str]], list[str], str | None]:
+    """(ldconfig, links as (link, target), folders, the driver version CUDA forward
+    compatibility is decided against) from the hook's argv after `direct-hook`."""
     if not argv or argv[0] != HOOK_ACTION:
         raise DirectError(f"unknown direct-hook action {argv[:1]!r}", USAGE)
     ldconfig = ""
+    compat: str | None = None
     links: list[tuple[str, str]] = []
     folders: list[str] = []
     it = iter(argv[1:])
@@ -76,11 +78,16 @@ def parse_args(argv: list[str]) -> tuple[str, list[tuple[str, str]], list[str]]:
             if not value.startswith("/"):
                 raise DirectError(f"direct-hook: bad --folder {value!r}", USAGE)
             folders.append(value)
+        elif arg == "--cuda-compat":
+            if not all(p.isascii() and p.isdigit() for p in value.split(".")):
+                raise DirectError(f"direct-hook: bad --cuda-compat {value!r} (a driver version"
+                                  " such as 535.104.05)", USAGE)
+            compat = value
         else:
             raise DirectError(f"direct-hook: unknown option {arg!r}", USAGE)
     if not os.path.isabs(ldconfig):
         raise DirectError("direct-hook: --ldconfig must be an absolute path on the host", USAGE)
-    return ldconfig, links, folders
+    return ldconfig, links, folders, compat
 
 
 def _good_target(target: str) -> bool:
@@ -298,8 +305,16 @@ def _wait_readable_exit(pid: int, deadline: float) -> None:
 
 def run(argv: list[str], stdin: IO[str]) -> None:
     """Do the hook's work or raise `DirectError`."""
-    ldconfig, links, folders = parse_args(argv)
+    ldconfig, links, folders, compat = parse_args(argv)
     rootfs, spec = read_state(stdin)
+    if compat is not None and os.path.lexists(os.path.join(rootfs, "usr/local/cuda")):
+        # CDI mode: the spec is the same for every image, so the image's own newer libcuda
+        # is looked for here, as direct mode looks at `create` (nvdocker2.direct.compat)
+        from nvdocker2.direct.compat import compat_folder
+
+        first = compat_folder(rootfs, compat)
+        if first:
+            folders = [first, *(f for f in folders if f != first)]
     update_ldcache(rootfs, ldconfig, links, folders, lambda found: driver_files(spec, found))
 
 

@@ -312,14 +312,19 @@ def _node(discovery: Discovery, path: str, *, required: bool) -> DeviceNode | No
 
 
 def hook_entry(
-    runtime_path: str, ldconfig: str, links: Sequence[str], folders: Sequence[str]
+    runtime_path: str, ldconfig: str, links: Sequence[str], folders: Sequence[str],
+    cuda_compat: str | None = None,
 ) -> dict[str, Any]:
-    """The createContainer hook: this runtime in its hook role, with a clean environment."""
+    """The createContainer hook: this runtime in its hook role, with a clean environment;
+    `cuda_compat`: the driver version the hook holds an image's CUDA compat libcuda against
+    (CDI specs, which are the same for every image)."""
     args = [os.path.basename(runtime_path), HOOK_SUBCOMMAND, HOOK_ACTION, "--ldconfig", ldconfig]
     for link in links:
         args += ["--link", link]
     for folder in folders:
         args += ["--folder", folder]
+    if cuda_compat:
+        args += ["--cuda-compat", cuda_compat]
     return {"path": runtime_path, "args": args, "env": list(HOOK_ENV)}
 
 
