@@ -172,7 +172,8 @@ class PodmanCdi(Engine):
              "--driver-root", str(self.driver.root), "--runtime-path", runtime],
             capture_output=True, text=True, timeout=120, env=env, cwd=str(REPO))
         assert r.returncode == 0, r.stderr
-        self.pod = PrivatePodman(root / "podman")
+        # Its own short root in /tmp: under pytest's basetemp each `podman run` takes 20 s here.
+        self.pod = PrivatePodman()
         self.pod.start()
         try:
             self.pod.write_cdi_spec(spec.name, spec.read_text())
