@@ -100,12 +100,11 @@ class Seen:
 class Engine:
     """One engine's four images and what their containers show, each container run once."""
 
-    name = ""
-
     def __init__(self) -> None:
         self._seen: dict[tuple[str, bool], Seen] = {}
 
     def seen(self, image: str, gpu: bool = True) -> Seen:
+        """What a container of `image` printed, given GPU 0 or no GPU."""
         if (image, gpu) not in self._seen:
             self._seen[(image, gpu)] = Seen(self.run(image, gpu))
         return self._seen[(image, gpu)]
@@ -117,13 +116,10 @@ class Engine:
 class DockerDirect(Engine):
     """The session's private dockerd with a runtime `nvidia` in direct mode."""
 
-    name = "docker"
-
     def __init__(self, daemon, root: Path):
         super().__init__()
         self.daemon = daemon
         setup = DirectSetup(root)
-        self.driver = setup.driver
         # The daemon's environment does not name the test config.toml: the launcher pins it.
         pinned = root / "pinned"
         pinned.mkdir()
@@ -159,17 +155,15 @@ class DockerDirect(Engine):
 class PodmanCdi(Engine):
     """A private rootful Podman with `nvdocker2 cdi generate`'s spec in its /etc/cdi."""
 
-    name = "podman"
-
     def __init__(self, root: Path):
         super().__init__()
         runtime = runtime_launcher(root)
-        self.driver = build_fake_driver(root / "driver")
+        driver = build_fake_driver(root / "driver")
         spec = root / "nvidia.yaml"
         env = dict(os.environ, NVIDIA_CONTAINER_RUNTIME_CONFIG=str(root / "none.toml"))
         r = subprocess.run(
             [sys.executable, "-m", "nvdocker2", "cdi", "generate", "--output", str(spec),
-             "--driver-root", str(self.driver.root), "--runtime-path", runtime],
+             "--driver-root", str(driver.root), "--runtime-path", runtime],
             capture_output=True, text=True, timeout=120, env=env, cwd=str(REPO))
         assert r.returncode == 0, r.stderr
         # Its own short root in /tmp: under pytest's basetemp each `podman run` takes 20 s here.
