@@ -37,7 +37,7 @@ USER = "1000"
 def pod(tmp_path_factory, podman_prerequisites):
     root = tmp_path_factory.mktemp("podman")
     runtime = runtime_launcher(root)
-    podman = PrivatePodman(root / "podman")
+    podman = PrivatePodman()  # its own short root in /tmp: under pytest's a run takes 20 s
     podman.start()
     try:
         layouts = (("nvidia", "standard", None), ("debian", "debian", "debian.test/gpu"))

@@ -96,7 +96,7 @@ def setup(tmp_path_factory, podman_prerequisites):
                       "--driver-root", str(driver.root), "--runtime-path", runtime, env=env)
         assert r.returncode == 0, r.stderr
         specs[device_class] = out
-    pod = PrivatePodman(root / "podman")
+    pod = PrivatePodman()  # its own short root in /tmp: under pytest's a run takes 20 s
     pod.start()
     try:
         for out in specs.values():

@@ -41,7 +41,7 @@ def setup(tmp_path_factory, podman_prerequisites):
     r = nvdocker2("cdi", "generate", "--output", str(out), "--driver-root", str(driver.root),
                   "--runtime-path", runtime, env=env)
     assert r.returncode == 0, r.stderr
-    pod = PrivatePodman(root / "podman")
+    pod = PrivatePodman()  # its own short root in /tmp: under pytest's a run takes 20 s
     pod.start()
     try:
         pod.write_cdi_spec("nvidia.yaml", out.read_text())
