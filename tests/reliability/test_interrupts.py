@@ -5,6 +5,7 @@ Ctrl-C during the restore waits until the previous bytes are back."""
 from __future__ import annotations
 
 import os
+import select
 import signal
 import subprocess
 
@@ -16,16 +17,27 @@ RT = "/usr/bin/nvidia-container-runtime"
 ORIGINAL = b'{\n    "debug": true\n}\n'
 
 
+def _as_at_a_terminal() -> None:
+    """SIGINT back to its default in the child, so that Python turns it into KeyboardInterrupt
+    as at a terminal: a test run started in the background of a shell inherits SIGINT ignored,
+    and a Ctrl-C sent by the test would then do nothing (and the test wait for ever)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _paused(cfg, steps: str) -> subprocess.Popen:
     return subprocess.Popen(
         [str(NVDOCKER2), "install", "--config", str(cfg), "--reload", "none", "--no-verify",
          "--runtime-path", RT, "--allow-missing-runtime"],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env=dict(os.environ, NVDOCKER2_TEST_PAUSE_AT=steps),
+        env=dict(os.environ, NVDOCKER2_TEST_PAUSE_AT=steps), preexec_fn=_as_at_a_terminal,
     )
 
 
 def _wait_for(p: subprocess.Popen, step: str) -> None:
+    ready, _, _ = select.select([p.stderr], [], [], 60)
+    if not ready:  # never wait for ever: say where it stood
+        p.kill()
+        raise AssertionError(f"nvdocker2 did not pause at {step} within 60 s")
     line = p.stderr.readline()
     assert line == f"nvdocker2: test hook: paused at {step}\n", line
 
