@@ -14,9 +14,6 @@ from __future__ import annotations
 
 import base64
 import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 from fixtures.fake_driver import (
@@ -42,20 +39,15 @@ from fixtures.fake_driver import (
     default_migs,
     mig_minor,
 )
+from cdispec import nvdocker2
 from privatepodman import PrivatePodman, runtime_launcher
 
 from nvdocker2.direct.ldcache import parse_ld_cache
 
-REPO = Path(__file__).resolve().parents[2]
 CLASSES = ("gpu", "imex-channel", "gds", "mofed", "gdrcopy", "nvswitch")
 MIG_A, MIG_B, MIG_C = (m.uuid for m in default_migs())
 # Every character device in the container, with its major:minor in hex, one a line.
 LIST = "find /dev -type c | sort | while read n; do echo \"$n $(stat -c '%t:%T' $n)\"; done"
-
-
-def nvdocker2(*args: str, env=None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "nvdocker2", *args], capture_output=True,
-                          text=True, timeout=120, env=env, cwd=str(REPO))
 
 
 def node(path: str, major: int, minor: int) -> str:

@@ -13,22 +13,14 @@ from __future__ import annotations
 import copy
 import json
 import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import podmanchecks as checks
 from fixtures.fake_driver import build_fake_driver
 from podmanchecks import LIBCUDA
+from cdispec import nvdocker2
 from privatepodman import PrivatePodman, runtime_launcher
 
-REPO = Path(__file__).resolve().parents[2]
-
-
-def nvdocker2(*args: str, env=None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "nvdocker2", *args], capture_output=True,
-                          text=True, timeout=120, env=env, cwd=str(REPO))
 
 
 @pytest.fixture(scope="module")

@@ -15,18 +15,15 @@ from __future__ import annotations
 import base64
 import hashlib
 import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 from fixtures.fake_driver import DXG_MAJOR, DXG_MINOR, WSL_STORE, WSL_STORE_FILES, build_fake_wsl
+from cdispec import nvdocker2
 from privatepodman import PrivatePodman, runtime_launcher
 
 from nvdocker2.cdi_validate import READERS
 from nvdocker2.direct.ldcache import parse_ld_cache
 
-REPO = Path(__file__).resolve().parents[2]
 DXCORE = "/usr/lib/wsl/lib/libdxcore.so"
 # What NVIDIA's WSL spec mounts: libdxcore.so and the driver store's files (WSL's own copies
 # in /usr/lib/wsl/lib other than libdxcore.so are not among them).
@@ -34,11 +31,6 @@ MOUNTED = (DXCORE, *(f"{WSL_STORE}/{name}" for name, _ in WSL_STORE_FILES),
            f"{WSL_STORE}/nvidia-smi")
 # Every character device in the container, with its major:minor in hex, one a line.
 LIST = "find /dev -type c | sort | while read n; do echo \"$n $(stat -c '%t:%T' $n)\"; done"
-
-
-def nvdocker2(*args: str, env=None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "nvdocker2", *args], capture_output=True,
-                          text=True, timeout=120, env=env, cwd=str(REPO))
 
 
 @pytest.fixture(scope="module")
