@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
-from nvdocker2.agent import apply, toolkit
+from nvdocker2.agent import apply, node_cdi, toolkit
 from nvdocker2.host import files
 from nvdocker2.agent.serve import Readiness, serve_healthz
 from nvdocker2.agent.watch import Watcher, fingerprint
@@ -67,6 +67,8 @@ class Agent:
         os.set_blocking(self._wake_w, False)
         self.readiness = Readiness(opts.ready_file)
         self._seen: dict[str, list[float]] = {}  # drifted fingerprint -> when it was re-applied
+        self._spec_due: Optional[float] = None  # when to try the node's CDI spec again
+        self._spec_said = ""
 
     # --- signals ---------------------------------------------------------------------------
 
@@ -185,6 +187,8 @@ class Agent:
                 self.say(f"{self.o.config} changed again; backing off: re-applying in "
                          f"{left:.0f} s")
                 waiting_said = fp
+            if self._spec_due is not None and time.monotonic() >= self._spec_due:
+                self._node_spec()
             watcher.rearm()
             self._sleep(max(0.0, next_try - time.monotonic()) if fp != known else
                         self.o.poll, watcher)
@@ -210,13 +214,36 @@ class Agent:
         out = apply.run("install", self.o.target)
         if not out.ok and placed is not None and placed.new:
             self._remove_toolkit()
+        elif out.ok and kit is not None:
+            self._node_spec()
         return out
+
+    def _node_spec(self) -> None:
+        """The node's CDI spec, made by the toolkit (node_cdi): said, never fatal; a node
+        whose driver is not there yet is tried again every --backoff seconds."""
+        kit = self.o.toolkit
+        assert kit is not None
+        try:
+            said = node_cdi.write(kit, node_cdi.generate(kit, self.o.target.timeout))
+        except (toolkit.Refused, OSError) as e:
+            self._spec_due = time.monotonic() + self.o.backoff
+            if str(e) != self._spec_said:
+                self.say(f"no CDI spec for the node yet: {e}; trying again every "
+                         f"{self.o.backoff:g} s")
+                self._spec_said = str(e)
+            return
+        self._spec_due, self._spec_said = None, ""
+        if not said.endswith("unchanged"):
+            self.say(said)
 
     def _remove_toolkit(self) -> bool:
         """Remove the toolkit's directory (False, said, when that fails)."""
         kit = self.o.toolkit
         assert kit is not None
         try:
+            said = node_cdi.remove(kit)
+            if said:
+                self.say(said)
             if toolkit.remove(kit):
                 self.say(f"toolkit removed from {kit.dir}")
             return True

@@ -8,6 +8,7 @@ What DIR holds (node paths; dirs and programs 0755, files 0644):
     DIR/lib/nvdocker2/...                   the package, as in the image (tomli too for < 3.11)
     DIR/.config/nvidia-container-runtime/config.toml   the toolkit's own config (direct mode)
     DIR/.nvdocker2-toolkit.json             what nvdocker2 made: the directories above DIR
+    DIR/.nvdocker2-cdi.json                 the node's CDI spec the agent wrote (node_cdi)
 
 NVIDIA's operator copies Go binaries; ours need an interpreter, and the node's own python3
 (3.9 or later, root's, in root's directories) runs them: without one the agent refuses before
@@ -28,6 +29,7 @@ import re
 import shutil
 import stat
 from dataclasses import dataclass
+from typing import Any
 
 from nvdocker2.host import files
 from nvdocker2.host import run as door
@@ -36,6 +38,7 @@ DEFAULT_DIR = "/usr/local/nvidia/toolkit"  # NVIDIA's GPU Operator's
 HOST_PYTHON = "/usr/bin/python3"
 MIN_PYTHON = (3, 9)
 MANIFEST = ".nvdocker2-toolkit.json"
+CDI_RECORD = ".nvdocker2-cdi.json"  # what nvdocker2.agent.node_cdi wrote: kept across replaces
 CONFIG = ".config/nvidia-container-runtime/config.toml"  # NVIDIA's operator's place too
 RUNTIME = "nvidia-container-runtime"
 HOOK = "nvidia-container-runtime-hook"
@@ -82,6 +85,15 @@ def _untrusted(st: os.stat_result, euid: int) -> bool:
     return st.st_uid not in (0, euid)
 
 
+def _not_open(parent: os.stat_result, stack: list[str]) -> None:
+    """Refuse a directory on the way that its group or others may write (unless sticky)."""
+    if parent.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not parent.st_mode & stat.S_ISVTX:
+        above = "/" + "/".join(stack)
+        raise Refused(f"{above} on the node is writable by its group or others (mode "
+                      f"{stat.S_IMODE(parent.st_mode):04o})",
+                      f"chmod go-w {above} on the node, or choose another directory")
+
+
 def resolve(host_root: str, node: str) -> tuple[str, str]:
     """(the deepest existing directory on the way to `node`, the rest) as this process sees
     them: symlinks are followed inside the host root (an absolute target means the node's
@@ -105,16 +117,12 @@ def resolve(host_root: str, node: str) -> tuple[str, str]:
         try:
             st = os.lstat(here)
         except FileNotFoundError:
+            _not_open(parent, stack)  # what is made next goes into it
             return os.path.join(root, *stack), "/".join([part, *pending])
         if _untrusted(st, euid):
             raise Refused(f"{shown} on the node belongs to uid {st.st_uid}",
                           "every directory on the toolkit's way must be root's")
-        sticky = parent.st_mode & stat.S_ISVTX
-        if parent.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not sticky:
-            above = "/" + "/".join(stack)
-            raise Refused(f"{above} on the node is writable by its group or others (mode "
-                          f"{stat.S_IMODE(parent.st_mode):04o})",
-                          f"chmod go-w {above} on the node, or choose another --install-toolkit")
+        _not_open(parent, stack)
         if stat.S_ISLNK(st.st_mode):
             links += 1
             if links > MAX_LINKS:
@@ -217,16 +225,22 @@ def plan(t: Toolkit, version: tuple[int, int]) -> dict[str, tuple[bytes, int]]:
     return want
 
 
-def _read_manifest(real: str, node: str) -> dict:
+def read_json(real: str, name: str, node: str) -> Any:
+    """The JSON file `name` in the directory `real` (`node` as the node names it), or None
+    when it is not there or not JSON; the directory itself is never a symlink."""
     fd = os.open(real, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
-        data = files.read_entry(fd, MANIFEST, f"{node}/{MANIFEST}")
+        data = files.read_entry(fd, name, f"{node}/{name}")
     finally:
         os.close(fd)
     try:
-        doc = json.loads(data[0]) if data else None
+        return json.loads(data[0]) if data else None
     except ValueError:
-        doc = None
+        return None
+
+
+def _read_manifest(real: str, node: str) -> dict:
+    doc = read_json(real, MANIFEST, node)
     if not isinstance(doc, dict) or not isinstance(doc.get("made"), list):
         raise Refused(f"{node} exists and is not a toolkit nvdocker2 installed",
                       f"move {node} away on the node, or choose another --install-toolkit")
@@ -240,7 +254,7 @@ def _holds(real: str, want: dict[str, tuple[bytes, int]]) -> bool:
         subdirs[:] = [s for s in subdirs if s != "__pycache__"]
         for name in names:
             rel = os.path.relpath(os.path.join(d, name), real)
-            if rel == MANIFEST:
+            if rel in (MANIFEST, CDI_RECORD):
                 continue
             if rel not in want:
                 return False
@@ -320,6 +334,8 @@ def install(t: Toolkit) -> Placed:
 
     _stage(real + ".new", want, {"nvdocker2": __version__, "made": made,
                                  "files": sorted(want)})
+    if old is not None and os.path.isfile(os.path.join(real, CDI_RECORD)):
+        files.copy_new(os.path.join(real, CDI_RECORD), os.path.join(real + ".new", CDI_RECORD))
     if old is not None:
         os.rename(real, real + ".old")
     os.rename(real + ".new", real)

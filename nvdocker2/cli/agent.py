@@ -59,8 +59,9 @@ def agent(
         None, "--install-toolkit", metavar="DIR", show_default=False,
         help="For a node without packages: copy the runtime and hook from this image into "
         "DIR on the host (NVIDIA's operator uses /usr/local/nvidia/toolkit), run by the host's "
-        "python3 (3.9 or later), point the engine at DIR/nvidia-container-runtime, and remove "
-        "DIR on uninstall."),
+        "python3 (3.9 or later), point the engine at DIR/nvidia-container-runtime, write the "
+        "node's CDI spec /var/run/cdi/nvidia.yaml (never over one it did not write), and "
+        "remove both on uninstall."),
     backoff: float = typer.Option(10.0, "--backoff", metavar="SECONDS", min=0.1,
                                   help="First wait when the same drift comes back or install "
                                   "fails; doubled each time, up to 32 times this."),

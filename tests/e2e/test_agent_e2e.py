@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import stat
 import subprocess
 import sys
 import threading
@@ -28,10 +29,12 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+from fixtures.fake_driver import build_fake_driver  # noqa: E402
 from privatecontainerd import PrivateContainerd, tree_binaries  # noqa: E402
 
 from nvdocker2 import __version__  # noqa: E402
 from nvdocker2.engines.containerd import service  # noqa: E402
+from nvdocker2.runtime.cdi import read_yaml  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "fixtures"
@@ -180,8 +183,8 @@ class Node:
         self.dockerd, self.c, self.systemd, self.run_dir, self.started = (dockerd, c, systemd,
                                                                             run, started)
 
-    def agent(self, name: str, *env: str, image: str = IMAGE) -> None:
-        """`docker run` the agent as the DaemonSet's pod runs it."""
+    def agent(self, name: str, *env: str, image: str = IMAGE, flags: tuple = ()) -> None:
+        """`docker run` the agent as the DaemonSet's pod runs it (`flags` added to its own)."""
         envs = [a for e in env for a in ("-e", e)]
         self.dockerd.docker(
             "run", "-d", "--name", self.cname(name), *privileged(), "--pid=host",
@@ -189,7 +192,7 @@ class Node:
             *envs, image, "--engine", "containerd", "--host-root", "/host",
             "--config", "/etc/containerd/config.toml",
             "--containerd-address", "/host/c.sock", "--ready-file", "/tmp/nvdocker2-agent.ready",
-            "--poll", "1", "--backoff", "2", timeout=300)
+            "--poll", "1", "--backoff", "2", *flags, timeout=300)
         self.started.append(self.cname(name))
 
     @staticmethod
@@ -314,3 +317,129 @@ def test_a_second_agent_is_refused_the_node_and_waits(node):
     node.wait_log("b", "ready:")
     assert node.stop("b") == 0
     assert c.config.read_bytes() == original
+
+
+TOOLKIT = "/usr/local/nvidia/toolkit"
+# What the private containerd itself keeps in the host root (its state, socket, log), and the
+# agent's own state directory (journal, backups, lock: kept by design, docs/kubernetes.md).
+NOT_THE_NODES = {"root", "state", "c.sock", "containerd.log", "containerd.pid",
+                 "containerd.json", "var/lib/nvdocker2"}
+
+
+def node_without_packages(c: PrivateContainerd) -> None:
+    """Make the host root a node with no package of ours: busybox's applets in /bin, this
+    machine's python3 (its binary, the libraries it links and its standard library, compiled
+    as a distribution ships it) at /usr/bin/python3, /var/lib, /var/run -> ../run, /dev/null,
+    and the TEST FIXTURE fake driver (two GPUs)."""
+    root = c.dir
+    for applet in subprocess.run(["busybox", "--list"], capture_output=True, text=True,
+                                 check=True).stdout.split():
+        if not os.path.lexists(root / "bin" / applet):
+            (root / "bin" / applet).symlink_to("busybox")
+    real = os.path.realpath("/usr/bin/python3")
+    name = os.path.basename(real)
+    shutil.copy2(real, root / "usr" / "bin" / name)
+    (root / "usr" / "bin" / "python3").symlink_to(name)
+    libs = subprocess.run(["ldd", real], capture_output=True, text=True, check=True).stdout
+    for word in libs.split():
+        if word.startswith("/"):
+            (root / word.lstrip("/")).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(word, root / word.lstrip("/"))
+    shutil.copytree(f"/usr/lib/{name}", root / "usr" / "lib" / name, symlinks=True,
+                    ignore=shutil.ignore_patterns("site-packages",
+                                                  "dist-packages", "test", "idlelib",
+                                                  "tkinter", "ensurepip", "lib2to3"))
+    (root / "var" / "lib").mkdir(parents=True, exist_ok=True)  # a node has it
+    (root / "var" / "run").symlink_to("../run")
+    build_fake_driver(root)
+    os.mknod(root / "dev" / "null", 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+
+
+def tree(root: Path) -> dict[str, tuple]:
+    """Every entry of the host root but NOT_THE_NODES: kind, mode, owner, bytes or target."""
+    out: dict[str, tuple] = {}
+    for d, subdirs, names in os.walk(root):
+        rel_d = os.path.relpath(d, root)
+        subdirs[:] = [n for n in subdirs
+                      if os.path.normpath(os.path.join(rel_d, n)) not in NOT_THE_NODES]
+        for name in subdirs + names:
+            rel = os.path.normpath(os.path.join(rel_d, name))
+            if rel in NOT_THE_NODES:
+                continue
+            path = os.path.join(d, name)
+            st = os.lstat(path)
+            if os.path.islink(path):
+                what = os.readlink(path)
+            elif os.path.isfile(path):
+                with open(path, "rb") as f:
+                    what = f.read()
+            else:
+                what = None
+            out[rel] = (st.st_mode, st.st_uid, st.st_gid, what)
+    return out
+
+
+def test_install_toolkit_on_a_node_without_packages_and_take_all_of_it_away(node):
+    """--install-toolkit: the runtime, the hook and their config.toml copied into the node,
+    run by the node's own python3 (verified by chroot), the engine pointed at them as the CRI
+    reports, the node's CDI spec written by the node with node paths; on stop all of it goes,
+    and the host root is byte-exact."""
+    c = node.c
+    node_without_packages(c)
+    before = tree(c.dir)
+    t0 = time.time()
+    node.agent("a", flags=("--install-toolkit", TOOLKIT))
+    node.wait_log("a", "ready:")
+    logs = "\n".join(node.logs("a"))
+    assert f"toolkit copied into {TOOLKIT}" in logs, logs
+    runtimes, default = node.cri(t0)
+    assert runtimes.get("nvidia") == f"{TOOLKIT}/nvidia-container-runtime", logs
+    assert default == "crun"
+    # The node's python3 runs the toolkit's runtime from the node's root.
+    p = subprocess.run(["chroot", str(c.dir), f"{TOOLKIT}/nvidia-container-runtime",
+                        "--version"], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0 and f"version {__version__} " in p.stdout, p.stdout + p.stderr
+    node.wait_log("a", "CDI spec /var/run/cdi/nvidia.yaml written")
+    spec_path = c.dir / "run" / "cdi" / "nvidia.yaml"
+    text = spec_path.read_text()
+    assert str(c.dir) not in text and "/host" not in text  # node paths only
+    spec = read_yaml(text)
+    names = {d["name"] for d in spec["devices"]}
+    assert {"0", "1", "all"} <= names, names
+    one = next(d for d in spec["devices"] if d["name"] == "1")
+    assert [n["path"] for n in one["containerEdits"]["deviceNodes"]] == ["/dev/nvidia1"]
+    edits = spec["containerEdits"]
+    assert any(m["hostPath"].startswith("/usr/lib/x86_64-linux-gnu/libcuda.so")
+               for m in edits["mounts"]), text
+    assert {h["path"] for h in edits["hooks"]} == {f"{TOOLKIT}/nvidia-container-runtime"}
+    v = subprocess.run([sys.executable, "-m", "nvdocker2", "cdi", "validate", str(spec_path)],
+                       capture_output=True, text=True, timeout=60)
+    assert v.returncode == 0, v.stdout + v.stderr
+
+    t1 = time.time()
+    assert node.stop("a") == 0, node.logs("a")
+    logs = "\n".join(node.logs("a"))
+    assert "CDI spec /var/run/cdi/nvidia.yaml removed" in logs, logs
+    assert f"toolkit removed from {TOOLKIT}" in logs, logs
+    assert "nvidia" not in node.cri(t1)[0]
+    after = tree(c.dir)
+    changed = sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))
+    assert changed == [], changed
+
+
+def test_install_toolkit_leaves_a_hand_made_node_spec_alone(node):
+    """A /var/run/cdi/nvidia.yaml the agent did not write is never replaced nor removed."""
+    c = node.c
+    node_without_packages(c)
+    (c.dir / "run" / "cdi").mkdir()
+    mine = b"# the node's own spec\ncdiVersion: 0.5.0\nkind: nvidia.com/gpu\ndevices: []\n"
+    (c.dir / "run" / "cdi" / "nvidia.yaml").write_bytes(mine)
+    before = tree(c.dir)
+    node.agent("a", flags=("--install-toolkit", TOOLKIT))
+    node.wait_log("a", "ready:")
+    node.wait_log("a", "was not written by the agent: left as it is")
+    assert (c.dir / "run" / "cdi" / "nvidia.yaml").read_bytes() == mine
+    assert node.stop("a") == 0, node.logs("a")
+    after = tree(c.dir)
+    changed = sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))
+    assert changed == [], changed

@@ -158,6 +158,13 @@ def _group_writable(host: Path) -> str:
     return "/usr on the node is writable by its group or others (mode 0775)"
 
 
+def _deepest_group_writable(host: Path) -> str:
+    """The deepest directory that exists on DIR's way, where the agent would make the rest."""
+    (host / "usr" / "local").mkdir()
+    (host / "usr" / "local").chmod(0o775)
+    return "/usr/local on the node is writable by its group or others (mode 0775)"
+
+
 def _no_python(host: Path) -> str:
     (host / "usr" / "bin" / "python3").unlink()
     return "the node has no /usr/bin/python3"
@@ -185,8 +192,8 @@ def _not_ours(host: Path) -> str:
     return f"{DIR} exists and is not a toolkit nvdocker2 installed"
 
 
-@pytest.mark.parametrize("plant", [_hostile_link, _group_writable, _no_python, _old_python,
-                                   _python_of_nobody, _not_ours])
+@pytest.mark.parametrize("plant", [_hostile_link, _group_writable, _deepest_group_writable,
+                                   _no_python, _old_python, _python_of_nobody, _not_ours])
 def test_hostile_dir_or_python_refused_before_anything_changes(host, plant):
     want = plant(host)
     before = tree(host)
