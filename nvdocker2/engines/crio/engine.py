@@ -3,7 +3,8 @@
 CRI-O reads crio.conf and then every file of crio.conf.d in order, later files overriding
 earlier keys, so the whole change is one file that nvdocker2 owns (document.py); what install
 and uninstall do to it is edit.py, how CRI-O is restarted or signalled is service.py.
-Unit-tested only: no CRI-O package is installed where this project is tested.
+No CRI-O package is installed where this project is tested: the release check `make crio-e2e`
+runs it against a CRI-O built from its source.
 """
 
 from __future__ import annotations
