@@ -27,7 +27,7 @@ sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE.parent / "e2e"))
 
 import grpc  # noqa: E402  (python3-grpcio: the CRI client's)
-from cri import Cri  # noqa: E402
+from cri import Cri, decode, message  # noqa: E402
 from fixtures.fake_driver import build_fake_driver  # noqa: E402
 from privatecrio import PrivateCrio, host_paths, missing_prerequisites  # noqa: E402
 import test_cri_e2e as cri_e2e  # noqa: E402
@@ -113,6 +113,17 @@ def runtimes(c: PrivateCrio) -> tuple[dict, str]:
     return rt["runtimes"], rt["default_runtime"]
 
 
+def handlers(c: PrivateCrio) -> list[str]:
+    """The runtime handlers CRI-O's CRI Status names (StatusResponse.runtime_handlers, what
+    the kubelet reads), the default one's name empty."""
+    cri = Cri(c.address)
+    try:
+        resp = cri.call("Status", message((1, True)))
+    finally:
+        cri.close()
+    return [decode(h).get(1, [b""])[-1].decode() for h in resp.get(3, [])]
+
+
 def refused(c: PrivateCrio, name: str, handler: str) -> str:
     """What CRI-O answers a RunPodSandbox with `handler` it refuses ("" if it runs it)."""
     cri = Cri(c.address)
@@ -142,6 +153,7 @@ def test_install_restarts_crio_and_a_pod_with_handler_nvidia_gets_exactly_its_gp
         assert any(m.endswith("(cri-o/cri-o#10202): restarting") for m in out["notes"]), out
     rts, default = runtimes(c)
     assert rts["nvidia"]["runtime_path"] == c.runtime and default == "runc"
+    assert "nvidia" in handlers(c)
     pods = tmp_path / "out"
     pods.mkdir()
     assert run_pod(c, pods, f"gpu1-{reload}", {"NVIDIA_VISIBLE_DEVICES": "1"}) == GPU1
@@ -150,14 +162,15 @@ def test_install_restarts_crio_and_a_pod_with_handler_nvidia_gets_exactly_its_gp
     assert p.returncode == 0, p.stderr + c.log_tail()
     assert json.loads(p.stdout)["verified"] is True
     assert dropins(c) == before
-    assert "nvidia" not in runtimes(c)[0]
+    assert "nvidia" not in runtimes(c)[0] and "nvidia" not in handlers(c)
     assert "failed to find runtime handler nvidia" in refused(c, f"gone-{reload}", "nvidia")
 
 
 def test_sighup_shows_the_runtime_in_crio_status_but_crio_still_refuses_it_to_pods(node,
                                                                                     tmp_path):
-    """CRI-O's own bug (cri-o/cri-o#10202), the reason `auto` restarts: when this fails, a
-    CRI-O release has fixed it, and auto may signal that release again."""
+    """CRI-O's own bug (cri-o/cri-o#10202), the reason `auto` restarts: after the SIGHUP both
+    `crio status config` and the CRI's Status name the runtime, and RunPodSandbox refuses it.
+    When this fails, a CRI-O release has fixed it, and auto may signal that release again."""
     c = node
     state = tmp_path / "state"
     before, pid = dropins(c), c.pid()
@@ -167,7 +180,7 @@ def test_sighup_shows_the_runtime_in_crio_status_but_crio_still_refuses_it_to_po
     assert out["verified"] is True and c.pid() == pid  # SIGHUP: the same crio
     assert any("restart CRI-O for its pods to run with the change" in m
                for m in out["notes"]), out
-    assert runtimes(c)[0]["nvidia"]["runtime_path"] == c.runtime
+    assert runtimes(c)[0]["nvidia"]["runtime_path"] == c.runtime and "nvidia" in handlers(c)
     assert "failed to find runtime handler nvidia" in refused(c, "after-sighup", "nvidia")
     p = nvdocker2(c, state, "uninstall", "--reload", "signal")
     assert p.returncode == 0, p.stderr + c.log_tail()
