@@ -6,8 +6,8 @@ conmon's exits and attach sockets, pinned namespaces), the pod logs, its contain
 registries.conf and storage.conf (CONTAINERS_* variables), and the CNI directories (empty:
 only pods in the node's network namespace run, which need no CNI). It is started and stopped
 by the `systemctl` stand-in (tests/release/systemctl-crio), which keeps its pidfile; cleanup
-stops only that pid. The machine's /etc/crio, /var/lib/containers and /run/crio are never
-read or written.
+stops only that pid. crio runs in a mount namespace with a /run of its own; the machine's
+/etc/crio, /var/lib/containers and /run are never read or written.
 
 CRI-O pulls only from registries, and containers/image keeps root's blob cache in
 /var/lib/containers: so the busybox image is loaded into the vfs storage by Podman inside a
@@ -151,8 +151,14 @@ class PrivateCrio:
         self.unit_env = {"CONTAINERS_REGISTRIES_CONF": str(self.dir / "registries.conf"),
                          "CONTAINERS_STORAGE_CONF": str(self.dir / "storage.conf"),
                          **(unit_env or {})}
+        # CRI-O keeps runc's state of a runtime table without runtime_root (the drop-in's) in
+        # /run/crun: crio runs in a mount namespace of its own with a /run of its own (unshare
+        # and sh exec, so the pid the stand-in keeps is crio's).
+        argv = ["unshare", "--mount", "--propagation", "private", "sh", "-c",
+                'mount -t tmpfs -o mode=0755 nvd2-crio-run /run && exec "$@"', "sh",
+                self.exe, "--config", str(self.config), "--config-dir", str(self.dropins)]
         (self.dir / "crio.json").write_text(json.dumps({
-            "argv": [self.exe, "--config", str(self.config), "--config-dir", str(self.dropins)],
+            "argv": argv,
             "log": str(self.log), "address": self.address, "env": self.unit_env}))
 
     def env(self, **extra: str) -> dict:
