@@ -70,7 +70,6 @@ namespaces_dir = "{d}/ns"
 pinns_path = "{pinns}"
 hooks_dir = ["{d}/hooks"]
 cdi_spec_dirs = ["{d}/cdi"]
-default_ulimits = ["nofile=1024:1024", "nproc=1024:1024"]
 
 [crio.runtime.runtimes.runc]
 runtime_path = "{runc}"
