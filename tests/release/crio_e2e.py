@@ -63,12 +63,12 @@ def node(tmp_path_factory):
         (root / "bin" / name).chmod(0o755)
     runtime = str(root / "bin" / "nvidia-container-runtime")
     c = PrivateCrio(CRIO, PINNS)
-    p = subprocess.run(NVDOCKER2 + ["cdi", "generate", "--driver-root", str(driver.root),
-                                    "--runtime-path", runtime,
-                                    "--output", str(c.dir / "cdi" / "nvidia.yaml")],
-                       capture_output=True, text=True, timeout=120)
-    assert p.returncode == 0, p.stderr
     try:
+        p = subprocess.run(NVDOCKER2 + ["cdi", "generate", "--driver-root", str(driver.root),
+                                        "--runtime-path", runtime,
+                                        "--output", str(c.dir / "cdi" / "nvidia.yaml")],
+                           capture_output=True, text=True, timeout=120)
+        assert p.returncode == 0, p.stderr
         c.load_images()
         c.start()
         c.runtime, c.toolkit, c.driver, c.spec_dir = runtime, toml, driver, c.dir / "cdi"
