@@ -204,6 +204,29 @@ def test_set_default_runs_pods_without_a_handler_through_nvidia_until_uninstall(
     assert run_pod(c, pods, "default-runc", gpu, handler="") == NO_GPU
 
 
+@pytest.mark.parametrize("default", [False, True])
+def test_a_runtime_crio_cannot_run_is_rolled_back_and_crio_runs_as_before(node, tmp_path,
+                                                                          default):
+    """CRI-O leaves out a runtime whose runtime_path it cannot run (and does not start when
+    that runtime is its default): the change does not verify, the drop-in goes back."""
+    c = node
+    before = dropins(c)
+    missing = str(tmp_path / "nvidia-container-runtime")
+    p = nvdocker2(c, tmp_path / "state", "install", "--runtime-path", missing,
+                  "--allow-missing-runtime", *(["--set-default"] if default else []),
+                  "--timeout", "10")
+    assert p.returncode == 4, p.stderr
+    if default:  # the restart failed: crio exited; the rollback's restart brought it back
+        assert "systemctl restart crio failed" in p.stderr
+    else:
+        assert 'CRI-O reports: runtime "nvidia" is missing' in p.stderr
+        assert 'Runtime handler \\"nvidia\\" is being ignored' in c.log.read_text()
+    assert "the previous file was restored" in p.stderr
+    assert dropins(c) == before and c.pid()
+    rts, default_runtime = runtimes(c)
+    assert list(rts) == ["runc"] and default_runtime == "runc"
+
+
 @pytest.fixture
 def installed(node_toolkit, tmp_path):  # noqa: F811  (the fixture imported above)
     """install --engine crio (a restart); uninstall gives back the drop-in directory's bytes."""

@@ -242,7 +242,7 @@ def test_crio_warns_of_a_runtime_path_it_would_refuse(tmp_path):
     missing = str(tmp_path / "missing")
     res = txn.run(eng, "install", Request("nvidia", missing), state=tmp_path / "st")
     assert res.changed and list(res.warnings) == [
-        f"{missing} is not an executable file (yet): CRI-O does not start with "
-        "such a runtime_path, and its SIGHUP reload fails on it"]
+        f"{missing} is not an executable file (yet): CRI-O leaves such a runtime out, "
+        "and does not start when it is the default_runtime"]
     res = txn.run(eng, "install", Request("runc2", sys.executable), state=tmp_path / "st")
     assert res.changed and res.warnings == ()
