@@ -154,6 +154,9 @@ def test_install_restarts_crio_and_a_pod_with_handler_nvidia_gets_exactly_its_gp
     rts, default = runtimes(c)
     assert rts["nvidia"]["runtime_path"] == c.runtime and default == "runc"
     assert "nvidia" in handlers(c)
+    doctor = {d["id"]: d["status"] for d in json.loads(nvdocker2(c, state, "doctor").stdout)[
+        "checks"] if d["id"].startswith("crio-")}
+    assert doctor == {"crio-dropin": "ok", "crio-running": "ok"}
     pods = tmp_path / "out"
     pods.mkdir()
     assert run_pod(c, pods, f"gpu1-{reload}", {"NVIDIA_VISIBLE_DEVICES": "1"}) == GPU1
