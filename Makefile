@@ -18,6 +18,9 @@
 #               check; docs/testing.md)
 #   make mutation-changed  the same for what changed since the last v* tag, within 9 minutes
 #               (scripts/test.sh runs it)
+#   make crio-e2e CRIO=PATH [PINNS=PATH]  the release check against a real CRI-O: a private crio
+#               (PATH: one built from CRI-O's source; its pinns beside it unless PINNS names
+#               one) configured by nvdocker2 (tests/release/crio_e2e.py, docs/testing.md)
 #   make matrix the platform matrix: the .deb on Debian 12, 13 and sid trees, each on its own
 #               dockerd (scripts/matrix.py; MATRIX_PLATFORMS="bookworm sid" picks, MATRIX_JOBS=N)
 # Packages are built from a copy of the working tree (tracked and new files, not ignored ones)
@@ -186,3 +189,17 @@ MUTATION_BUDGET ?= 540
 .PHONY: mutation-changed
 mutation-changed:
 	@$(MATRIX_PYTHON) scripts/mutation.py --changed-since $(MUTATION_SINCE) --budget $(MUTATION_BUDGET)
+
+# make crio-e2e CRIO=PATH [PINNS=PATH]: tests/release/crio_e2e.py against that crio (a release
+# check: no CRI-O package is in the archives this project is tested from).
+CRIO ?=
+PINNS ?=
+.PHONY: crio-e2e
+crio-e2e:
+	@if [ -z "$(CRIO)" ]; then
+	    echo "error: make crio-e2e needs CRIO=PATH, the crio to test against" >&2
+	    echo "hint: make crio-e2e CRIO=/path/to/crio [PINNS=/path/to/pinns] (docs/testing.md)" >&2
+	    exit 2
+	fi
+	NVD2_CRIO="$(abspath $(CRIO))" NVD2_PINNS="$(if $(PINNS),$(abspath $(PINNS)))" \
+	    $(MATRIX_PYTHON) -m pytest -q -p no:cacheprovider tests/release/crio_e2e.py

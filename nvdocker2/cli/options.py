@@ -34,8 +34,9 @@ RELOAD_HELP = (
     "How dockerd is told about the change: auto (systemctl reload docker when systemd runs "
     "the docker unit, else SIGHUP to the dockerd in --pidfile, else none with the command to "
     "run; says what it picked and why), systemd, sysv (service docker reload), signal, none. "
-    "containerd: auto, systemd (restart), none. CRI-O: auto (signal from CRI-O 1.25.1, else "
-    "systemd), signal (SIGHUP), systemd (restart), none. [default: auto]"
+    "containerd: auto, systemd (restart), none. CRI-O: auto (restart: its SIGHUP reload "
+    "leaves pods the runtimes it started with), signal (SIGHUP), systemd (restart), none. "
+    "[default: auto]"
 )
 
 

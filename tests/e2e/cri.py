@@ -88,6 +88,9 @@ def _read_varint(data: bytes, i: int) -> tuple[int, int]:
             return n, i
 
 
+NODE_NAMESPACES = message((1, NODE), (2, NODE), (3, NODE))  # NamespaceOption network, pid, ipc
+
+
 def _one(msg: dict, num: int, default=b""):
     return msg.get(num, [default])[-1]
 
@@ -132,8 +135,8 @@ class Cri:
 
     @staticmethod
     def sandbox_config(name: str, uid: str, namespace: str = "default") -> bytes:
-        ns = message((1, NODE), (2, NODE), (3, NODE))  # NamespaceOption network, pid, ipc
-        linux = message((2, message((1, ns))))  # LinuxPodSandboxConfig.security_context
+        # LinuxPodSandboxConfig.security_context
+        linux = message((2, message((1, NODE_NAMESPACES))))
         # No hostname: a pod in the node's network namespace keeps the node's (as the
         # kubelet does for hostNetwork pods).
         return message((1, message((1, name), (2, uid), (3, namespace), (4, 0)))) + field(
@@ -146,13 +149,16 @@ class Cri:
                          command: list[str], env: dict | None = None,
                          annotations: dict | None = None, cdi_devices: tuple = (),
                          mounts: tuple | list = ()) -> str:
-        """ContainerConfig: metadata, image, command, envs, mounts (container path, host
-        path), annotations, CDI_devices."""
-        cfg = (field(1, message((1, name), (2, 0))) + field(2, message((1, image)))
+        """ContainerConfig: metadata, image (also as user_specified_image), command, envs,
+        mounts (container path, host path), annotations, the pod's namespaces in the security
+        context, CDI_devices. CRI-O refuses a container without the user_specified_image and
+        the namespaces that the kubelet sends."""
+        cfg = (field(1, message((1, name), (2, 0))) + field(2, message((1, image), (18, image)))
                + repeated(3, command)
                + b"".join(field(6, message((1, k), (2, v))) for k, v in (env or {}).items())
                + b"".join(field(7, message((1, cp), (2, hp))) for cp, hp in mounts)
                + string_map(10, annotations or {})
+               + field(15, message((2, message((3, NODE_NAMESPACES)))))  # Linux.security_context
                + b"".join(field(17, message((1, d))) for d in cdi_devices))
         resp = self.call("CreateContainer", message((1, pod), (2, cfg), (3, sandbox)))
         return _one(resp, 1).decode()

@@ -104,11 +104,12 @@ def nvdocker2(c: PrivateContainerd, state: Path, *args: str) -> subprocess.Compl
 
 def run_pod(c: PrivateContainerd, out: Path, name: str, env: dict,
             annotations: dict | None = None, *, probe: str = PROBE, mounts: tuple = (),
-            cdi_devices: tuple = ()) -> str:
-    """A pod with handler nvidia running `probe`; what it wrote to /out/devices."""
+            cdi_devices: tuple = (), handler: str = "nvidia") -> str:
+    """A pod with `handler` ("": the default runtime) running `probe`; what it wrote to
+    /out/devices."""
     cri = Cri(c.address)
     sandbox = Cri.sandbox_config(name, f"uid-{name}")
-    pod = cri.run_pod_sandbox(sandbox, "nvidia")
+    pod = cri.run_pod_sandbox(sandbox, handler)
     try:
         cid = cri.create_container(pod, sandbox, "probe", IMAGE, ["/bin/sh", "-c", probe],
                                    env=env, annotations=annotations, cdi_devices=cdi_devices,

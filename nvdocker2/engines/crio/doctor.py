@@ -7,6 +7,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from nvdocker2.engines.crio.service import DEFAULT_SOCKET
 from nvdocker2.host import run as door
 from nvdocker2.host.run import safe_which
 from nvdocker2.doctor.model import CheckPlan, Checks, Facts, Outcome, fail, ok, warn
@@ -25,11 +26,13 @@ class CrioFacts(Facts):
 
     dropin: Path
     runtime: str = "nvidia"
+    socket: str = DEFAULT_SOCKET
 
 
-def crio_checks(dropin: Path, runtime: str = "nvidia") -> CheckPlan:
-    """CRI-O's checks against the drop-in `dropin` and the CRI-O on this host."""
-    return CheckPlan(CrioFacts(dropin, runtime), list(CHECKS))
+def crio_checks(dropin: Path, runtime: str = "nvidia",
+                socket: str = DEFAULT_SOCKET) -> CheckPlan:
+    """CRI-O's checks against the drop-in `dropin` and the CRI-O serving `socket`."""
+    return CheckPlan(CrioFacts(dropin, runtime, socket), list(CHECKS))
 
 
 @check("crio-dropin", "CRI-O drop-in")
@@ -66,10 +69,13 @@ def running(f: CrioFacts) -> Outcome:
         return warn("no crio on PATH that is safe to run (owned by root, in directories no "
                     "other user can write)", "install CRI-O, or ignore on a host without it")
     try:
-        p = door.run([exe, "status", "config"], timeout=15, text=True)
+        p = door.run([exe, "status", "--socket", f.socket, "config"], timeout=15, text=True)
     except OSError as e:
         return warn(f"crio status failed: {e}", "systemctl status crio")
-    if p.returncode != 0 or f"runtimes.{runtime}]" not in p.stdout:
+    if p.returncode != 0:
+        return fail(f"CRI-O does not answer on {f.socket}",
+                    "systemctl status crio, or name its socket with --containerd-address")
+    if f"runtimes.{runtime}]" not in p.stdout:
         return fail(f"the running CRI-O does not report runtime {runtime}",
                     "systemctl restart crio")
     return ok(f"the running CRI-O reports runtime {runtime}")

@@ -3,7 +3,8 @@
 CRI-O reads crio.conf and then every file of crio.conf.d in order, later files overriding
 earlier keys, so the whole change is one file that nvdocker2 owns (document.py); what install
 and uninstall do to it is edit.py, how CRI-O is restarted or signalled is service.py.
-Unit-tested only: no CRI-O package is installed where this project is tested.
+No CRI-O package is installed where this project is tested: the release check `make crio-e2e`
+runs it against a CRI-O built from its source.
 """
 
 from __future__ import annotations
@@ -43,7 +44,8 @@ class CrioEngine(EngineBase):
         if not path or not os.path.isabs(path) or (os.path.isfile(path) and
                                                    os.access(path, os.X_OK)):
             return
-        # CRI-O checks every runtime_path: at start it refuses to run, on SIGHUP it logs the
-        # reload as failed yet keeps the new runtime table (pkg/config/reload.go).
-        ctx.warn(f"{path} is not an executable file (yet): CRI-O does not start with such a "
-                 "runtime_path, and its SIGHUP reload fails on it")
+        # CRI-O checks every runtime_path when it starts and on SIGHUP (ValidateRuntimes,
+        # pkg/config/config.go): it leaves out a runtime it cannot run, a warning in its log,
+        # and does not start when that runtime is its default (seen on 1.36.3).
+        ctx.warn(f"{path} is not an executable file (yet): CRI-O leaves such a runtime out, "
+                 "and does not start when it is the default_runtime")

@@ -65,5 +65,6 @@ class CrioFront(TransactionFront["CrioEngine"]):
                address: Optional[str]) -> Any:
         from nvdocker2.engines.crio.engine import DEFAULT_DROPIN
         from nvdocker2.engines.crio.doctor import crio_checks
+        from nvdocker2.engines.crio.service import DEFAULT_SOCKET
 
-        return crio_checks(config or DEFAULT_DROPIN)
+        return crio_checks(config or DEFAULT_DROPIN, socket=address or DEFAULT_SOCKET)

@@ -2,14 +2,14 @@
 
 `systemd` restarts the unit (containers keep running: conmon holds them); `signal` sends
 SIGHUP, on which CRI-O ≥ 1.25.1 re-reads its runtime tables and default_runtime
-(pkg/config/reload.go, ReloadRuntimes); `auto` takes signal where that holds, else restarts.
-Either way the check after is `crio status config`, the configuration CRI-O runs.
+(pkg/config/reload.go, ReloadRuntimes) into the configuration `crio status` shows, but not into
+the copy its CRI runs pods from (cri-o/cri-o#10202, seen on 1.36.3): so `auto` restarts.
+Either way the check after is `crio status config`.
 """
 
 from __future__ import annotations
 
 import os
-import re
 import signal
 from pathlib import Path
 from typing import Any
@@ -23,7 +23,10 @@ from nvdocker2.host import run as door
 from nvdocker2.host.run import safe_which
 
 DEFAULT_SOCKET = "/var/run/crio/crio.sock"
-SIGHUP_RELOADS_RUNTIMES = (1, 25, 1)  # ReloadRuntimes in pkg/config/reload.go: 1.25.1, 1.26.0
+# What a SIGHUP leaves undone: CRI-O's server keeps a copy of the configuration (server/server.go)
+# whose runtimes the reload replaces, while pods are run from the one it started with.
+SIGHUP_LEAVES_PODS = ("CRI-O's SIGHUP reload shows new runtimes in `crio status`, yet its pods "
+                      "keep the runtimes it started with (cri-o/cri-o#10202)")
 
 
 def runtimes_from_status(text: str) -> tuple[dict[str, str], str]:
@@ -70,24 +73,13 @@ class SystemdCrio(Service):
         poll(probe, timeout, f"CRI-O did not answer on {self.socket}")
 
 
-def crio_version(exe: str | None, run: Any = door.as_run) -> tuple[int, int, int] | None:
-    """(major, minor, patch) that `exe --version` says ("crio version 1.30.4"), or None."""
-    if exe is None:
-        return None
-    try:
-        p = run([exe, "--version"], capture_output=True, text=True, timeout=30)
-    except OSError:
-        return None
-    m = re.search(r"crio version (\d+)\.(\d+)\.(\d+)", p.stdout or "")
-    return (int(m[1]), int(m[2]), int(m[3])) if p.returncode == 0 and m else None
-
-
 class SignalCrio(SystemdCrio):
     """SIGHUP to the running CRI-O, which re-reads crio.conf and crio.conf.d (from 1.25.1 its
-    runtime tables and default_runtime too), then the same check as after a restart: `crio
-    status config` must show the change. The process signalled is the unit's MainPID, and only
-    when it is the process serving CRI-O's socket, every uid of it is root's and it is a crio:
-    a stale or user-started `crio` is never signalled (the rules nvdocker2 keeps for dockerd)."""
+    runtime tables and default_runtime too, but only for `crio status`: SIGHUP_LEAVES_PODS),
+    then the same check as after a restart: `crio status config` must show the change. The
+    process signalled is the unit's MainPID, and only when it is the process serving CRI-O's
+    socket, every uid of it is root's and it is a crio: a stale or user-started `crio` is never
+    signalled (the rules nvdocker2 keeps for dockerd)."""
 
     strategy = "signal"
     verb = "reload"
@@ -132,24 +124,15 @@ class SignalCrio(SystemdCrio):
 def make_service(reload: str, unit: str, socket: str, verify: bool,
                  run: Any = door.as_run, systemctl: str = "systemctl",
                  proc: Path = Path("/proc"), exe: str | None = "") -> tuple[Any, str | None]:
-    """(service, why) for `--reload auto|systemd|signal` (why: what auto chose it for).
-    `signal` finds and checks CRI-O's process here, before anything is written. `exe`: the
-    crio whose version auto asks ("": the one on PATH)."""
+    """(service, why) for `--reload auto|systemd|signal` (why: what the output says of the
+    choice). `signal` finds and checks CRI-O's process here, before anything is written, and
+    says what its SIGHUP leaves undone; `auto` restarts, the one way a pod gets the new
+    runtime. `exe`: the crio to ask what it runs ("": the one on PATH)."""
     restart = SystemdCrio(unit, socket, verify, run, exe or None)
     if reload == "systemd":
         return restart, None
-    sig = SignalCrio(unit, socket, verify, run, systemctl, proc, exe or None)
     if reload == "signal":
+        sig = SignalCrio(unit, socket, verify, run, systemctl, proc, exe or None)
         sig.find()
-        return sig, None
-    version = crio_version(safe_which("crio") if exe == "" else exe, run)
-    if version is None:
-        return restart, "crio on PATH did not say its version; restarting is what every CRI-O takes"
-    named = "CRI-O " + ".".join(map(str, version))
-    if version < SIGHUP_RELOADS_RUNTIMES:
-        return restart, f"{named} re-reads its runtimes only when it starts"
-    try:
-        pid = sig.find()
-    except EnvironmentProblem as e:
-        return restart, f"{e.message}; restarting instead"
-    return sig, f"{named} (pid {pid}) re-reads its runtimes on SIGHUP"
+        return sig, SIGHUP_LEAVES_PODS + ": restart CRI-O for its pods to run with the change"
+    return restart, SIGHUP_LEAVES_PODS + ": restarting"

@@ -115,8 +115,8 @@ def test_other_tables_of_the_dropin_are_kept(crio):
 @pytest.mark.parametrize("path,warned", [(A, True), ("/", True), ("/bin/sh", False)])
 def test_a_runtime_path_crio_cannot_run_is_warned_about(crio, tmp_path, path, warned):
     _, result = crio("install", "nvidia", path)
-    says = (f"{path} is not an executable file (yet): CRI-O does not start with such a "
-            "runtime_path, and its SIGHUP reload fails on it")
+    says = (f"{path} is not an executable file (yet): CRI-O leaves such a runtime out, "
+            "and does not start when it is the default_runtime")
     assert list(result.warnings) == ([says] if warned else [])
     _, result = crio("uninstall", "nvidia")
     assert list(result.warnings) == []
