@@ -21,6 +21,8 @@
 #   make crio-e2e CRIO=PATH [PINNS=PATH]  the release check against a real CRI-O: a private crio
 #               (PATH: one built from CRI-O's source; its pinns beside it unless PINNS names
 #               one) configured by nvdocker2 (tests/release/crio_e2e.py, docs/testing.md)
+#   make cri-crosscheck CRICTL=PATH  the tests' CRI client held against crictl on the private
+#               containerds (tests/release/crictl_crosscheck.py, docs/testing.md)
 #   make matrix the platform matrix: the .deb on Debian 12, 13 and sid trees, each on its own
 #               dockerd (scripts/matrix.py; MATRIX_PLATFORMS="bookworm sid" picks, MATRIX_JOBS=N)
 # Packages are built from a copy of the working tree (tracked and new files, not ignored ones)
@@ -203,3 +205,16 @@ crio-e2e:
 	fi
 	NVD2_CRIO="$(abspath $(CRIO))" NVD2_PINNS="$(if $(PINNS),$(abspath $(PINNS)))" \
 	    $(MATRIX_PYTHON) -m pytest -q -p no:cacheprovider tests/release/crio_e2e.py
+
+# make cri-crosscheck CRICTL=PATH: tests/release/crictl_crosscheck.py (crictl, like CRI-O, is in
+# no archive this project is tested from).
+CRICTL ?=
+.PHONY: cri-crosscheck
+cri-crosscheck:
+	@if [ -z "$(CRICTL)" ]; then
+	    echo "error: make cri-crosscheck needs CRICTL=PATH, the crictl to check against" >&2
+	    echo "hint: make cri-crosscheck CRICTL=/path/to/crictl (docs/testing.md)" >&2
+	    exit 2
+	fi
+	NVD2_CRICTL="$(abspath $(CRICTL))" \
+	    $(MATRIX_PYTHON) -m pytest -q -p no:cacheprovider tests/release/crictl_crosscheck.py

@@ -34,12 +34,15 @@ sys.path.insert(0, str(HERE.parent / "e2e"))
 
 from cri import Cri  # noqa: E402
 from privatecontainerd import IMAGE, PrivateContainerd  # noqa: E402
+import test_cri_e2e  # noqa: E402
 from test_cri_e2e import GPUS, gpu1, gpus  # noqa: E402
-from test_cri_e2e import installed, node, node_toolkit  # noqa: E402,F401  (fixtures)
 
 from nvdocker2.engines.containerd import service  # noqa: E402
 
 CRICTL = os.environ.get("NVD2_CRICTL", "")
+# test_cri_e2e's fixtures: its private containerds, configured by install --engine containerd
+node, node_toolkit, installed = (test_cri_e2e.node, test_cri_e2e.node_toolkit,
+                                 test_cri_e2e.installed)
 
 
 def crictl(c: PrivateContainerd, *args: str) -> str:
