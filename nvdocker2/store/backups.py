@@ -10,7 +10,6 @@ import hashlib
 import json
 import os
 import re
-import secrets
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -94,7 +93,7 @@ class Backups:
         for_config: Path | None = None,
     ) -> Backup:
         now = _dt.datetime.now(_dt.timezone.utc)
-        bid = now.strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(3)
+        bid = now.strftime("%Y%m%dT%H%M%SZ") + "-" + os.urandom(3).hex()
         try:
             make_dirs(self.dir)
         except OSError as e:
