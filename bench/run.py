@@ -148,7 +148,8 @@ def linear_fit(xs: Sequence[float], ys: Sequence[float]) -> tuple[float, float, 
 # --- the installer without dockerd -------------------------------------------------------------
 
 
-def bench_installer(report: Report, runs: int, work: Path) -> None:
+def bench_installer(report: Report, runs: int, work: Path, repeat: int = 3,
+                    anchor: Path | None = None) -> None:
     print("installer, --reload none (no dockerd):", flush=True)
     config = work / "cli" / "daemon.json"
     config.parent.mkdir()
@@ -172,6 +173,7 @@ def bench_installer(report: Report, runs: int, work: Path) -> None:
     report.add(Figure("installer", "uninstall --reload none --no-verify", t, "s",
                       f"median of {runs} CLI runs"), cpu)
     install_typical(report, runs, work, env)
+    install_own_time(report, max(runs, 20), repeat, anchor)
     t, cpu = median_time(lambda: cli("--version", env=env), runs)
     report.add(Figure("installer", "nvdocker2 --version (interpreter start and imports)", t, "s",
                       f"median of {runs} CLI runs", note="the floor under every CLI figure"), cpu)
@@ -250,6 +252,39 @@ def install_typical(report: Report, runs: int, work: Path, env: dict) -> None:
                       ms["install"], "ms", f"median of {len(rows['install'])} CLI runs, "
                       "alternating with a bare interpreter", "≤ 100 ms", ms["install"] <= 100,
                       note), ms["cpu"] / 1000)
+
+
+def install_own_time(report: Report, rounds: int, repeat: int, anchor: Path | None) -> None:
+    """The install's own time above the library floor (bench/bench_install.py, which see):
+    the install's median minus LIBRARY_FLOOR's over the same alternating rounds, wall and CPU,
+    net of a `dockerd --validate` the install ran (shown on its own), with NVIDIA's
+    `nvidia-ctk runtime configure` in the same rounds where `anchor` has it."""
+    if anchor is not None and not (anchor / "nvidia-ctk").is_file():
+        anchor = None
+    name = "install's own time above the library floor (45-line daemon.json)"
+    try:
+        data = run_bench_script("bench_install.py", rounds, repeat, anchor)
+    except ValueError as e:
+        report.add(Figure("installer", name, None, "ms", "", "≤ 30 ms", None,
+                          f"bench_install.py failed: {e}"))
+        return
+    own, spread = median_and_runs(data["own wall ms"])
+    cpu, cpu_spread = median_and_runs(data["own cpu ms"])
+    dockerd = data["dockerd --validate ran"]
+    note = (f"wall {spread}; CPU {cpu:.1f} ms, {cpu_spread}; install "
+            f"{data['install wall ms']['median']:.1f} ms vs floor "
+            f"{data['library floor wall ms']['median']:.1f} ms; ")
+    note += (f"{dockerd} --validate ran in the install, taken out: "
+             f"{data['dockerd --validate wall ms']['median']:.1f} ms wall alone" if dockerd
+             else "no dockerd --validate ran in the install (none found, or the state "
+             "directory records it lacking the flag)")
+    if "NVIDIA nvidia-ctk wall ms" in data:
+        note += (f"; NVIDIA nvidia-ctk runtime configure "
+                 f"{data['NVIDIA nvidia-ctk wall ms']['median']:.1f} ms wall, "
+                 f"{data['NVIDIA nvidia-ctk cpu ms']['median']:.1f} ms CPU")
+    report.add(Figure("installer", name, own, "ms",
+                      f"median of {rounds} alternating rounds, ×{repeat} runs", "≤ 30 ms",
+                      own <= 30, note), cpu / 1000)
 
 
 # --- scaling -------------------------------------------------------------------------------------
@@ -727,7 +762,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="CDI mode: interleaved rounds per run (default 20)")
     ap.add_argument("--anchor", type=Path, metavar="DIR",
                     help="NVIDIA's nvidia-container-runtime and nvidia-container-runtime-hook"
-                    " (docker run) and nvidia-cdi-hook (CDI mode), run in the same rounds")
+                    " (docker run), nvidia-cdi-hook (CDI mode) and nvidia-ctk (installer),"
+                    " run in the same rounds")
     ap.add_argument("--only", choices=SECTIONS,
                     action="append",
                     help="run only these sections (repeatable)")
@@ -751,7 +787,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         work = Path(tmp)
         os.environ["NVDOCKER2_STATE_DIR"] = str(work / "state")
         if "installer" in sections:
-            bench_installer(report, args.runs, work)
+            bench_installer(report, args.runs, work, args.repeat, args.anchor)
         if "scaling" in sections:
             bench_scaling(report, args.runs, work)
         if "dockerd" in sections:

@@ -4,7 +4,6 @@ its service get, the `Reporter` of live progress, and the `Result` the CLI rende
 from __future__ import annotations
 
 import contextlib
-import difflib
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -76,6 +75,8 @@ class Result:
 
 def unified_diff(config: Path, old: bytes, new: bytes | None) -> str:
     """The change as a unified diff (`new` None: the file is removed)."""
+    import difflib  # here, not at the top: only a dry run shows a diff
+
     a = old.decode("utf-8", "replace").splitlines(keepends=True)
     b = [] if new is None else new.decode("utf-8", "replace").splitlines(keepends=True)
     lines = []

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import secrets
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -271,7 +270,7 @@ def _apply(ctx: Context, action: str, plan: Plan, journal: Journal,
     # The backups of a transaction that changes several files share a tag: rollback and
     # `backups` keep them together.
     grouped = engine.groups_backups or len(changed) > 1
-    tag = f" [{secrets.token_hex(4)}]" if grouped else ""
+    tag = f" [{os.urandom(4).hex()}]" if grouped else ""
     try:
         for f in changed:
             made.append(backups.create(f.path, f.old, (f.reason or plan.reason) + tag,

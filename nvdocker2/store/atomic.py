@@ -20,7 +20,6 @@ import contextlib
 import errno
 import os
 import re
-import secrets
 import stat
 import sys
 import time
@@ -275,7 +274,7 @@ def stage(
     follow = follow and dir_fd is None
     real = resolve_target(Path(target)) if follow else Path(target)
     d = real.parent
-    tmp = d / f".{real.name}{TMP_MARK}{os.getpid()}-{secrets.token_hex(4)}"
+    tmp = d / f".{real.name}{TMP_MARK}{os.getpid()}-{os.urandom(4).hex()}"
     try:
         fd = files.create_exclusive(_at(tmp, dir_fd), 0o600, dir_fd=dir_fd)
     except OSError as e:

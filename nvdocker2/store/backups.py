@@ -6,17 +6,16 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
-import hashlib
 import json
 import os
 import re
-import secrets
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from nvdocker2.errors import BadInput, EnvironmentProblem
 from nvdocker2.store.atomic import Ownership, atomic_write, make_dirs, os_error
+from nvdocker2.store.digest import sha256_hex
 from nvdocker2.store.lock import check_state_dir, read_state_file
 
 KEEP_BACKUPS = 20
@@ -32,7 +31,7 @@ def extension(config: Path) -> str:
 
 
 def sha256(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
+    return sha256_hex(data)
 
 
 _TAG_RE = re.compile(r" \[([0-9a-f]{8})\]$")
@@ -94,7 +93,7 @@ class Backups:
         for_config: Path | None = None,
     ) -> Backup:
         now = _dt.datetime.now(_dt.timezone.utc)
-        bid = now.strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(3)
+        bid = now.strftime("%Y%m%dT%H%M%SZ") + "-" + os.urandom(3).hex()
         try:
             make_dirs(self.dir)
         except OSError as e:

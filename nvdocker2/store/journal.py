@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import os
 from pathlib import Path
 from typing import Any
@@ -10,6 +9,7 @@ from typing import Any
 from nvdocker2.errors import BadInput, EnvironmentProblem
 from nvdocker2.store import codec
 from nvdocker2.store.atomic import atomic_write, make_dirs, os_error
+from nvdocker2.store.digest import sha256_hex
 from nvdocker2.store.lock import check_state_dir, read_state_file
 
 
@@ -32,7 +32,7 @@ class Journal:
     """
 
     def __init__(self, state: Path, config: Path) -> None:
-        key = hashlib.sha256(str(config).encode("utf-8", "surrogateescape")).hexdigest()[:16]
+        key = sha256_hex(str(config).encode("utf-8", "surrogateescape"))[:16]
         self.state = state
         self.dir = state / "journal"
         self.path = self.dir / f"{key}.json"

@@ -4,7 +4,6 @@ and where its spec lives: read by install and uninstall (cdi.py), `cdi refresh`,
 
 from __future__ import annotations
 
-import base64
 import os
 from pathlib import Path
 from typing import Any
@@ -57,6 +56,8 @@ def recorded_paths(rec: dict[str, Any]) -> list[str]:
 
 
 def previous_bytes(entry: dict[str, Any]) -> bytes | None:
+    import base64  # here: only CDI mode's undo reads a previous file's bytes
+
     prev = entry.get("previous")
     return base64.b64decode(prev) if isinstance(prev, str) else None
 

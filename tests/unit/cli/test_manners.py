@@ -3,6 +3,7 @@ the same on every typer version nvdocker2 supports (Debian 12's 0.7 to the newes
 
 from __future__ import annotations
 
+import hashlib
 import json
 import subprocess
 import sys
@@ -152,27 +153,84 @@ def test_start_up_imports_neither_rich_nor_jsonschema(args):
     assert r.stderr.splitlines()[-1] == "loaded: []", r.stderr
 
 
+DAEMON_45 = Path(__file__).parents[2] / "fixtures" / "daemon-45-lines.json"
+
+
+def install_loading(cfg: Path, modules: tuple, *more: str) -> subprocess.CompletedProcess:
+    """`install --reload none` on `cfg` in a fresh `python3 -I`; its stderr's last line says
+    its exit code and which of `modules` it had loaded by then."""
+    code = (
+        "import sys\nfrom nvdocker2.cli import main\n"
+        "try:\n    main(sys.argv[1:])\nexcept SystemExit as e:\n    rc = e.code\n"
+        f"loaded = [m for m in {modules!r} if m in sys.modules]\n"
+        "sys.stderr.write(f'exit {rc}, loaded: {loaded}\\n')\n"
+    )
+    return subprocess.run([sys.executable, "-I", "-c", code, "install", "--config", str(cfg),
+                           "--runtime-path", "/usr/bin/nvidia-container-runtime",
+                           "--allow-missing-runtime", "--reload", "none", *more],
+                          capture_output=True, text=True, timeout=60)
+
+
 def test_install_reload_none_imports_no_schema_library_pydantic_rich_or_http(tmp_path):
     """`install --reload none` on a daemon.json that conforms (issue 22: it must start fast)
     loads neither jsonschema (the quick check passes it), pydantic (typer >= 0.29 would build
     its adapters with it), rich (no spinner without a terminal), http.client nor socket (no
     dockerd to ask) nor tempfile (a dry run's); it still does the whole change."""
-    fixture = Path(__file__).parents[2] / "fixtures" / "daemon-45-lines.json"
     cfg = tmp_path / "daemon.json"
-    cfg.write_bytes(fixture.read_bytes())
-    code = (
-        "import sys\nfrom nvdocker2.cli import main\n"
-        "try:\n    main(sys.argv[1:])\nexcept SystemExit as e:\n    rc = e.code\n"
-        "heavy = [m for m in ('jsonschema', 'pydantic', 'rich', 'http.client', 'socket', "
-        "'tempfile') if m in sys.modules]\n"
-        "sys.stderr.write(f'exit {rc}, loaded: {heavy}\\n')\n"
-    )
-    r = subprocess.run([sys.executable, "-I", "-c", code, "install", "--config", str(cfg),
-                        "--runtime-path", "/usr/bin/nvidia-container-runtime",
-                        "--allow-missing-runtime", "--reload", "none"],
-                       capture_output=True, text=True, timeout=60)
+    cfg.write_bytes(DAEMON_45.read_bytes())
+    r = install_loading(cfg, ("jsonschema", "pydantic", "rich", "http.client", "socket",
+                              "tempfile"))
     assert r.stderr.splitlines()[-1] == "exit 0, loaded: []", r.stderr
     assert "added runtimes.nvidia" in r.stdout
     doc = json.loads(cfg.read_text())
     assert doc["runtimes"]["nvidia"] == {"path": "/usr/bin/nvidia-container-runtime"}
     assert doc["runtimes"]["kata"] == {"runtimeType": "io.containerd.kata.v2"}
+
+
+# What `install --reload none` once imported and never used on that path: secrets (and through
+# it random, hmac, base64), difflib (a dry run's diff), base64 (CDI mode's undo), shlex (a
+# dead dockerd's start command) and hashlib (OpenSSL's libcrypto, for two sha256 digests the
+# interpreter's own module makes). Each cost the install's own time a start.
+NOT_ON_INSTALL_PATH = ("secrets", "random", "hmac", "difflib", "base64", "shlex", "hashlib")
+
+
+def floor_modules() -> set:
+    """The modules typer (without rich, as the CLI loads it) and filelock load by themselves:
+    a version of them that imports one of NOT_ON_INSTALL_PATH brings it whatever nvdocker2
+    does."""
+    code = "import sys\nsys.modules['rich'] = None\nimport typer, filelock\nprint(*sys.modules)"
+    r = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True,
+                       timeout=60, check=True)
+    return set(r.stdout.split())
+
+
+def test_install_reload_none_imports_only_what_it_uses(tmp_path):
+    """A real install (a new entry, its backup and journal entry written) loads none of
+    NOT_ON_INSTALL_PATH; the names it makes from random bytes keep their shape, and a dry run
+    still shows its diff (difflib is loaded when it is wanted)."""
+    fixture = DAEMON_45.read_bytes()
+    cfg = tmp_path / "daemon.json"
+    cfg.write_bytes(fixture)
+    dry = install_loading(cfg, NOT_ON_INSTALL_PATH, "--dry-run")
+    last = dry.stderr.splitlines()[-1]
+    assert last.startswith("exit 0, loaded: [") and "'difflib'" in last, dry.stderr
+    assert '+    "nvidia": {' in dry.stdout, dry.stdout
+    assert cfg.read_bytes() == fixture
+    ours = tuple(m for m in NOT_ON_INSTALL_PATH if m not in floor_modules())
+    assert "difflib" in ours and "shlex" in ours
+    r = install_loading(cfg, ours)
+    assert r.stderr.splitlines()[-1] == "exit 0, loaded: []", r.stderr
+    assert json.loads(cfg.read_text())["runtimes"]["nvidia"] == {
+        "path": "/usr/bin/nvidia-container-runtime"}
+    backup = next(line for line in r.stdout.splitlines() if line.startswith("backup: "))
+    bid = backup.split()[1]
+    stamp, _, tail = bid.partition("-")
+    assert len(stamp) == 16 and stamp.endswith("Z") and len(tail) == 6, backup
+    assert int(tail, 16) >= 0
+    assert [p.name for p in tmp_path.iterdir() if p.name != "state"] == ["daemon.json"]
+    # the digests made without hashlib are hashlib's: the journal's name, the backup's checksum
+    state = tmp_path / "state"
+    key = hashlib.sha256(str(cfg).encode()).hexdigest()[:16]
+    assert (state / "journal" / f"{key}.json").is_file()
+    meta = json.loads((state / "backups" / f"{bid}.meta.json").read_text())
+    assert meta["sha256"] == hashlib.sha256(fixture).hexdigest()

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import re
-import shlex
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -321,6 +320,8 @@ class Dockerd:
         if isinstance(self.manager, SysvManager):
             return f"{self.manager.service} {self.manager.unit} start"
         if argv:
+            import shlex  # here: only a dead dockerd's message needs it
+
             return shlex.join(argv)
         return "start dockerd the way this host starts it (systemctl start docker)"
 
