@@ -118,6 +118,12 @@ class Node:
             self.runs[name] = nvdocker2() + [
                 "cdi", "generate", "--driver-root", str(self.trees[key]), "--runtime-path",
                 runtime, "--output", str(out / f"nvdocker2-{key}.yaml")]
+        for name, gpus in ((GEN_16, 16), (GEN_MIG, 8)):  # it works, on the GPUs meant
+            got = subprocess.run(self.runs[name], env=self.env, cwd="/", capture_output=True,
+                                 text=True, timeout=120)
+            if got.returncode != 0 or f": {gpus} GPU(s)," not in got.stdout:
+                raise SystemExit(f"bench_node.py: error: {name}: exit {got.returncode}: "
+                                 f"{(got.stdout + got.stderr).strip()[-300:]}")
         self.ctk_failed: dict[str, str] = {}
         if anchor is not None:
             for key, name in (("16", CTK_16), ("mig", CTK_MIG)):
