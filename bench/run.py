@@ -47,7 +47,8 @@ TYPICAL = (
 # table): issue 22's install figure.
 DAEMON_45 = (REPO / "tests" / "fixtures" / "daemon-45-lines.json").read_bytes()
 RUNTIME_SIZES = (1250, 2500, 5000, 10000)
-SECTIONS = ("installer", "scaling", "dockerd", "docker-run", "cdi", "direct-create")
+SECTIONS = ("installer", "scaling", "dockerd", "docker-run", "cdi", "direct-create", "cdi-spec",
+            "agent")
 MIB_SIZES = (0.125, 0.25, 0.5, 1.0)
 
 
@@ -447,11 +448,13 @@ def median_and_runs(spread: dict) -> tuple[float, str]:
     return spread["median"], f"runs: {', '.join(f'{v:.3f}' for v in spread['runs'])}"
 
 
-def run_bench_script(name: str, rounds: int, repeat: int, anchor: Path | None) -> dict:
-    """Run bench/NAME with --json, print its table, return its figures (ValueError: why not)."""
+def run_bench_script(name: str, rounds: int, repeat: int, anchor: Path | None,
+                     extra: Sequence[str] = ()) -> dict:
+    """Run bench/NAME with --json (and `extra`), print its table, return its figures
+    (ValueError: why not)."""
     print(f"{name}:", flush=True)
     argv = [sys.executable, str(REPO / "bench" / name), "--rounds", str(rounds), "--repeat",
-            str(repeat), "--json"]
+            str(repeat), "--json", *extra]
     if anchor is not None:
         argv += ["--anchor", str(anchor)]
     r = subprocess.run(argv, capture_output=True, text=True, timeout=7200)
@@ -581,6 +584,64 @@ def bench_direct_create(report: Report, rounds: int, repeat: int) -> None:
         "direct create figures: the TEST FIXTURE fake driver (no GPU); the runtime's whole "
         "`create` (launcher, interpreter, config.toml, discovery, the spec written) up to its "
         "exec of runc, net of the recorder's own start")
+
+
+def bench_node(report: Report, part: str, rounds: int, repeat: int, anchor: Path | None,
+               idle: float) -> None:
+    """A node's chores (bench/bench_node.py, which see): `cdi generate` on 16 GPUs and on
+    8 GPUs x 7 MIG beside NVIDIA's `nvidia-ctk cdi generate` (`anchor`), `cdi refresh` that
+    changes nothing (part "spec"); the agent's memory and CPU idle and in a drift storm
+    (part "agent")."""
+    section = {"spec": "CDI spec and refresh", "agent": "agent"}[part]
+    if anchor is not None and not (anchor / "nvidia-ctk").is_file():
+        anchor = None
+    extra = ["--part", part] + (["--idle", f"{idle:g}"] if part == "agent" else [])
+    try:
+        data = run_bench_script("bench_node.py", rounds, repeat, anchor, extra)
+    except ValueError as e:
+        report.add(Figure(section, f"{section}: bench_node.py --part {part}", None, "", "", "",
+                          None, f"bench_node.py failed: {e}"))
+        return
+    fig = data["figures"]
+    if part == "spec":
+        how = f"median of {rounds} rotating rounds, ×{repeat} runs"
+        for name, f in fig.items():
+            wall, spread = median_and_runs(f["wall ms"])
+            ratio, _ = median_and_runs(f["ratio to python3 -I"])
+            refresh = name.startswith("cdi refresh") and name.endswith("python3 -I")
+            report.add(Figure(section, name, wall, "ms", how, "≤ 50 ms" if refresh else "",
+                              wall <= 50 if refresh else None,
+                              f"{ratio:.2f}× python3 -I of the same round; {spread}"),
+                       f["cpu ms"]["median"] / 1000)
+        for name, why in data["nvidia-ctk failed"].items():
+            report.add(Figure(section, name, None, "ms", "", "", None, why))
+        left = data["refresh left the spec"]
+        writes = [w for w in data["refresh writes"] if "/state/lock" not in w]
+        report.add(Figure(section, "cdi refresh, nothing changed: the spec left alone",
+                          float(all(left.values()) and not writes), "", "1 = inode, mtime and "
+                          f"bytes the same over {data['refresh runs']} runs, no write or rename "
+                          "but the state's lock under strace", "1", all(left.values())
+                          and not writes, "; ".join(writes) or "strace: opens for writing "
+                          "only the state directory's lock; no rename"))
+        return
+    how = (f"{repeat} agents, each {data['idle']:g} s idle, then {data['storm']} rewrites in "
+           f"{data['storm seconds']:g} s; /proc of the agent's process")
+    targets = {"VmRSS kB": ("≤ 40 MB", 40.0), "VmHWM kB": ("≤ 40 MB", 40.0),
+               "idle cpu %": ("≤ 0.1 %", 0.1)}
+    for key, f in fig.items():
+        value, spread = median_and_runs(f)
+        target, limit = targets.get(key, ("", None))
+        unit = next((u for u in ("kB", "%", "s") if key.endswith(" " + u)), "")
+        if unit == "kB":
+            value, spread = median_and_runs({"median": f["median"] / 1024,
+                                             "runs": [v / 1024 for v in f["runs"]]})
+            unit, key = "MB", key.replace(" kB", "")
+        report.add(Figure(section, f"agent: {key}", value, unit, how, target,
+                          value <= limit if limit is not None else None, spread))
+    report.notes.append(
+        f"agent figures: `nvdocker2 agent --engine docker --host-root DIR --reload none "
+        f"--no-verify --backoff {data['backoff']:g}` on private files (no engine); exits "
+        f"{data['exits']}, config restored on SIGTERM: {data['restored']}")
 
 
 # --- the report ----------------------------------------------------------------------------------
@@ -762,8 +823,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="CDI mode: interleaved rounds per run (default 20)")
     ap.add_argument("--anchor", type=Path, metavar="DIR",
                     help="NVIDIA's nvidia-container-runtime and nvidia-container-runtime-hook"
-                    " (docker run), nvidia-cdi-hook (CDI mode) and nvidia-ctk (installer),"
-                    " run in the same rounds")
+                    " (docker run), nvidia-cdi-hook (CDI mode) and nvidia-ctk (installer,"
+                    " cdi-spec), run in the same rounds")
+    ap.add_argument("--agent-idle", type=float, default=600, metavar="SECONDS",
+                    help="agent: the idle period each agent is measured over (default 600)")
     ap.add_argument("--only", choices=SECTIONS,
                     action="append",
                     help="run only these sections (repeatable)")
@@ -807,6 +870,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 bench_cdi(report, args.cdi_rounds, args.repeat, args.anchor)
         if "direct-create" in sections:
             bench_direct_create(report, args.rounds, args.repeat)
+        for part in ("cdi-spec", "agent"):
+            if part in sections:
+                bench_node(report, part.replace("cdi-", ""), args.cdi_rounds, args.repeat,
+                           args.anchor, args.agent_idle)
     info.append(("load average at the end", _load()))
     write_results(args.out, report, info, args.runs, time.monotonic() - t0, args.merge)
     print(f"wrote {args.out}")

@@ -86,6 +86,13 @@ def reload_hint(config: Path, env: Mapping[str, str] | None = None) -> str:
     return "send SIGHUP to the dockerd that reads this file (kill -HUP PID)"
 
 
+def resolve_config(config: os.PathLike[str] | str | None) -> tuple[Path, str]:
+    """(daemon.json path, why): --config made absolute, else default_config()."""
+    if config is not None:
+        return Path(os.path.abspath(os.path.expanduser(str(config)))), "given with --config"
+    return default_config()
+
+
 def default_runtime_path() -> tuple[str, bool]:
     """(absolute path of the nvidia-container-runtime beside this nvdocker2, whether it exists).
 

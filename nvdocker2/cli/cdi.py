@@ -90,23 +90,16 @@ def cdi_refresh(
 ) -> None:
     """Regenerate the CDI spec install --mode cdi wrote from the GPUs present; write it only
     when it changed (the packages run this at boot). Does nothing where install --mode cdi
-    wrote no spec: a spec it did not write, or one replaced since, is left as it is."""
+    wrote no spec: a spec it did not write, or one replaced since, is left as it is.
+    nvdocker2.console runs the common forms of this command without the parser; keep them
+    alike."""
 
     def go() -> int:
         res = registry.frontend("docker").cdi_refresh(config, cdi_spec_dir, timeout)
         if Out.json:
             emit_json(res.to_json())
-        elif not res.present:
-            sys.stdout.write(f"no CDI spec at {res.spec}: nothing to refresh "
-                             "(nvdocker2 install --mode cdi writes one)\n")
-        elif res.left_alone:
-            sys.stdout.write(f"left alone: {res.spec}: {res.left_alone}; nothing written\n")
-        elif res.changed:
-            sys.stdout.write(f"rewrote {res.spec}: {', '.join(res.devices)} "
-                             f"(backup {res.backup})\n")
         else:
-            sys.stdout.write(f"unchanged: {res.spec} already lists the GPUs present "
-                             f"({', '.join(res.devices)}); nothing written\n")
+            sys.stdout.write(res.line() + "\n")
         return 0
 
     run_command(json_, go)

@@ -8,7 +8,6 @@ import os
 from pathlib import Path
 from typing import Any
 
-from nvdocker2.engines.docker.daemonjson import document
 from nvdocker2.errors import NvDockerError
 from nvdocker2.store.journal import Journal
 
@@ -39,6 +38,8 @@ class CdiJournal(Journal):
         if not record or not (record.get("spec") or record.get("features_cdi")):
             self.restore(None)
             return
+        from nvdocker2.engines.docker.daemonjson import document  # only install writes it
+
         self.restore(document.dumps(record, document.Style(indent="  ")).encode())
 
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
-from nvdocker2.engines.docker.cdi import HEADER, build_spec
+from nvdocker2.engines.docker.cdi_spec import HEADER, build_spec
 from nvdocker2.engines.docker.cdi_journal import (
     CdiJournal,
     recorded_paths,
@@ -26,7 +26,6 @@ from nvdocker2.store.atomic import (
     remove_dead_temps,
     stage,
 )
-from nvdocker2.store.backups import Backups
 from nvdocker2.store.lock import clean_state_temps, locked, state_dir
 
 
@@ -43,6 +42,18 @@ class RefreshOutcome:
         return {"spec": self.spec, "changed": self.changed, "present": self.present,
                 "devices": list(self.devices), "backup": self.backup,
                 "left_alone": self.left_alone}
+
+    def line(self) -> str:
+        """What `cdi refresh` prints without --json: one line."""
+        if not self.present:
+            return (f"no CDI spec at {self.spec}: nothing to refresh "
+                    "(nvdocker2 install --mode cdi writes one)")
+        if self.left_alone:
+            return f"left alone: {self.spec}: {self.left_alone}; nothing written"
+        if self.changed:
+            return f"rewrote {self.spec}: {', '.join(self.devices)} (backup {self.backup})"
+        return (f"unchanged: {self.spec} already lists the GPUs present "
+                f"({', '.join(self.devices)}); nothing written")
 
 
 def _open_spec_dir(path: Path) -> int | None:
@@ -79,6 +90,15 @@ def _read_spec(dir_fd: int, path: Path) -> tuple[bytes, os.stat_result] | None:
         ) from None
     except OSError as e:
         raise os_error(e, str(path)) from None
+
+
+def command(config: Optional[Path], spec_dir: Optional[str], timeout: float) -> RefreshOutcome:
+    """`cdi refresh` with its options: --config (default: this host's daemon.json),
+    --cdi-spec-dir, --timeout; the runtime is the one beside nvdocker2."""
+    from nvdocker2 import locations
+
+    return refresh(locations.resolve_config(config)[0], spec_dir=spec_dir, timeout=timeout,
+                   runtime_path=locations.default_runtime_path()[0])
 
 
 def refresh(
@@ -134,6 +154,8 @@ def _refresh_in(dir_fd: int, path: Path, state: Path, runtime_path: str) -> Refr
     spec = build_spec(path, runtime_path)
     if spec.data == old:
         return RefreshOutcome(str(path), False, True, spec.devices, None)
+    from nvdocker2.store.backups import Backups
+
     backups = Backups(state)
     backup = backups.create(path, old, "cdi refresh", Ownership.of(old_stat))
     try:

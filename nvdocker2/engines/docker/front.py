@@ -23,9 +23,7 @@ def make() -> "DockerFront":
 
 
 def _resolve_config(config: Optional[Path]) -> tuple[Path, str]:
-    if config is not None:
-        return Path(os.path.abspath(os.path.expanduser(str(config)))), "given with --config"
-    return locations.default_config()
+    return locations.resolve_config(config)
 
 
 def _make_daemon(o: Mapping[str, Any], config: Path) -> tuple[Any, list[str]]:
@@ -189,9 +187,7 @@ class DockerFront(TransactionFront["DockerEngine"]):
         """`cdi refresh`: CDI mode's spec regenerated from the GPUs present."""
         from nvdocker2.engines.docker import cdi_refresh
 
-        cfg, _ = _resolve_config(config)
-        return cdi_refresh.refresh(cfg, spec_dir=spec_dir, timeout=timeout,
-                                   runtime_path=locations.default_runtime_path()[0])
+        return cdi_refresh.command(config, spec_dir, timeout)
 
 
 def _no_cdi_spec_dir(cdi_spec_dir: Optional[str]) -> None:
