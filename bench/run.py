@@ -47,8 +47,8 @@ TYPICAL = (
 # table): issue 22's install figure.
 DAEMON_45 = (REPO / "tests" / "fixtures" / "daemon-45-lines.json").read_bytes()
 RUNTIME_SIZES = (1250, 2500, 5000, 10000)
-SECTIONS = ("installer", "scaling", "dockerd", "docker-run", "cdi", "direct-create", "cdi-spec",
-            "agent")
+SECTIONS = ("installer", "scaling", "dockerd", "docker-run", "cdi", "direct-create", "per-size",
+            "cdi-spec", "agent")
 MIB_SIZES = (0.125, 0.25, 0.5, 1.0)
 
 
@@ -642,6 +642,47 @@ def bench_node(report: Report, part: str, rounds: int, repeat: int, anchor: Path
         f"agent figures: `nvdocker2 agent --engine docker --host-root DIR --reload none "
         f"--no-verify --backoff {data['backoff']:g}` on private files (no engine); exits "
         f"{data['exits']}, config restored on SIGTERM: {data['restored']}")
+def bench_per_size(report: Report, rounds: int, repeat: int, anchor: Path | None) -> None:
+    """The start path at 1, 8 and 16 GPUs, 8 GPUs x 7 MIG and with the graphics libraries,
+    ours beside NVIDIA's on the same fake tree (bench/bench_scale.py, which see): CPU per
+    call of create, the prestart hook and the CDI hooks, ours / NVIDIA's per round, the growth
+    from 1 to 16 GPUs and the cost per added GPU."""
+    section = "per size"
+    if anchor is None:
+        report.add(Figure(section, "CPU per call: ours / NVIDIA's", None, "x", "", "≤ 1.0",
+                          None, "needs --anchor (NVIDIA's binaries on the same trees)"))
+        return
+    try:
+        data = run_bench_script("bench_scale.py", rounds, repeat, anchor)
+    except ValueError as e:
+        report.add(Figure(section, "CPU per call: ours / NVIDIA's", None, "x", "", "≤ 1.0",
+                          None, f"bench_scale.py failed: {e}"))
+        return
+    how = f"median of {rounds} interleaved rounds, ×{repeat} runs"
+    for key, spread in data["figures"].items():
+        value, runs = median_and_runs(spread)
+        stage, size, what = key.split(" | ")
+        if what.endswith("cpu ms"):
+            report.add(Figure(section, f"{stage} CPU, {size}: {what[:-7]}", value, "ms",
+                              "getrusage of the real processes, " + how, "", None, runs))
+        elif what == "ours / NVIDIA":
+            report.add(Figure(section, f"{stage} CPU, {size}: ours / NVIDIA's", value, "x",
+                              "paired per round, " + how, "≤ 1.0", value <= 1.0, runs))
+        elif size == "growth 16/1":
+            ours = what == "ours"
+            report.add(Figure(section, f"{stage} CPU, 16 GPUs / 1 GPU: {what}", value, "x",
+                              "ratio of the medians, " + how, "≤ 1.3" if ours else "",
+                              value <= 1.3 if ours else None, runs))
+        else:
+            report.add(Figure(section, f"{stage} CPU per added GPU: {what}", value, "ms",
+                              "least-squares slope over 1, 8 and 16 GPUs, " + how, "", None,
+                              runs))
+    for key, why in data["NVIDIA failed"].items():
+        report.notes.append(f"per size, NVIDIA's {key} not measured: {why}")
+    report.notes.append(
+        "per size figures: the TEST FIXTURE fake driver (no GPU) with the fixture's stand-in "
+        "NVML (plus the calls NVIDIA's jit-cdi makes); graphics: "
+        + "; ".join(data["graphics"].values()))
 
 
 # --- the report ----------------------------------------------------------------------------------
@@ -874,6 +915,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             if part in sections:
                 bench_node(report, part.replace("cdi-", ""), args.cdi_rounds, args.repeat,
                            args.anchor, args.agent_idle)
+        if "per-size" in sections:
+            bench_per_size(report, args.rounds, args.repeat, args.anchor)
     info.append(("load average at the end", _load()))
     write_results(args.out, report, info, args.runs, time.monotonic() - t0, args.merge)
     print(f"wrote {args.out}")

@@ -8,10 +8,13 @@ direct and legacy mode. Stdlib only, like the runtime that imports it.
 from __future__ import annotations
 
 import os
-from typing import Any
 
 from nvdocker2.direct.errors import DirectError
 from nvdocker2.direct.spec import direct_edit
+
+TYPE_CHECKING = False  # typing costs every direct-mode create milliseconds
+if TYPE_CHECKING:
+    from typing import Any
 
 
 def runtime_self_path(self_path: str) -> str:

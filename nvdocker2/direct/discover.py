@@ -11,9 +11,7 @@ under `driver_root`, with symlinks resolved inside it, so a test can point it at
 from __future__ import annotations
 
 import os
-import re
 import stat
-from dataclasses import dataclass
 
 from nvdocker2.direct.errors import DirectError
 from nvdocker2.direct.ldcache import (
@@ -24,6 +22,7 @@ from nvdocker2.direct.ldcache import (
     parse_ld_cache,
 )
 from nvdocker2.direct.rootfs import UnsafePath, resolve_in_root
+from nvdocker2.toolkit_schema import Record  # frozen records without dataclasses' imports
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -92,12 +91,64 @@ BIN_DIRS = ("/usr/bin", "/usr/sbin", "/bin", "/sbin", "/usr/local/bin", "/usr/lo
 CONTROL_NODES = ("nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvidia-modeset")
 REQUIRED_NODES = ("nvidiactl",)
 
-_VERSION_RE = re.compile(r"Kernel Module(?: for \S+)?\s+(\d+(?:\.\d+)+)")
-_FILE_VERSION_RE = re.compile(r"\.so\.(\d+\.\d+(?:\.\d+)*)$")
+_KERNEL_MODULE = "Kernel Module"
 
 
-@dataclass(frozen=True)
-class DeviceNode:
+def _digits(text: str) -> bool:
+    """`text` is one or more ASCII digits (`re`'s [0-9]+, without importing `re`: direct
+    mode's discovery runs in every `create`, and `re` costs it milliseconds)."""
+    return text.isascii() and text.isdigit()
+
+
+def _leading_version(text: str) -> str | None:
+    """The dotted version (two numbers at least: `535.104.05`) `text` starts with, after
+    whitespace it must start with; None when there is none."""
+    rest = text.lstrip()
+    if len(rest) == len(text):
+        return None
+    end = 0
+    while end < len(rest) and rest[end] in "0123456789.":
+        end += 1
+    parts = []
+    for part in rest[:end].split("."):
+        if not part:
+            break
+        parts.append(part)
+    return ".".join(parts) if len(parts) >= 2 else None
+
+
+def kernel_module_version(text: str) -> str | None:
+    """The driver version in /proc/driver/nvidia/version's text: the number after
+    `Kernel Module` (or `Kernel Module for ARCH`), `NVRM version: NVIDIA UNIX x86_64 Kernel
+    Module  535.104.05  ...` giving 535.104.05."""
+    at = text.find(_KERNEL_MODULE)
+    while at != -1:
+        rest = text[at + len(_KERNEL_MODULE):]
+        found = _leading_version(rest)
+        if found is None and rest.startswith(" for "):
+            arch = rest[5:]
+            end = 0
+            while end < len(arch) and not arch[end].isspace():
+                end += 1
+            if end:
+                found = _leading_version(arch[end:])
+        if found is not None:
+            return found
+        at = text.find(_KERNEL_MODULE, at + 1)
+    return None
+
+
+def file_version(path: str) -> str | None:
+    """The version a library's file name ends in after `.so.`, two numbers at least
+    (`libcuda.so.535.104.05` gives 535.104.05, `libcuda.so.1` None)."""
+    _, sep, tail = path.rpartition(".so.")
+    if not sep:
+        return None
+    parts = tail.split(".")
+    return tail if len(parts) >= 2 and all(_digits(p) for p in parts) else None
+
+
+class DeviceNode(Record):
     """A character device: `path` in the container, `host_path` where it was found."""
 
     path: str
@@ -109,8 +160,7 @@ class DeviceNode:
     gid: int
 
 
-@dataclass(frozen=True)
-class Gpu:
+class Gpu(Record):
     """One GPU. `index` is its position in PCI bus order (the NVML index users write)."""
 
     index: int
@@ -124,8 +174,7 @@ class Gpu:
         return f"/dev/nvidia{self.minor}"
 
 
-@dataclass(frozen=True)
-class DriverFile:
+class DriverFile(Record):
     """A driver file to bind-mount read-only.
 
     `path` is where it goes in the container, `host_path` the real file to mount, `links`
@@ -141,8 +190,7 @@ class DriverFile:
     compat32: bool = False
 
 
-@dataclass(frozen=True)
-class Discovery:
+class Discovery(Record):
     """Everything found under `driver_root`; `problems` maps a node path to what is wrong.
     `wsl` is set on a WSL2 guest (nvdocker2.direct.wsl), which has no GPUs to list."""
 
@@ -298,10 +346,9 @@ def char_node(root: str, path: str) -> tuple[DeviceNode | None, str]:
 def _driver_version(root: str) -> str | None:
     try:
         with open(host_path(root, "/proc/driver/nvidia/version"), encoding="utf-8") as f:
-            m = _VERSION_RE.search(f.read())
+            return kernel_module_version(f.read())
     except OSError:
         return None
-    return m.group(1) if m else None
 
 
 def _multiarch() -> str:
@@ -401,8 +448,8 @@ def _library(
         real_host = host_path(root, real)
         if not os.path.isfile(real_host):
             continue
-        m = _FILE_VERSION_RE.search(real)
-        if version and m and m.group(1) != version and base not in OWN_VERSIONS:
+        found = file_version(real)
+        if version and found and found != version and base not in OWN_VERSIONS:
             continue  # left over from another driver version
         by_real.setdefault(real, []).append(name)
     out = []
@@ -412,7 +459,7 @@ def _library(
             sorted(
                 n
                 for n in set(names)
-                if n != real_name and re.fullmatch(re.escape(base) + r"\.\d+", n)
+                if n != real_name and n.startswith(base + ".") and _digits(n[len(base) + 1:])
             )
         )
         out.append(
@@ -452,11 +499,9 @@ MIG_MINORS = "/proc/driver/nvidia-caps/mig-minors"
 CAPS_NODE = "/dev/nvidia-caps/nvidia-cap{}"
 IMEX_DIR = "/dev/nvidia-caps-imex-channels"
 MAX_IMEX_CHANNEL = (1 << 20) - 1  # a channel is the minor of a dev_t (NVIDIA's bound)
-_INSTANCE_RE = re.compile(r"(gi|ci)(\d+)")
 
 
-@dataclass(frozen=True)
-class MigDevice:
+class MigDevice(Record):
     """A compute instance `ci` of GPU instance `gi` on `gpu`: `nodes` are the caps nodes of
     both (empty with `problem` set when one is missing); `index` and `uuid` are NVIDIA's
     names (`GPU:index`, `MIG-...`), known once NVML was asked (`nvdocker2.direct.nvml`)."""
@@ -474,8 +519,7 @@ class MigDevice:
         return f"gpu{self.gpu.minor}/gi{self.gi}/ci{self.ci}"
 
 
-@dataclass(frozen=True)
-class MigLayout:
+class MigLayout(Record):
     """Every MIG device of the host, and the `mig/config` and `mig/monitor` caps nodes."""
 
     devices: tuple[MigDevice, ...]
@@ -542,10 +586,9 @@ def _instances(root: str, folder: str, prefix: str) -> list[int]:
         return []
     ids = []
     for name in names:
-        m = _INSTANCE_RE.fullmatch(name)
-        if m and m.group(1) == prefix and os.path.isfile(
+        if name.startswith(prefix) and _digits(name[len(prefix):]) and os.path.isfile(
                 host_path(root, f"{folder}/{name}/access")):
-            ids.append(int(m.group(2)))
+            ids.append(int(name[len(prefix):]))
     return sorted(ids)
 
 

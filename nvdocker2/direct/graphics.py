@@ -13,7 +13,6 @@ spec.GRAPHICS_CAPABILITIES is asked, so a compute container's start reads none o
 from __future__ import annotations
 
 import os
-import re
 
 from nvdocker2.direct.discover import (
     DeviceNode,
@@ -59,8 +58,31 @@ XORG_DIRS = tuple(
     for kind in ("drivers", "extensions")
 )
 WINE_FILES = ("nvngx.dll", "_nvngx.dll")
-_BUS_RE = re.compile(r"[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]")
-_DRI_RE = re.compile(r"(card|renderD)\d{1,4}")
+_HEX = frozenset("0123456789abcdef")
+
+
+def _hex(text: str, least: int, most: int) -> bool:
+    return least <= len(text) <= most and all(c in _HEX for c in text)
+
+
+def is_bus_id(text: str) -> bool:
+    """A PCI bus id as sysfs names it (`0000:0a:00.0`: lowercase hex, function 0 to 7),
+    checked without `re`, which would cost every graphics container's `create`
+    milliseconds."""
+    parts = text.split(":")
+    if len(parts) != 3 or not (_hex(parts[0], 4, 8) and _hex(parts[1], 2, 2)):
+        return False
+    device, dot, function = parts[2].partition(".")
+    return _hex(device, 2, 2) and bool(dot) and function in tuple("01234567")
+
+
+def is_dri_name(name: str) -> bool:
+    """`cardN` or `renderDN`, N one to four ASCII digits."""
+    for prefix in ("card", "renderD"):
+        if name.startswith(prefix):
+            number = name[len(prefix):]
+            return 1 <= len(number) <= 4 and number.isascii() and number.isdigit()
+    return False
 
 
 def graphics_files(discovery: Discovery, caps: frozenset[str]
@@ -160,7 +182,7 @@ def dri_nodes(discovery: Discovery, gpus: tuple[Gpu, ...]) -> list[DeviceNode]:
     root = discovery.driver_root
     nodes = []
     for gpu in gpus:
-        if not _BUS_RE.fullmatch(gpu.bus_id):
+        if not is_bus_id(gpu.bus_id):
             continue
         drm = host_path(root, f"/sys/bus/pci/devices/{gpu.bus_id}/drm")
         try:
@@ -168,7 +190,7 @@ def dri_nodes(discovery: Discovery, gpus: tuple[Gpu, ...]) -> list[DeviceNode]:
         except OSError:
             continue
         for name in names:
-            if not _DRI_RE.fullmatch(name):
+            if not is_dri_name(name):
                 continue
             node, _ = char_node(root, f"/dev/dri/{name}")
             if node is not None and node.major == DRI_MAJOR:

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import os
 import struct
-from dataclasses import dataclass
+
+from nvdocker2.toolkit_schema import Record
 
 OLD_MAGIC = b"ld.so-1.7.0"
 NEW_MAGIC = b"glibc-ld.so.cache1.1"
@@ -39,8 +40,7 @@ _OLD_HEADER_SIZE = 16  # char magic[11]; (pad); unsigned int nlibs
 _OLD_ENTRY_SIZE = 12  # int flags; unsigned key, value
 
 
-@dataclass(frozen=True)
-class CacheEntry:
+class CacheEntry(Record):
     """One line of `ldconfig -p`: `name` (as looked up), `path` (inside the cached root)."""
 
     name: str

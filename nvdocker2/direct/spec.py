@@ -14,9 +14,6 @@ from __future__ import annotations
 
 import copy
 import os
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
-from typing import Any, Union
 
 from nvdocker2.direct.discover import (
     CONTROL_NODES,
@@ -36,6 +33,14 @@ from nvdocker2.direct.discover import (
 from nvdocker2.direct.errors import DirectError
 from nvdocker2.direct.hook import HOOK_ACTION, HOOK_ENV, HOOK_SUBCOMMAND
 from nvdocker2.direct.rootfs import resolve_in_root, rootfs_of
+from nvdocker2.toolkit_schema import Record
+
+TYPE_CHECKING = False  # typing and dataclasses cost every direct-mode create milliseconds
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Sequence
+    from typing import Any, Union
+
+    Devices = Union[str, Sequence[str]]
 
 MOUNT_OPTIONS = ("nosuid", "nodev", "bind", "ro")
 DEFAULT_LDCONFIG = "/sbin/ldconfig"
@@ -45,11 +50,8 @@ REQUIRED_LIBRARIES = {"compute": "libcuda.so", "utility": "libnvidia-ml.so"}
 # Capabilities that bring more than libraries (nvdocker2.direct.graphics, imported for them only).
 GRAPHICS_CAPABILITIES = frozenset(("graphics", "display", "ngx"))
 
-Devices = Union[str, Sequence[str]]
 
-
-@dataclass(frozen=True)
-class Plan:
+class Plan(Record):
     """What a container gets: GPUs, device nodes (GPU, MIG caps, IMEX, control), driver
     files, the MIG devices whose nodes are among them, and links as (link, absolute target)
     beside the soname links (WSL2's /usr/bin/nvidia-smi)."""
@@ -178,7 +180,7 @@ def name_migs(discovery: Discovery, layout: MigLayout) -> tuple[MigDevice, ...]:
     for d in layout.devices:
         index_uuid = names.get((d.gpu.minor, d.gi, d.ci))
         if index_uuid is not None:
-            named.append(replace(d, index=index_uuid[0], uuid=index_uuid[1]))
+            named.append(d.replace(index=index_uuid[0], uuid=index_uuid[1]))
     return tuple(sorted(named, key=lambda d: (d.gpu.index, d.index)))
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from pathlib import Path
 
 import jsonschema
@@ -78,7 +77,7 @@ def test_cdi_spec_validates_and_names_gpus_by_index_uuid_and_all(driver):
 def test_cdi_for_the_real_root_has_no_host_paths_on_nodes(driver):
     spec = cdi_spec(discover(str(driver.root)), runtime_path=RUNTIME, ldconfig="/sbin/ldconfig")
     # Same discovery seen as driver root "/": nodes need no hostPath.
-    d = replace(discover(str(driver.root)), driver_root="/")
+    d = discover(str(driver.root)).replace(driver_root="/")
     root_spec = cdi_spec(d, runtime_path=RUNTIME, ldconfig="/sbin/ldconfig")
     jsonschema.validate(root_spec, SCHEMA)
     assert "hostPath" not in root_spec["devices"][0]["containerEdits"]["deviceNodes"][0]

@@ -6,7 +6,6 @@ DRI nodes of GPUs whose sysfs entry is odd or missing."""
 
 from __future__ import annotations
 
-import dataclasses
 import os
 
 from . import test_graphics
@@ -74,6 +73,6 @@ def test_dri_nodes_of_gpus_with_an_odd_or_no_sysfs_entry_are_left_out(driver):
     # A connector's folder beside the card's, with a DRI node of that name planted in /dev/dri.
     os.mkdir(driver.path(f"/sys/bus/pci/devices/{second.bus_id}/drm/{card}-DP-1"))
     os.mknod(driver.path(f"/dev/dri/{card}-DP-1"), 0o20666, os.makedev(226, 99))
-    odd = dataclasses.replace(first, bus_id=f"{second.bus_id}/drm/..")  # not a bus id
+    odd = first.replace(bus_id=f"{second.bus_id}/drm/..")  # not a bus id
     nodes = [n.path for n in dri_nodes(d, (odd, first, second))]
     assert nodes == [f"/dev/dri/{card}", f"/dev/dri/{render}"]

@@ -80,3 +80,19 @@ def test_the_confined_ldconfig_child_binds_libc_without_the_ctypes_package(tmp_p
                           text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["0000000000040000", "0000000000040000", "1", "False"]
+
+
+def test_direct_create_path_imports_no_dataclasses_typing_or_re():
+    """Direct mode's `create` imports discovery, the plan and the ld cache reader on every GPU
+    container start: dataclasses (with inspect, ast, dis and tokenize), typing and re would
+    cost it about 20 ms of CPU, twice the interpreter's own start."""
+    proc = subprocess.run(
+        [sys.executable, "-I", "-S", "-c",
+         f"import sys; sys.path.append({ROOT!r}); import nvdocker2.runtime, "
+         "nvdocker2.runtime.spec, nvdocker2.direct.create, nvdocker2.direct.discover, "
+         "nvdocker2.direct.spec, nvdocker2.direct.ldcache; print('\\n'.join(sys.modules))"],
+        capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    loaded = set(proc.stdout.split())
+    assert {"nvdocker2.direct.discover", "nvdocker2.direct.spec"} <= loaded
+    assert loaded & {"dataclasses", "inspect", "typing", "re"} == set()
