@@ -567,10 +567,12 @@ def bench_concurrent(report: Report, rounds: int, repeat: int, anchor: Path | No
     how = f"median of {rounds} interleaved rounds, ×{repeat} runs"
     for key, fig in many["figures"].items():
         ours = key.endswith(": nvdocker2")
+        cpu = fig["cpu ms per container"]["median"]
         for unit_key, unit in (("p50 ms", "ms"), ("p95 ms", "ms"), ("makespan s", "s")):
             value, runs = median_and_runs(fig[unit_key])
             report.add(Figure("concurrent", f"{key}: {unit_key.split()[0]}", value, unit, how,
-                              note=runs))
+                              note=f"{runs}; CPU of the runtime calls and the hook {cpu:.1f} "
+                              "ms per container"))
         for ratio_key in [k for k in fig if " / " in k]:
             value, runs = median_and_runs(fig[ratio_key])
             target = "≤ 1.0" if ours and ratio_key in ("p50 / NVIDIA Go", "p95 / NVIDIA Go") \
