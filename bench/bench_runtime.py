@@ -61,30 +61,40 @@ GPU = ["-e", "NVIDIA_VISIBLE_DEVICES=all"]
 RUNC = "runc"
 
 
-def build_recorders(work: Path, runc: str) -> tuple[Path, Path, Path, Path]:
-    """(directory holding the recorder named `runc`, the cli recorder, runc's log, the cli's
-    log), compiled static where the C library allows it."""
+def compile_recorder(out: Path, log: Path, target: str | None = None, clock: bool = False,
+                     children: bool = False) -> bool:
+    """bench/recorder.c built as `out`, logging to `log` and exec'ing `target` (none: exit 0),
+    with the CLOCK_MONOTONIC field when `clock`, counting the CPU of waited-for children when
+    `children`; static where the C library allows it (the return value)."""
     compiler = shutil.which("cc") or shutil.which("gcc")
     if compiler is None:
-        raise SystemExit("bench_runtime.py: error: no C compiler (cc) to build the recorder"
+        raise SystemExit("bench: error: no C compiler (cc) to build the recorder"
                          "\nhint: apt-get install gcc libc6-dev")
-    source = REPO / "bench" / "recorder.c"
+    defines = [f'-DRECORDER_LOG="{log}"']
+    if target is not None:
+        defines.append(f'-DRECORDER_TARGET="{target}"')
+    if clock:
+        defines.append("-DRECORDER_CLOCK")
+    if children:
+        defines.append("-DRECORDER_CHILDREN")
+    for static in (["-static"], []):
+        proc = subprocess.run([compiler, "-O2", *static, *defines, "-o", str(out),
+                               str(REPO / "bench" / "recorder.c")], capture_output=True,
+                              text=True)
+        if proc.returncode == 0:
+            return bool(static)
+    raise SystemExit(f"bench: error: cannot build the recorder: {proc.stderr.strip()[-300:]}")
+
+
+def build_recorders(work: Path, runc: str, clock: bool = False, children: bool = False
+                    ) -> tuple[Path, Path, Path, Path]:
+    """(directory holding the recorder named `runc`, the cli recorder, runc's log, the cli's
+    log), compiled static where the C library allows it."""
     runc_dir = work / "recorder"
     runc_dir.mkdir()
     runc_log, cli_log = work / "runc-calls.tsv", work / "cli-calls.tsv"
-    built = []
-    for out, defines in ((runc_dir / "runc", [f'-DRECORDER_LOG="{runc_log}"',
-                                              f'-DRECORDER_TARGET="{runc}"']),
-                         (work / "nvidia-container-cli", [f'-DRECORDER_LOG="{cli_log}"'])):
-        for static in (["-static"], []):
-            proc = subprocess.run([compiler, "-O2", *static, *defines, "-o", str(out),
-                                   str(source)], capture_output=True, text=True)
-            if proc.returncode == 0:
-                built.append(bool(static))
-                break
-        else:
-            raise SystemExit(f"bench_runtime.py: error: cannot build the recorder: "
-                             f"{proc.stderr.strip()[-300:]}")
+    built = [compile_recorder(runc_dir / "runc", runc_log, runc, clock, children),
+             compile_recorder(work / "nvidia-container-cli", cli_log, None, clock, children)]
     if not all(built):
         print("note: the recorder is not static (no static C library): each call's figure "
               "includes the dynamic loader, the same for every variant", flush=True)

@@ -48,7 +48,7 @@ TYPICAL = (
 DAEMON_45 = (REPO / "tests" / "fixtures" / "daemon-45-lines.json").read_bytes()
 RUNTIME_SIZES = (1250, 2500, 5000, 10000)
 SECTIONS = ("installer", "scaling", "dockerd", "docker-run", "cdi", "direct-create", "per-size",
-            "cdi-spec", "agent")
+            "cdi-spec", "agent", "concurrent", "cold-start")
 MIB_SIZES = (0.125, 0.25, 0.5, 1.0)
 
 
@@ -683,6 +683,91 @@ def bench_per_size(report: Report, rounds: int, repeat: int, anchor: Path | None
         "per size figures: the TEST FIXTURE fake driver (no GPU) with the fixture's stand-in "
         "NVML (plus the calls NVIDIA's jit-cdi makes); graphics: "
         + "; ".join(data["graphics"].values()))
+def bench_concurrent(report: Report, rounds: int, repeat: int, anchor: Path | None) -> None:
+    """16 and 64 GPU containers started at once on one private dockerd and one private
+    containerd (ctr run), runc, nvdocker2 and NVIDIA's Go interleaved in the same rounds
+    (bench/bench_many.py, which see): p50, p95 and makespan, paired per round; the peak of
+    creates in flight and the lock calls of every runtime process, as the evidence that
+    nothing serialises the starts."""
+    try:
+        data = run_bench_script("bench_many.py", rounds, repeat, anchor, ["--only", "concurrent"])
+    except ValueError as e:
+        report.add(Figure("concurrent", "concurrent GPU starts p50 / NVIDIA Go: nvdocker2",
+                          None, "x", "", "≤ 1.0", None, f"bench_many.py failed: {e}"))
+        return
+    many = data["concurrent"]
+    how = f"median of {rounds} interleaved rounds, ×{repeat} runs"
+    for key, fig in many["figures"].items():
+        ours = key.endswith(": nvdocker2")
+        cpu = fig["cpu ms per container"]["median"]
+        for unit_key, unit in (("p50 ms", "ms"), ("p95 ms", "ms"), ("makespan s", "s")):
+            value, runs = median_and_runs(fig[unit_key])
+            report.add(Figure("concurrent", f"{key}: {unit_key.split()[0]}", value, unit, how,
+                              note=f"{runs}; CPU of the runtime calls and the hook {cpu:.1f} "
+                              "ms per container"))
+        for ratio_key in [k for k in fig if " / " in k]:
+            value, runs = median_and_runs(fig[ratio_key])
+            target = "≤ 1.0" if ours and ratio_key in ("p50 / NVIDIA Go", "p95 / NVIDIA Go") \
+                else ""
+            report.add(Figure("concurrent", f"{key}: {ratio_key}", value, "x",
+                              "paired per round, " + how, target,
+                              value <= 1.0 if target else None, runs))
+    size = max(data["sizes"])
+    peaks: dict[str, list[int]] = {}
+    for run in many["in flight"]:
+        for name, peak in run.items():
+            peaks.setdefault(name, []).append(peak)
+    for name, values in peaks.items():
+        ours = name == "nvdocker2"
+        nvidia = statistics.median(peaks["NVIDIA Go"]) if "NVIDIA Go" in peaks else size
+        value = statistics.median(values)
+        report.add(Figure("concurrent", f"peak GPU creates in flight of {size} started at once:"
+                          f" {name}", value, "", f"one docker batch per run, ×{repeat} runs",
+                          "≥ NVIDIA Go's" if ours else "", value >= nvidia if ours else None,
+                          f"runs: {', '.join(map(str, values))}; from CLOCK_MONOTONIC at each "
+                          "runtime create (a recorder before the runtime) and at the hook's "
+                          "exec of nvidia-container-cli (the cli recorder)"))
+    locks = many["lock calls"]
+    for name, f in locks.items():
+        ours = name == "nvdocker2"
+        report.add(Figure("concurrent", f"lock calls that can wait, one batch: {name}",
+                          f["waiting lock calls"], "", f"strace -f -e trace=flock,fcntl of "
+                          f"every runtime call of {min(data['sizes'])} containers started at once",
+                          "0" if ours else "", f["waiting lock calls"] == 0 if ours else None,
+                          f"{f['runtime calls traced']} runtime calls traced (the hook and runc "
+                          f"within them); all lock calls {f['lock calls']} (runc alone "
+                          f"{locks['runc']['lock calls']}): {'; '.join(f['examples']) or 'none'}"))
+    report.notes.append(
+        "concurrent figures: no GPU; the static recorder (bench/recorder.c) stands in for "
+        "nvidia-container-cli (legacy mode) and for runc (it execs the real one); containerd "
+        "through `ctr run --runc-binary`, the runtime the shim execs as BinaryName makes it")
+
+
+def bench_cold_start(report: Report, rounds: int, repeat: int, anchor: Path | None) -> None:
+    """The first GPU container after the page cache is dropped (bench/bench_many.py): runc,
+    nvdocker2 and NVIDIA's Go in rotated order, wall paired with runc's of the round, CPU of
+    every runtime call and the hook (getrusage at the recorders)."""
+    try:
+        data = run_bench_script("bench_many.py", rounds, repeat, anchor, ["--only", "cold-start"])
+    except ValueError as e:
+        report.add(Figure("cold start", "cold GPU docker run / runc: nvdocker2", None, "x", "",
+                          "", None, f"bench_many.py failed: {e}"))
+        return
+    cold = data["cold-start"]
+    how = f"median of {rounds} rounds, each after dropping the page cache, ×{repeat} runs"
+    for name, fig in cold["figures"].items():
+        value, runs = median_and_runs(fig["wall ms"])
+        cpu, cpu_runs = median_and_runs(fig["cpu ms"])
+        report.add(Figure("cold start", f"cold GPU docker run: {name}", value, "ms", how,
+                          note=f"{runs}; CPU of the runtime calls and the hook {cpu:.1f} ms "
+                          f"({cpu_runs})"))
+        for key in [k for k in fig if k.startswith("wall / ")]:
+            value, runs = median_and_runs(fig[key])
+            ours = name == "nvdocker2" and key == "wall / NVIDIA Go"
+            report.add(Figure("cold start", f"cold GPU docker run {key}: {name}", value, "x",
+                              "paired per round, " + how, "≤ 1.0" if ours else "",
+                              value <= 1.0 if ours else None, runs))
+    report.notes.append(f"cold start figures: the page cache emptied by {cold['how']}")
 
 
 # --- the report ----------------------------------------------------------------------------------
@@ -862,6 +947,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="docker run: runs of all the rounds, for the spread (default 3)")
     ap.add_argument("--cdi-rounds", type=int, default=20,
                     help="CDI mode: interleaved rounds per run (default 20)")
+    ap.add_argument("--many-rounds", type=int, default=3,
+                    help="concurrent: interleaved rounds (batches of 16 and 64) per run")
+    ap.add_argument("--cold-rounds", type=int, default=10,
+                    help="cold start: interleaved rounds per run (default 10)")
     ap.add_argument("--anchor", type=Path, metavar="DIR",
                     help="NVIDIA's nvidia-container-runtime and nvidia-container-runtime-hook"
                     " (docker run), nvidia-cdi-hook (CDI mode) and nvidia-ctk (installer,"
@@ -879,7 +968,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         ap.error("--runs must be at least 10: every figure is a median of at least 10 runs")
     settle(args.settle)
     info = machine()
-    if args.anchor is not None and "docker-run" in (args.only or ["docker-run"]):
+    if args.anchor is not None and {"docker-run", "concurrent", "cold-start"} & set(
+            args.only or SECTIONS):
         info.append(("NVIDIA Go toolkit (--anchor)", " ".join(_version(
             [str(args.anchor / "nvidia-container-runtime"), "--version"], lines=2).split())))
     for k, v in info:
@@ -917,6 +1007,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                            args.anchor, args.agent_idle)
         if "per-size" in sections:
             bench_per_size(report, args.rounds, args.repeat, args.anchor)
+        for name, bench, rounds in (("concurrent", bench_concurrent, args.many_rounds),
+                                    ("cold-start", bench_cold_start, args.cold_rounds)):
+            if name in sections:
+                if args.no_dockerd:
+                    report.notes.append(f"{name} figures not measured: --no-dockerd")
+                else:
+                    bench(report, rounds, args.repeat, args.anchor)
     info.append(("load average at the end", _load()))
     write_results(args.out, report, info, args.runs, time.monotonic() - t0, args.merge)
     print(f"wrote {args.out}")

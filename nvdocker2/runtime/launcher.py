@@ -44,8 +44,8 @@ from nvdocker2.host.files import write_new
 DOOR = r"""# The door's rules (nvdocker2.host.run.unsafe_to_run) in sh: `trusted PATH` succeeds when
 # PATH is absolute and it, every directory on the way and every symlink, followed, belong to
 # root (or this user) and are writable by no one else (in a sticky directory, an entry of a
-# trusted owner); else it fails, the reason in $why. stat and readlink answer, taken from
-# /usr/bin or /bin as /bin/sh is.
+# trusted owner), the path it ended at (links followed) in $real; else it fails, the reason in
+# $why. stat and readlink answer, taken from /usr/bin or /bin as /bin/sh is.
 nl='
 '
 ws=$IFS
@@ -178,6 +178,7 @@ trusted() {
                 if others_write "$mode" "$gid"; then
                     why="$ent is writable by other users"; return 1
                 fi
+                real=$ent
                 return 0
             fi
             if [ "$kind" -ne 16384 ]; then why="$ent is not a directory"; return 1; fi
@@ -281,11 +282,18 @@ sys.exit(main())
 # that path: the package beside it is imported, and direct mode's hook entry runs it), and so
 # must the interpreter.
 SELF = r"""self=
-[ -z "$readlink" ] || self=$("$readlink" -f -- "$0") || self=
+# A path without links that passes the door is the file itself, what `readlink -f` would
+# print: no program to run for it on every create. Else links are resolved first, and the
+# file they lead to must pass (a link may sit where the door would refuse the path itself).
+case $0 in /*) trusted "$0" && [ "$links" -eq 0 ] && self=$real ;; esac
 if [ -z "$self" ]; then
-    why="cannot resolve $0"
-else
-    trusted "$self" || :
+    why=
+    [ -z "$readlink" ] || self=$("$readlink" -f -- "$0") || self=
+    if [ -z "$self" ]; then
+        why="cannot resolve $0"
+    else
+        trusted "$self" || :
+    fi
 fi
 if [ -n "$why" ]; then
     echo "$prog: error: refusing to run from $0: $why" >&2

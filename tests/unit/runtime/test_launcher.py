@@ -185,3 +185,32 @@ def test_the_runtime_launchers_entry_keeps_the_exit_status_and_the_buffered_outp
     with open(os.devnull, "w") as null, open("/dev/full", "w") as full:
         proc = subprocess.run(argv, stdout=full, stderr=null, timeout=60)
     assert proc.returncode == 120
+
+
+def test_runtime_launcher_on_a_path_without_links_runs_no_readlink_before_python(tmp_path):
+    """`create` on every GPU container start: on a path without links, the door's walk has
+    already found the file itself, so Python is told that path and no `readlink -f` runs (one
+    program less each create); through a link, the path Python is told is still the real
+    file's."""
+    strace = shutil.which("strace")
+    if strace is None:
+        pytest.skip("strace is not installed (Debian package strace)")
+    real = tmp_path / "real"
+    real.mkdir()
+    py = real / "python"
+    py.write_text('#!/bin/sh\nshift 4\nprintf "%s\\n" "$@"\n')  # -I -S -c CODE, then the rest
+    py.chmod(0o755)
+    for name, text in render(str(py), [str(REPO)]).items():
+        (real / name).write_text(text)
+        (real / name).chmod(0o755)
+    (tmp_path / "link").symlink_to(real)
+    launcher = real / "nvidia-container-runtime"
+    for path in (launcher, tmp_path / "link" / "nvidia-container-runtime"):
+        trace = tmp_path / "trace"
+        r = subprocess.run([strace, "-f", "-qq", "-s", "4096", "-e", "trace=execve", "-o",
+                            str(trace), str(path), "create", "ID"],
+                           capture_output=True, text=True, env={"PATH": "/usr/bin:/bin"})
+        assert (r.returncode, r.stdout) == (0, f"{launcher}\ncreate\nID\n"), r.stderr
+        runs = re.findall(r'execve\("([^"]*)"', trace.read_text())
+        readlinks = [p for p in runs if os.path.basename(p) == "readlink"]
+        assert bool(readlinks) == (path != launcher), runs
