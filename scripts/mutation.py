@@ -427,6 +427,11 @@ class Worker:
             return "survived", elapsed
         if proc.returncode in (1, 3):  # tests failed / internal error (an import broke)
             return "killed", elapsed
+        if proc.returncode in (2, 4) and any(
+                sign in output for sign in (b"while loading conftest", b"during collection")):
+            # The mutant broke an import the tests make before any test runs (a conftest, a
+            # test module): nothing the module serves could be used, so the tests noticed.
+            return "killed", elapsed
         if proc.returncode < 0:  # the test run crashed (a segfault in a driver library call)
             return "killed", elapsed
         return f"error rc={proc.returncode}: {output.decode(errors='replace')[-300:]}", elapsed

@@ -217,7 +217,7 @@ def test_install_reload_none_imports_only_what_it_uses(tmp_path):
     assert '+    "nvidia": {' in dry.stdout, dry.stdout
     assert cfg.read_bytes() == fixture
     ours = tuple(m for m in NOT_ON_INSTALL_PATH if m not in floor_modules())
-    assert "difflib" in ours and "shlex" in ours
+    assert ours, "typer and filelock load every module of NOT_ON_INSTALL_PATH themselves"
     r = install_loading(cfg, ours)
     assert r.stderr.splitlines()[-1] == "exit 0, loaded: []", r.stderr
     assert json.loads(cfg.read_text())["runtimes"]["nvidia"] == {

@@ -82,3 +82,19 @@ def test_functions_limit_the_mutants(tool, tmp_path):
     path = tmp_path / "m.py"
     path.write_text(SOURCE)
     assert {m.key.split(":")[0] for m in tool.mutants_of(path, ["check"])} == {"check"}
+
+
+@pytest.mark.parametrize("where", ["conftest.py", "test_uses.py"])
+def test_a_mutant_that_breaks_the_tests_imports_is_killed(tool, tmp_path, where):
+    """A module that no longer imports, seen from a conftest (pytest exits 4) or from a test
+    module (exits 2: an error during collection), is a mutant the tests noticed; the same
+    tests passing is a survivor."""
+    (tmp_path / "served.py").write_text("VALUE = 1\n")
+    (tmp_path / where).write_text("import served\n")
+    (tmp_path / "test_it.py").write_text("def test_it():\n    assert True\n")
+    worker = tool.Worker(tmp_path, sys.executable)
+    assert worker.run_tests(["test_it.py", *([where] if where != "conftest.py" else [])],
+                            60)[0] == "survived"
+    (tmp_path / "served.py").write_text("raise TypeError('broken at import')\n")
+    verdict = worker.run_tests(["test_it.py", *([where] if where != "conftest.py" else [])], 60)
+    assert verdict[0] == "killed", verdict

@@ -125,7 +125,7 @@ def test_a_plain_refresh_loads_no_parser_and_help_still_comes_from_the_cli(host)
     env = dict(os.environ, NVIDIA_CONTAINER_RUNTIME_CONFIG=str(host.toml),
                NVDOCKER2_STATE_DIR=str(host.state))
     code = ("import atexit, sys; atexit.register(lambda: sys.stderr.write("
-            "'parser\\n' if 'click' in sys.modules else 'no parser\\n')); "
+            "'parser\\n' if 'typer' in sys.modules else 'no parser\\n')); "
             "from nvdocker2.console import main; main()")
     for args, loaded in ((["--json"], "no parser"), (["--help"], "parser")):
         r = subprocess.run([sys.executable, "-c", code, "cdi", "refresh", "--config",
