@@ -22,7 +22,8 @@ import json
 import os
 from typing import Any, Optional
 
-from nvdocker2.agent.toolkit import CDI_RECORD, CONFIG, Refused, Toolkit, read_json, resolve
+from nvdocker2.agent.toolkit import (CDI_RECORD, CONFIG, Refused, Toolkit, read_json,
+                                     remove_made, resolve)
 from nvdocker2.host import files
 from nvdocker2.host import run as door
 from nvdocker2.store.atomic import atomic_write
@@ -140,10 +141,5 @@ def remove(t: Toolkit) -> Optional[str]:
             said = f"CDI spec {SPEC} removed"
         elif now is not None:
             said = f"{SPEC} on the node was changed since the agent wrote it: left as it is"
-    root = os.path.realpath(t.host_root)
-    for node in reversed(record["made"]):
-        try:
-            os.rmdir(os.path.join(root, str(node).lstrip("/")))
-        except OSError:
-            break  # not empty, or gone: leave it and those above
+    remove_made(t.host_root, record["made"])
     return said

@@ -365,6 +365,17 @@ def verify(t: Toolkit, timeout: float = 30.0) -> None:
                       "see that the node's python3 runs the toolkit's launchers")
 
 
+def remove_made(host_root: str, made: list) -> None:
+    """Remove the directories nvdocker2 made (node paths, outermost first), deepest first,
+    while they are empty."""
+    root = os.path.realpath(host_root)
+    for node in reversed(made):
+        try:
+            os.rmdir(os.path.join(root, str(node).lstrip("/")))
+        except OSError:
+            break  # not empty (someone else's since), or gone: leave it and those above
+
+
 def remove(t: Toolkit) -> bool:
     """Remove DIR and the directories made for it (when empty); True when it was there."""
     found, rest = resolve(t.host_root, t.dir)
@@ -375,13 +386,7 @@ def remove(t: Toolkit) -> bool:
         return False
     made = _read_manifest(real, t.dir)["made"]
     shutil.rmtree(real)
-    root = os.path.realpath(t.host_root)
-    for node in reversed(made):
-        d = os.path.join(root, str(node).lstrip("/"))
-        try:
-            os.rmdir(d)
-        except OSError:
-            break  # not empty (someone else's since), or gone: leave it and those above
+    remove_made(t.host_root, made)
     d = os.path.dirname(real)
     while not os.path.isdir(d):
         d = os.path.dirname(d)
