@@ -332,6 +332,15 @@ def install(t: Toolkit) -> Placed:
         "/" + os.path.relpath(m, root) for m in files.make_dirs(os.path.dirname(real), DIR_MODE)]
     from nvdocker2 import __version__
 
+    # Below a sticky directory anyone may have taken DIR.new since it was removed: staged
+    # only where the new directory and every one above it are root's (then no one can swap it).
+    files.make_dirs(real + ".new", DIR_MODE)
+    try:
+        resolve(t.host_root, t.dir + ".new")
+    except Refused:
+        if old is None:
+            remove_made(t.host_root, made)
+        raise
     _stage(real + ".new", want, {"nvdocker2": __version__, "made": made,
                                  "files": sorted(want)})
     if old is not None and os.path.isfile(os.path.join(real, CDI_RECORD)):
