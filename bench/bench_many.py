@@ -59,13 +59,11 @@ sys.path.insert(0, str(REPO))
 import privatecontainerd as pc  # noqa: E402
 from bench_runtime import (GPU, Log, build_recorders, check_anchor, compile_recorder,  # noqa: E402
                            nvidia_config, one_run, packaged_config, print_table, run_rounds,
-                           spread)
+                           spread, write_package_launchers)
 from privatedockerd import PrivateDockerd, missing_prerequisites, remove_rootfs_tar  # noqa: E402
 
-from nvdocker2.runtime.launcher import write_launchers  # noqa: E402
 
 OURS, NVIDIA = "nvdocker2", "NVIDIA Go"
-PACKAGE_PYTHON = "/usr/bin/python3"
 LOCK_CALL = re.compile(r"\b(flock\(|fcntl\([^,]*, F_(SETLK|SETLKW|OFD_SETLK|OFD_SETLKW)\b)")
 # The lock calls that can wait: F_SETLKW, F_OFD_SETLKW, and flock without LOCK_NB.
 WAITING = re.compile(r"\bfcntl\([^,]*, F_(OFD_)?SETLKW\b|\bflock\((?![^)]*LOCK_NB)")
@@ -213,10 +211,7 @@ class Engines:
         self.runc_log, self.cli_log = Log(runc_log), Log(self.cli_path)
         bindir = work / "bin"
         bindir.mkdir()
-        # The interpreter the .deb's launchers name, where it is the one running this.
-        python = PACKAGE_PYTHON if os.path.realpath(PACKAGE_PYTHON) == os.path.realpath(
-            sys.executable) else sys.executable
-        write_launchers(str(bindir), python=python)
+        write_package_launchers(bindir)
         config = work / "config.toml"
         config.write_text(packaged_config(cli))
         self.env = {"NVIDIA_CONTAINER_RUNTIME_CONFIG": str(config)}

@@ -101,6 +101,20 @@ def build_recorders(work: Path, runc: str, clock: bool = False, children: bool =
     return runc_dir, work / "nvidia-container-cli", runc_log, cli_log
 
 
+PACKAGE_PYTHON = "/usr/bin/python3"
+
+
+def write_package_launchers(bindir: Path) -> list[str]:
+    """The runtime's and the hook's launchers as the .deb writes them: naming /usr/bin/python3
+    where that is the interpreter running this (a venv of it included), else this one. A
+    launcher naming the venv's interpreter would follow its symlinks (one `readlink` and one
+    `stat` more per link, on every create) where the package's follows one."""
+    python = sys.executable
+    if os.path.realpath(PACKAGE_PYTHON) == os.path.realpath(sys.executable):
+        python = PACKAGE_PYTHON
+    return write_launchers(str(bindir), python=python)
+
+
 def pip_install(work: Path) -> Path:
     """A venv with this checkout installed as `pip install .` does (the libraries from the
     system, so no network); returns its bin directory."""

@@ -58,10 +58,9 @@ sys.path.insert(0, str(REPO))
 
 from bench_cdi import nvidia_hooks  # noqa: E402
 from bench_direct import build_recorder, config_toml, new_lines  # noqa: E402
-from bench_runtime import nvidia_config, packaged_config  # noqa: E402
+from bench_runtime import nvidia_config, packaged_config, write_package_launchers  # noqa: E402
 from fixtures import fake_driver as fd  # noqa: E402
 
-from nvdocker2.runtime.launcher import write_launchers  # noqa: E402
 
 # (name, GPUs, extra): the sizes; LINE are those the growth and the slope are taken over.
 SIZES = (("1 GPU", 1, ""), ("8 GPUs", 8, ""), ("16 GPUs", 16, ""),
@@ -500,7 +499,7 @@ def run_all(work: Path, args: argparse.Namespace, anchor: Path, cache: Path | No
     recorder, log = build_recorder(work)
     bindir = work / "bin"
     bindir.mkdir()
-    write_launchers(str(bindir))
+    write_package_launchers(bindir)
     nodes = [Node(work, name, gpus, extra, bindir, recorder, anchor, cache)
              for name, gpus, extra in SIZES]
     seen = 0
