@@ -898,8 +898,9 @@ def _figure_names(block: list[str]) -> set[str]:
 def merge_results(old: str, new: str, info: dict[str, str]) -> str:
     """`old` (a RESULTS.md) with the sections of `new` in place of its own of the same name,
     each saying when and at what load it was measured; the missed targets of the replaced
-    sections are dropped and the new ones added, the new notes appended. The preamble and
-    every other section stay as `old` has them (measured in the run its preamble describes)."""
+    sections are dropped and the new ones added, the new notes appended (but for those it
+    has). The preamble and every other section stay as `old` has them (measured in the run
+    its preamble describes)."""
     keep, fresh = _blocks(old), _blocks(new)
     special = ("## Targets missed", "## Notes")
     sections = [b for b in fresh[1:] if b[0] not in special]
@@ -923,13 +924,15 @@ def merge_results(old: str, new: str, info: dict[str, str]) -> str:
                  if line.startswith("- ")]
     for block in keep:
         if block[0] == special[0]:
+            # a figure's name may hold ": " itself ("create CPU, 1 GPU: ours / NVIDIA's")
             old_missed = [line for line in block[1:] if line.startswith("- ")
-                          and line != "- none" and line[2:].split(": ")[0] not in replaced]
+                          and line != "- none"
+                          and not any(line.startswith(f"- {name}: ") for name in replaced)]
             block[1:] = ["", *(old_missed + new_missed or ["- none"]), ""]
         elif block[0] == special[1]:
             while block and block[-1] == "":
                 block.pop()
-            block += new_notes + [""]
+            block += [note for note in new_notes if note not in block] + [""]
     return "\n".join(line for b in keep for line in b)
 
 

@@ -94,3 +94,18 @@ def test_merge_adds_a_new_section_before_the_missed_targets_and_lists_its_miss()
     assert missed.splitlines()[2:5] == ["- install: 0.2 s (target ≤ 0.1 s)",
                                         "- slope: 1.500 (target ≤ 1.3)",
                                         "- direct ratio: 1.400 (target ≤ 1.3)"]
+
+
+def test_merge_drops_the_replaced_missed_targets_whose_names_hold_a_colon_and_repeats_no_note():
+    old = OLD.replace("direct ratio", "create CPU, 1 GPU: ours / NVIDIA's")
+    new = (NEW.replace("direct ratio", "create CPU, 1 GPU: ours / NVIDIA's")
+              .replace("| 1.200 |  | ≤ 1.3 met |", "| 1.400 |  | ≤ 1.3 **missed** |")
+              .replace("- none", "- create CPU, 1 GPU: ours / NVIDIA's: 1.400 (target ≤ 1.3)")
+              .replace("- a new note", "- an old note\n- a new note"))
+    merged = _run_py().merge_results(old, new, INFO)
+    missed = merged[merged.index("## Targets missed"):merged.index("## Notes")]
+    assert missed.splitlines()[2:] == ["- install: 0.2 s (target ≤ 0.1 s)",
+                                       "- create CPU, 1 GPU: ours / NVIDIA's: 1.400 (target ≤ 1.3)",
+                                       ""]
+    notes = merged[merged.index("## Notes"):]
+    assert notes.count("- an old note") == 1 and notes.count("- a new note") == 1
