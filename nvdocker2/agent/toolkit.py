@@ -270,7 +270,7 @@ def _holds(real: str, want: dict[str, tuple[bytes, int]]) -> bool:
 
 
 def _stage(stage: str, want: dict[str, tuple[bytes, int]], manifest: dict) -> None:
-    files.make_dirs(stage, DIR_MODE)
+    """Write the manifest and the files into `stage`, which the caller made and checked."""
     files.write_new(os.path.join(stage, MANIFEST),
                     (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode(), FILE_MODE)
     for rel, (data, mode) in sorted(want.items()):
