@@ -76,7 +76,12 @@ def _attack(tmp_path: Path) -> None:
         except toolkit.Refused as e:
             assert f"belongs to uid {nobody}" in str(e), str(e)
     finally:
-        attacker.wait(timeout=120)
+        try:
+            attacker.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            attacker.kill()  # it spins until DIR.new goes: never leave it running
+            attacker.wait()
+            raise
     if os.path.lexists(kit):
         assert os.lstat(kit).st_uid == 0
         planted = subprocess.run(_as_nobody("sh", "-c", f"echo x > {kit}/planted"),
